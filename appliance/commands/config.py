@@ -1,0 +1,46 @@
+"""appliance config check [FILE] | show [FILE]"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from appliance.commands.common import EXIT_FAILED, EXIT_OK
+from appliance.config import ConfigError, default_config_text, load_settings
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    parser = sub.add_parser("config", help="check or show the configuration")
+    actions = parser.add_subparsers(dest="config_command", required=True, metavar="ACTION")
+    check = actions.add_parser("check", help="validate a TOML file (default: the shipped default)")
+    check.add_argument("file", type=Path, nargs="?")
+    check.set_defaults(handler=handle_check)
+    show = actions.add_parser("show", help="print the effective settings as JSON")
+    show.add_argument("file", type=Path, nargs="?")
+    show.set_defaults(handler=handle_show)
+    default = actions.add_parser("default", help="print the shipped default TOML")
+    default.set_defaults(handler=lambda _args: print(default_config_text(), end="") or EXIT_OK)
+
+
+def handle_check(args: argparse.Namespace) -> int:
+    try:
+        load_settings(args.file)
+    except ConfigError as err:
+        print(f"{err.source}: {len(err.problems)} problem(s):", file=sys.stderr)
+        for problem in err.problems:
+            print(f"  - {problem}", file=sys.stderr)
+        return EXIT_FAILED
+    print(f"{args.file or 'default configuration'}: OK")
+    return EXIT_OK
+
+
+def handle_show(args: argparse.Namespace) -> int:
+    try:
+        settings = load_settings(args.file)
+    except ConfigError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return EXIT_FAILED
+    print(json.dumps(settings.model_dump(mode="json"), indent=2))
+    return EXIT_OK

@@ -1,0 +1,1 @@
+"""Benchmarks: figures, not assertions. Run with `python -m bench`."""

