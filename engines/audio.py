@@ -1,0 +1,91 @@
+"""Audio helpers shared by the engines: reading files as float32 mono and resampling with soxr."""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+import numpy as np
+import soundfile as sf
+import soxr
+
+from engines.errors import InputError
+
+__all__ = ["ASR_SAMPLE_RATE_HZ", "load_audio", "load_audio_16k", "resample", "to_mono_float32"]
+
+ASR_SAMPLE_RATE_HZ = 16000
+
+log = logging.getLogger(__name__)
+
+
+def to_mono_float32(audio: np.ndarray) -> np.ndarray:
+    """``(samples,)`` or ``(samples, channels)`` of any numeric dtype -> float32 ``(samples,)``.
+
+    Channels are averaged. Integer PCM is scaled to [-1, 1].
+    """
+    data = np.asarray(audio)
+    if data.ndim == 2:
+        data = data.mean(axis=1) if data.shape[1] > 1 else data[:, 0]
+    elif data.ndim != 1:
+        raise InputError(
+            f"audio must have shape (samples,) or (samples, channels), got {data.shape}",
+            fix="pass one channel or a (samples, channels) array",
+        )
+    if np.issubdtype(data.dtype, np.integer):
+        scale = float(np.iinfo(data.dtype).max) + 1.0
+        return (data.astype(np.float32) / scale).astype(np.float32)
+    return np.ascontiguousarray(data, dtype=np.float32)
+
+
+def resample(audio: np.ndarray, from_hz: int, to_hz: int) -> np.ndarray:
+    """Resample float32 mono ``audio`` from ``from_hz`` to ``to_hz`` (soxr, high quality).
+
+    Returns a new float32 array (a copy even when the rates are equal).
+    """
+    for name, rate in (("from_hz", from_hz), ("to_hz", to_hz)):
+        if not isinstance(rate, (int, np.integer)) or isinstance(rate, bool) or rate <= 0:
+            raise InputError(
+                f"{name} must be a positive whole number of hertz, got {rate!r}",
+                fix="pass sample rates such as 8000, 16000, 22050 or 48000",
+            )
+    data = to_mono_float32(audio)
+    if from_hz == to_hz or data.size == 0:
+        return data.copy() if from_hz == to_hz else np.zeros(0, dtype=np.float32)
+    out = soxr.resample(data, int(from_hz), int(to_hz), quality="HQ")
+    return np.ascontiguousarray(out, dtype=np.float32)
+
+
+def load_audio(path: str | Path) -> tuple[np.ndarray, int]:
+    """Read any file soundfile understands (WAV, FLAC, OGG, ...) as float32 mono at its own rate.
+
+    Raises InputError naming the file when it is missing, empty, not audio or has no samples.
+    """
+    file = Path(path)
+    if not file.exists():
+        raise InputError(f"audio file {file} does not exist", fix="check the path")
+    if not file.is_file():
+        raise InputError(f"{file} is not a file", fix="pass the path of an audio file")
+    if file.stat().st_size == 0:
+        raise InputError(f"audio file {file} is empty (0 bytes)", fix="record or copy the file again")
+    try:
+        data, sample_rate_hz = sf.read(str(file), dtype="float32", always_2d=True)
+    except (sf.LibsndfileError, RuntimeError, TypeError, ValueError) as err:
+        raise InputError(
+            f"{file} is not a readable audio file ({err})",
+            fix="pass a WAV, FLAC or OGG file (convert other formats with ffmpeg or sox)",
+        ) from err
+    if data.shape[0] == 0:
+        raise InputError(f"audio file {file} has no samples", fix="pass a file that contains audio")
+    mono = to_mono_float32(data)
+    if not np.all(np.isfinite(mono)):
+        raise InputError(f"audio file {file} contains NaN or infinite samples", fix="re-export the file")
+    log.debug("loaded %s: %d samples at %d Hz", file, mono.size, sample_rate_hz)
+    return mono, int(sample_rate_hz)
+
+
+def load_audio_16k(path: str | Path) -> np.ndarray:
+    """Read an audio file as float32 mono at 16 kHz (the VAD and ASR rate)."""
+    audio, sample_rate_hz = load_audio(path)
+    if sample_rate_hz == ASR_SAMPLE_RATE_HZ:
+        return audio
+    return resample(audio, sample_rate_hz, ASR_SAMPLE_RATE_HZ)
