@@ -1,0 +1,1 @@
+"""Authentication for the admin page: password hashing and the password file."""
