@@ -95,23 +95,73 @@ class AgentConfig(Section):
         "Answer in one or two short spoken sentences, without lists or markdown."
     )
     fallback_reply: str = "Sorry, something went wrong. Please say that again."
+    max_history_messages: int = Field(16, ge=2, le=256, description="conversation kept per session")
 
 
 class SipConfig(Section):
     enabled: bool = False
     bind_host: str = "127.0.0.1"
-    port: int = Field(5060, ge=1, le=65535)
-    max_calls: int = Field(2, ge=1, le=64)
-    allow_from: tuple[str, ...] = ("127.0.0.1/32",)
+    advertise_host: str | None = Field(
+        None, description="address put in Contact and SDP; needed when bind_host is 0.0.0.0"
+    )
+    port: int = Field(5060, ge=0, le=65535, description="UDP port for SIP; 0 picks a free one")
+    max_calls: int = Field(2, ge=1, le=64, description="more calls at once get 486 Busy Here")
+    allow_from: tuple[str, ...] = Field(("127.0.0.1/32",), description="peer networks; others get 403")
     rtp_port_min: int = Field(40000, ge=1024, le=65535)
     rtp_port_max: int = Field(40100, ge=1024, le=65535)
-    rtp_timeout_s: float = Field(30.0, gt=0.0, le=3600.0)
+    rtp_timeout_s: float = Field(30.0, gt=0.0, le=3600.0, description="a call with no RTP this long ends")
+    answer_delay_s: float = Field(0.0, ge=0.0, le=30.0, description="ringing time before answering")
+    codecs: tuple[Literal["PCMU", "PCMA"], ...] = Field(("PCMU", "PCMA"), min_length=1)
+    jitter_depth_packets: int = Field(3, ge=0, le=25, description="reordering allowance, 20 ms packets")
+    user_agent: str = "voice-appliance"
+
+    @field_validator("advertise_host")
+    @classmethod
+    def _advertised(cls, value: str | None, info: Any) -> str | None:
+        if value is None and info.data.get("bind_host") in ("0.0.0.0", "::"):
+            raise ValueError("set sip.advertise_host to the address callers reach when bind_host is 0.0.0.0")
+        return value
+
+    @field_validator("allow_from")
+    @classmethod
+    def _networks(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+        import ipaddress
+
+        for entry in value:
+            try:
+                ipaddress.ip_network(entry, strict=False)
+            except ValueError as err:
+                raise ValueError(f"{entry!r} is not an address or network like 10.0.0.0/8") from err
+        return value
+
+    @field_validator("rtp_port_max")
+    @classmethod
+    def _rtp_range(cls, value: int, info: Any) -> int:
+        low = info.data.get("rtp_port_min")
+        if low is not None and value < low + 1:
+            raise ValueError(f"must be above rtp_port_min ({low}): each call needs an even port")
+        return value
 
 
 class AdminConfig(Section):
     enabled: bool = False
     bind_host: str = "127.0.0.1"
     port: int = Field(8080, ge=1, le=65535)
+    users_file: Path = Field(Path("/var/lib/appliance/admin-users"), description="`appliance admin passwd`")
+    password_file: Path = Field(
+        Path("/var/lib/appliance/admin-password"), description="the provisioned password of user 'admin'"
+    )
+    session_ttl_s: float = Field(28800.0, ge=60.0, le=604800.0, description="login lifetime")
+    login_max_failures: int = Field(5, ge=1, le=1000, description="per client address and per user name")
+    login_window_s: float = Field(300.0, ge=1.0, le=86400.0)
+    cookie_secure: bool = Field(False, description="send the cookie over HTTPS only (behind a TLS proxy)")
+    metrics_public: bool = Field(False, description="serve /metrics without a login (for a scraper)")
+    refresh_s: float = Field(2.0, ge=0.5, le=60.0, description="dashboard refresh interval")
+
+    @field_validator("users_file", "password_file")
+    @classmethod
+    def _expand(cls, value: Path) -> Path:
+        return value.expanduser()
 
 
 class TraceConfig(Section):

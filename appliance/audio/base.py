@@ -1,0 +1,71 @@
+"""The source and sink interfaces, and frame helpers."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from typing import Protocol
+
+import numpy as np
+
+SAMPLE_RATE_HZ = 16000
+FRAME_SAMPLES = 512
+FRAME_S = FRAME_SAMPLES / SAMPLE_RATE_HZ  # 0.032
+
+
+class AudioSource(Protocol):
+    """Yields float32 mono frames of FRAME_SAMPLES at 16 kHz, in order, until the input ends.
+
+    ``realtime`` is False for a source that runs faster than a clock (a file fed with ``--fast``):
+    a session then finishes each turn before taking the next frame.
+    """
+
+    name: str
+    realtime: bool
+
+    def frames(self) -> AsyncIterator[np.ndarray]: ...
+
+    async def close(self) -> None: ...
+
+
+class AudioSink(Protocol):
+    """Takes float32 mono audio at ``sample_rate_hz``.
+
+    ``realtime`` says whether audio written is heard at the pace of a clock (a speaker): the player
+    then paces its writes, so that a barge-in can flush it within one frame. A file sink is not.
+    """
+
+    name: str
+    sample_rate_hz: int
+    realtime: bool
+
+    async def write(self, audio: np.ndarray) -> None: ...
+
+    async def flush(self) -> None:
+        """Drop audio written but not yet heard."""
+        ...
+
+    async def close(self) -> None: ...
+
+
+class Reframer:
+    """Cuts a stream of arbitrary-length chunks into frames of exactly ``frame_samples``."""
+
+    def __init__(self, frame_samples: int = FRAME_SAMPLES) -> None:
+        self.frame_samples = frame_samples
+        self._pending = np.zeros(0, dtype=np.float32)
+
+    def push(self, chunk: np.ndarray) -> list[np.ndarray]:
+        data = np.concatenate([self._pending, np.asarray(chunk, dtype=np.float32).reshape(-1)])
+        count = len(data) // self.frame_samples
+        frames = [data[i * self.frame_samples : (i + 1) * self.frame_samples] for i in range(count)]
+        self._pending = data[count * self.frame_samples :].copy()
+        return frames
+
+
+def int16_to_float32(data: np.ndarray) -> np.ndarray:
+    return (np.asarray(data, dtype=np.int16).astype(np.float32) / 32768.0).reshape(-1)
+
+
+def float32_to_int16(data: np.ndarray) -> np.ndarray:
+    clipped = np.clip(np.asarray(data, dtype=np.float32).reshape(-1), -1.0, 1.0)
+    return (clipped * 32767.0).astype(np.int16)

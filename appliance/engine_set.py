@@ -1,0 +1,66 @@
+"""Builds the four engines from the settings through the engine factories, and loads them.
+
+Engines never see ``Settings``: this module turns the appliance's sections into the factories'
+plain keyword arguments.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from appliance.config import Settings
+from appliance.pipeline.session import SessionEngines
+from engines.manifest import Bundle
+
+log = logging.getLogger(__name__)
+
+
+def system_prompt(settings: Settings) -> str:
+    """The agent's persona with the site filled in."""
+    agent = settings.agent
+    return agent.persona.replace("{site_name}", agent.site_name).replace("{device_id}", agent.device_id)
+
+
+def open_bundle(settings: Settings) -> Bundle:
+    """The configured bundle, checked (file presence and sizes; checksums too with verify_on_start)."""
+    return Bundle.open(settings.bundle.dir, verify=True, full=settings.bundle.verify_on_start)
+
+
+def build_engines(settings: Settings, bundle: Bundle) -> SessionEngines:
+    """The four engines, unloaded, each with its worker thread. Raises the factories' errors
+    (engines.errors.BackendUnavailable / ModelFileError) for a backend or model that is not there."""
+    from engines.asr import create_asr
+    from engines.llm import create_llm
+    from engines.tts import create_tts
+    from engines.vad import create_vad
+
+    vad = create_vad(bundle, backend=settings.vad.backend)
+    asr = create_asr(
+        bundle,
+        backend=settings.asr.backend,
+        device=settings.asr.device,
+        precision=settings.asr.precision,
+        language=settings.asr.language,
+        encode_real_length=settings.asr.encode_real_length,
+        threads=settings.asr.threads,
+    )
+    llm = create_llm(
+        bundle,
+        model=settings.llm.model,
+        system_prompt=system_prompt(settings),
+        gpu_layers=settings.llm.gpu_layers,
+        context_tokens=settings.llm.context_tokens,
+        max_reply_tokens=settings.llm.max_reply_tokens,
+        temperature=settings.llm.temperature,
+        threads=settings.llm.threads,
+        stop=settings.llm.stop,
+    )
+    tts = create_tts(bundle, voice=settings.tts.voice, length_scale=settings.tts.length_scale)
+    return SessionEngines.create(vad=vad, asr=asr, llm=llm, tts=tts)
+
+
+async def load_engines(engines: SessionEngines) -> dict[str, float]:
+    """Load and warm every engine, in parallel on their own threads; seconds per engine."""
+    seconds = await engines.load()
+    log.info("engines loaded: %s", ", ".join(f"{name} {value:.2f} s" for name, value in seconds.items()))
+    return seconds

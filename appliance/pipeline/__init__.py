@@ -1,0 +1,25 @@
+"""The streaming pipeline: sessions, turns, engine worker threads, playback with barge-in."""
+
+from __future__ import annotations
+
+from appliance.pipeline.history import Conversation, played_text
+from appliance.pipeline.playback import Player
+from appliance.pipeline.session import EchoGate, Session, SessionConfig, SessionEngines
+from appliance.pipeline.turn import Stage, Turn, TurnConfig, TurnEngines, TurnFailed
+from appliance.pipeline.workers import EngineWorker
+
+__all__ = [
+    "Conversation",
+    "EchoGate",
+    "EngineWorker",
+    "Player",
+    "Session",
+    "SessionConfig",
+    "SessionEngines",
+    "Stage",
+    "Turn",
+    "TurnConfig",
+    "TurnEngines",
+    "TurnFailed",
+    "played_text",
+]

@@ -1,0 +1,322 @@
+"""A session: one audio endpoint (microphone and speaker, a call, a file) with its own VAD state,
+endpointer and conversation; the engines are shared with every other session.
+
+Frames flow source -> VAD (worker thread) -> endpointer; endpointer events start, confirm, drop or
+interrupt turns:
+
+    PROBABLY_ENDED  start a turn at once (ASR, LLM, TTS run; playback waits)
+    RESUMED         the person kept talking: drop that turn
+    ENDPOINT        confirm it (or start one now if none is running): playback may begin
+    SPEECH_START    while a turn is running or playing: barge-in, cancel it
+
+While the appliance is speaking the endpointer's threshold is raised (or the VAD gated entirely),
+because without echo cancellation the microphone hears the speaker.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import math
+import time
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from appliance.audio.base import FRAME_S, FRAME_SAMPLES, AudioSink, AudioSource
+from appliance.pipeline.history import Conversation
+from appliance.pipeline.playback import Player
+from appliance.pipeline.turn import Turn, TurnConfig, TurnEngines
+from appliance.pipeline.workers import EngineWorker
+from appliance.trace.record import TurnTrace, new_turn_id
+from appliance.trace.store import TraceStore
+from engines.vad import VadEngine
+from engines.vad.endpointer import Endpointer, EndpointerParams, EndpointEvent, EventKind
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class EchoGate:
+    """What the endpointer hears while the appliance is speaking."""
+
+    threshold: float = 0.5
+    threshold_while_playing: float = 0.85
+    gate_while_playing: bool = False
+
+    def threshold_for(self, playing: bool) -> float:
+        return self.threshold_while_playing if playing else self.threshold
+
+    def probability_for(self, probability: float, playing: bool) -> float:
+        return 0.0 if playing and self.gate_while_playing else probability
+
+
+@dataclass(frozen=True)
+class SessionConfig:
+    endpointer: EndpointerParams = field(default_factory=EndpointerParams)
+    echo: EchoGate = field(default_factory=EchoGate)
+    turn: TurnConfig = field(default_factory=TurnConfig)
+    max_history_messages: int = 16
+    keep_traces: int = 100  # recent turns kept in memory on the session (all go to the store)
+    drain_timeout_s: float = 300.0  # how long a turn may still run after the source ended
+
+    @classmethod
+    def from_settings(cls, settings: Any) -> SessionConfig:
+        """From ``appliance.config.Settings`` (typed loosely so sessions stay usable without it)."""
+        ep, vad, agent = settings.endpointer, settings.vad, settings.agent
+        return cls(
+            endpointer=EndpointerParams(
+                threshold=vad.threshold,
+                min_speech_s=ep.min_speech_ms / 1000.0,
+                end_silence_s=ep.end_silence_ms / 1000.0,
+                pre_roll_s=ep.pre_roll_ms / 1000.0,
+                max_utterance_s=ep.max_utterance_s,
+            ),
+            echo=EchoGate(vad.threshold, vad.threshold_while_playing, vad.gate_while_playing),
+            turn=TurnConfig(
+                first_clause_words=settings.tts.first_clause_words, fallback_reply=agent.fallback_reply
+            ),
+            max_history_messages=agent.max_history_messages,
+        )
+
+
+@dataclass
+class SessionEngines(TurnEngines):
+    """The four engines, each owned by its worker thread; shared by every session."""
+
+    vad: VadEngine
+    vad_worker: EngineWorker
+
+    @classmethod
+    def create(cls, *, vad: VadEngine, asr: Any, llm: Any, tts: Any) -> SessionEngines:
+        return cls(
+            asr=asr,
+            asr_worker=EngineWorker("asr"),
+            llm=llm,
+            llm_worker=EngineWorker("llm"),
+            tts=tts,
+            tts_worker=EngineWorker("tts"),
+            vad=vad,
+            vad_worker=EngineWorker("vad"),
+        )
+
+    def pairs(self) -> dict[str, tuple[Any, EngineWorker]]:
+        return {
+            "vad": (self.vad, self.vad_worker),
+            "asr": (self.asr, self.asr_worker),
+            "llm": (self.llm, self.llm_worker),
+            "tts": (self.tts, self.tts_worker),
+        }
+
+    async def load(self) -> dict[str, float]:
+        """Load (and warm up) every engine on its own thread, all at once; seconds per engine."""
+
+        async def load_one(engine: Any, worker: EngineWorker) -> float:
+            started = time.monotonic()
+            await worker.call(engine.load)
+            return time.monotonic() - started
+
+        names = list(self.pairs())
+        seconds = await asyncio.gather(*(load_one(*pair) for pair in self.pairs().values()))
+        return dict(zip(names, seconds, strict=True))
+
+    async def close(self) -> None:
+        for engine, worker in self.pairs().values():
+            try:
+                await worker.call(engine.close)
+            except Exception:
+                log.exception("closing the %s engine failed", worker.name)
+            worker.shutdown()
+
+
+class _ActiveTurn:
+    def __init__(self, turn: Turn, task: asyncio.Task[None]) -> None:
+        self.turn = turn
+        self.task = task
+
+
+class Session:
+    def __init__(
+        self,
+        *,
+        engines: SessionEngines,
+        source: AudioSource,
+        sink: AudioSink,
+        config: SessionConfig | None = None,
+        store: TraceStore | None = None,
+        session_id: str | None = None,
+        on_turn: Callable[[TurnTrace], None] | None = None,
+    ) -> None:
+        self.engines = engines
+        self.source = source
+        self.sink = sink
+        self.config = config or SessionConfig()
+        self.store = store
+        self.session_id = session_id or f"s-{new_turn_id()[:8]}"
+        self.on_turn = on_turn
+        self.conversation = Conversation(self.config.max_history_messages)
+        self.traces: deque[TurnTrace] = deque(maxlen=self.config.keep_traces)
+        self.dropped_speculative = 0
+        self.barge_ins = 0
+        self.turns_done = 0
+        self.endpointer = Endpointer(self.config.endpointer)
+        self._frames: deque[tuple[np.ndarray, float]] = deque(
+            maxlen=math.ceil(
+                (self.config.endpointer.max_utterance_s + self.config.endpointer.pre_roll_s + 2.0) / FRAME_S
+            )
+        )
+        self._frame_count = 0
+        self._active: _ActiveTurn | None = None
+        self._speech_start_mono: float | None = None
+
+    @property
+    def speaking(self) -> bool:
+        return self._active is not None and self._active.turn.player.playing
+
+    async def run(self, *, stop: asyncio.Event | None = None, max_turns: int | None = None) -> None:
+        """Listen until the source ends, ``stop`` is set, or ``max_turns`` turns have finished."""
+        vad_stream = await self.engines.vad_worker.call(self.engines.vad.stream)
+        stopped_early = False
+        try:
+            async for frame in self.source.frames():
+                await self._on_frame(frame, vad_stream)
+                if not getattr(self.source, "realtime", True):
+                    # A file fed faster than real time: answer each turn before listening on, as a
+                    # person would wait for the answer (no barge-in without a clock).
+                    await self._wait_for_confirmed_turn()
+                await self._reap()
+                if stop is not None and stop.is_set():
+                    stopped_early = True
+                    break
+                if max_turns is not None and self.turns_done >= max_turns and self._active is None:
+                    break
+            else:
+                for event in self.endpointer.finish():
+                    await self._on_event(event, time.monotonic())
+        finally:
+            await self._close_active(cancel=stopped_early)
+
+    async def _on_frame(self, frame: np.ndarray, vad_stream: Any) -> None:
+        if len(frame) != FRAME_SAMPLES:
+            raise ValueError(f"frames must have {FRAME_SAMPLES} samples, got {len(frame)}")
+        now = time.monotonic()
+        self._frames.append((frame, now))
+        self._frame_count += 1
+        probability = float(await self.engines.vad_worker.call(vad_stream.probability, frame))
+        playing = self.speaking
+        self.endpointer.threshold = self.config.echo.threshold_for(playing)
+        probability = self.config.echo.probability_for(probability, playing)
+        for event in self.endpointer.feed(probability, FRAME_S):
+            await self._on_event(event, now)
+
+    async def _on_event(self, event: EndpointEvent, now: float) -> None:
+        log.debug("session %s: %s at %.3f s", self.session_id, event.kind.value, event.time_s)
+        if event.kind is EventKind.SPEECH_START:
+            self._speech_start_mono = self._monotonic_at(event.speech_start_s, now)
+            if self._active is not None:
+                self.barge_ins += 1
+                log.info("session %s: barge-in on turn %s", self.session_id, self._active.turn.trace.turn_id)
+                await self._close_active(cancel=True)
+        elif event.kind is EventKind.PROBABLY_ENDED:
+            await self._start_turn(event, now, confirmed=False)
+        elif event.kind is EventKind.RESUMED:
+            if self._active is not None and not self._active.turn.confirmed:
+                self._active.turn.dropped = True
+                self.dropped_speculative += 1
+                await self._close_active(cancel=True)
+        elif event.kind is EventKind.ENDPOINT:
+            active = self._active
+            if active is not None and not active.turn.confirmed:
+                active.turn.trace.mark("endpoint", now)
+                active.turn.confirm()
+            else:
+                await self._start_turn(event, now, confirmed=True)
+
+    async def _start_turn(self, event: EndpointEvent, now: float, *, confirmed: bool) -> None:
+        if self._active is not None:
+            await self._close_active(cancel=True)
+        end_s = event.speech_end_s if event.speech_end_s is not None else event.time_s
+        audio = self._audio_between(event.utterance_start_s, event.time_s)
+        trace = TurnTrace(turn_id=new_turn_id(), session_id=self.session_id, speculative=not confirmed)
+        trace.speech_start = self._speech_start_mono
+        trace.speech_end = self._monotonic_at(end_s, now)
+        turn = Turn(
+            engines=self.engines,
+            player=Player(self.sink),
+            messages_for=self.conversation.with_user,
+            audio_16k=audio,
+            trace=trace,
+            config=self.config.turn,
+        )
+        if confirmed:
+            trace.mark("endpoint", now)
+            turn.confirm()
+        task = asyncio.create_task(turn.run(), name=f"turn-{trace.turn_id}")
+        self._active = _ActiveTurn(turn, task)
+
+    async def _wait_for_confirmed_turn(self) -> None:
+        active = self._active
+        if active is not None and active.turn.confirmed and not active.task.done():
+            await asyncio.wait({active.task}, timeout=self.config.drain_timeout_s)
+
+    async def _reap(self) -> None:
+        # An unconfirmed turn stays until ENDPOINT or RESUMED decides about it, even when done.
+        if self._active is not None and self._active.turn.confirmed and self._active.task.done():
+            await self._close_active(cancel=False)
+
+    async def _close_active(self, *, cancel: bool) -> None:
+        active, self._active = self._active, None
+        if active is None:
+            return
+        if not active.task.done():
+            if cancel:
+                active.task.cancel()
+            else:
+                with contextlib.suppress(asyncio.TimeoutError):
+                    await asyncio.wait_for(asyncio.shield(active.task), self.config.drain_timeout_s)
+                if not active.task.done():
+                    log.error("turn %s did not finish in time; cancelling it", active.turn.trace.turn_id)
+                    active.task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await active.task
+        await self._finish(active.turn)
+
+    async def _finish(self, turn: Turn) -> None:
+        trace = turn.trace
+        if turn.dropped:
+            log.debug("session %s: speculative turn %s dropped", self.session_id, trace.turn_id)
+            return
+        if trace.error is None and turn.transcript:
+            self.conversation.commit(turn.transcript, turn.played_text)
+        self.turns_done += 1
+        self.traces.append(trace)
+        log.info("turn %s", trace.log_line())
+        if self.store is not None:
+            try:
+                await self.store.add_async(trace)
+            except Exception:
+                log.exception("turn %s: could not store the trace", trace.turn_id)
+        if self.on_turn is not None:
+            self.on_turn(trace)
+
+    def _audio_between(self, start_s: float, end_s: float) -> np.ndarray:
+        first_index = self._frame_count - len(self._frames)
+        start = max(first_index, math.floor(start_s / FRAME_S + 1e-6))
+        end = min(self._frame_count, math.ceil(end_s / FRAME_S - 1e-6))
+        frames = [self._frames[i - first_index][0] for i in range(start, end)]
+        if not frames:
+            return np.zeros(0, dtype=np.float32)
+        return np.concatenate(frames)
+
+    def _monotonic_at(self, stream_s: float, now: float) -> float:
+        """The monotonic time at which stream time ``stream_s`` arrived (frames carry their arrival)."""
+        first_index = self._frame_count - len(self._frames)
+        index = math.ceil(stream_s / FRAME_S - 1e-6) - 1
+        if first_index <= index < self._frame_count:
+            arrival = self._frames[index - first_index][1]
+            return arrival - ((index + 1) * FRAME_S - stream_s)
+        return now - (self._frame_count * FRAME_S - stream_s)

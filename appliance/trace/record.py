@@ -1,0 +1,124 @@
+"""One turn's record: monotonic timestamps, texts and outcome."""
+
+from __future__ import annotations
+
+import json
+import time
+import uuid
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+# In the order they happen in an undisturbed turn. ``asr_start`` may come before ``endpoint``
+# (speculative start), which is the point of starting early.
+TIMESTAMPS: tuple[str, ...] = (
+    "speech_start",
+    "speech_end",
+    "endpoint",
+    "asr_start",
+    "asr_done",
+    "llm_first_token",
+    "first_clause",
+    "tts_first_audio",
+    "playback_start",
+    "turn_done",
+)
+
+# Stage name -> (from, to). ``turn_latency`` includes the endpoint wait (end-of-speech silence),
+# unless speculative work already finished inside it.
+STAGES: dict[str, tuple[str, str]] = {
+    "endpoint_wait": ("speech_end", "endpoint"),
+    "asr": ("asr_start", "asr_done"),
+    "llm_first_token": ("asr_done", "llm_first_token"),
+    "first_clause": ("llm_first_token", "first_clause"),
+    "tts_first_audio": ("first_clause", "tts_first_audio"),
+    "playback_start": ("tts_first_audio", "playback_start"),
+    "turn_latency": ("speech_end", "playback_start"),
+    "turn_total": ("speech_end", "turn_done"),
+}
+
+
+def new_turn_id() -> str:
+    return uuid.uuid4().hex[:12]
+
+
+@dataclass
+class TurnTrace:
+    """Timestamps are ``time.monotonic()`` seconds; ``None`` when the turn never got there."""
+
+    turn_id: str
+    session_id: str
+    wall_time: float = field(default_factory=time.time)
+    speech_start: float | None = None
+    speech_end: float | None = None
+    endpoint: float | None = None
+    asr_start: float | None = None
+    asr_done: float | None = None
+    llm_first_token: float | None = None
+    first_clause: float | None = None
+    tts_first_audio: float | None = None
+    playback_start: float | None = None
+    turn_done: float | None = None
+    transcript: str = ""
+    reply: str = ""
+    played_reply: str = ""
+    cancelled: bool = False
+    error: str | None = None
+    speculative: bool = False  # ASR started before the endpoint was confirmed
+    audio_s: float = 0.0  # utterance audio given to ASR
+    reply_audio_s: float = 0.0  # reply audio actually played
+    llm_tokens: int = 0
+
+    def mark(self, name: str, at: float | None = None) -> None:
+        """Set timestamp ``name`` to now (or ``at``) unless it is already set."""
+        if name not in TIMESTAMPS:
+            raise ValueError(f"unknown trace timestamp {name!r}; expected one of {', '.join(TIMESTAMPS)}")
+        if getattr(self, name) is None:
+            setattr(self, name, time.monotonic() if at is None else at)
+
+    def stage_s(self, stage: str) -> float | None:
+        start_name, end_name = STAGES[stage]
+        start, end = getattr(self, start_name), getattr(self, end_name)
+        if start is None or end is None:
+            return None
+        return float(end - start)
+
+    def stages_ms(self) -> dict[str, float | None]:
+        result: dict[str, float | None] = {}
+        for stage in STAGES:
+            seconds = self.stage_s(stage)
+            result[stage] = None if seconds is None else round(seconds * 1000.0, 1)
+        return result
+
+    def relative_s(self) -> dict[str, float | None]:
+        """Every timestamp relative to ``speech_start`` (or the first one set), in seconds."""
+        present = [getattr(self, n) for n in TIMESTAMPS if getattr(self, n) is not None]
+        origin = self.speech_start if self.speech_start is not None else min(present, default=0.0)
+        return {
+            n: None if getattr(self, n) is None else round(getattr(self, n) - origin, 4) for n in TIMESTAMPS
+        }
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> TurnTrace:
+        known = {k: v for k, v in data.items() if k in cls.__dataclass_fields__}
+        return cls(**known)
+
+    def log_line(self) -> str:
+        """One structured line (JSON) for the log: ids, outcome, texts, stage durations."""
+        payload = {
+            "turn_id": self.turn_id,
+            "session_id": self.session_id,
+            "cancelled": self.cancelled,
+            "error": self.error,
+            "speculative": self.speculative,
+            "transcript": self.transcript,
+            "reply": self.reply,
+            "played_reply": self.played_reply,
+            "audio_s": round(self.audio_s, 3),
+            "reply_audio_s": round(self.reply_audio_s, 3),
+            "llm_tokens": self.llm_tokens,
+            "stages_ms": self.stages_ms(),
+        }
+        return json.dumps(payload, ensure_ascii=False, separators=(",", ":"))

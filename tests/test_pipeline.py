@@ -1,0 +1,244 @@
+"""Pipeline logic on small fakes of the engine interfaces: turn flow, speculative start, barge-in,
+echo gate, engine failures. The same logic on the real engines: tests/test_pipeline_real.py."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+import numpy as np
+import pytest
+
+from appliance.audio import ArraySource, MemorySink
+from appliance.pipeline import Session, SessionConfig
+from appliance.pipeline.session import EchoGate
+from appliance.trace import TIMESTAMPS, TraceStore
+from engines.vad.endpointer import EndpointerParams
+from tests.fixtures.pipeline import Fakes, ReactiveSource, make_fakes, silence, tone
+
+REPLY = "It is sunny and warm today, with a light breeze from the west and no rain expected at all."
+
+
+def _run(coro: object, timeout_s: float = 30.0) -> None:
+    asyncio.run(asyncio.wait_for(coro, timeout_s))  # type: ignore[arg-type]
+
+
+def test_one_turn_flows_through_every_stage_in_order(tmp_path) -> None:
+    fakes = make_fakes(REPLY)
+    sink = MemorySink(16000)
+    store = TraceStore(tmp_path / "turns.sqlite3", max_turns=10)
+    source = ArraySource(np.concatenate([silence(0.3), tone(1.0), silence(1.0)]), realtime=False)
+    session = Session(engines=fakes.engines, source=source, sink=sink, store=store)
+
+    _run(session.run())
+
+    assert session.turns_done == 1
+    (trace,) = session.traces
+    assert not trace.cancelled and trace.error is None
+    stamps = [getattr(trace, name) for name in TIMESTAMPS]
+    assert all(s is not None for s in stamps), trace
+    # asr_start comes from the speculative start and so may precede the endpoint; the rest is ordered.
+    assert trace.speech_start < trace.speech_end <= trace.asr_start < trace.asr_done  # type: ignore[operator]
+    assert trace.asr_done <= trace.llm_first_token <= trace.first_clause <= trace.tts_first_audio  # type: ignore[operator]
+    assert trace.endpoint <= trace.playback_start <= trace.turn_done  # type: ignore[operator]
+    assert trace.transcript == fakes.asr.text
+    assert trace.reply == REPLY and trace.played_reply == " ".join(REPLY.split())
+    # The ASR saw the tone plus pre-roll and the first silent frame: about 1.3 s, not the whole file.
+    assert 1.0 <= trace.audio_s <= 1.5
+    # Every word was synthesized and written to the sink, in clauses, the first one short.
+    assert " ".join(fakes.tts.texts).split() == REPLY.split()
+    assert len(fakes.tts.texts[0].split()) <= 6
+    assert sink.duration_s == pytest.approx(len(REPLY.split()) * fakes.tts.word_s, abs=0.01)
+    assert [(m.role, m.content) for m in session.conversation.messages] == [
+        ("user", fakes.asr.text),
+        ("assistant", trace.played_reply),
+    ]
+    assert store.recent(1)[0].turn_id == trace.turn_id
+    store.close()
+
+
+def test_second_turn_sees_the_first_in_its_history() -> None:
+    fakes = make_fakes("Fine, thanks.")
+    audio = np.concatenate([tone(0.8), silence(1.0), tone(0.8), silence(1.0)])
+    session = Session(
+        engines=fakes.engines, source=ArraySource(audio, realtime=False), sink=MemorySink(16000)
+    )
+    _run(session.run())
+    assert session.turns_done == 2
+    second_history = fakes.llm.calls[-1].history
+    assert [(m.role, m.content) for m in second_history] == [
+        ("user", fakes.asr.text),
+        ("assistant", "Fine, thanks."),
+        ("user", fakes.asr.text),
+    ]
+
+
+def test_speculative_start_hides_the_endpoint_wait() -> None:
+    """ASR starts at the first silent frame; by the time the 0.5 s endpoint silence is confirmed it
+    is done, and playback starts right at the endpoint."""
+    fakes = make_fakes(REPLY)
+    fakes.asr.delay_s = 0.2
+    sink = MemorySink(16000, realtime=True)
+    source = ArraySource(np.concatenate([tone(1.0), silence(1.5)]), realtime=True)
+    session = Session(engines=fakes.engines, source=source, sink=sink)
+    _run(session.run())
+
+    (trace,) = session.traces
+    assert trace.speculative
+    assert trace.asr_start < trace.endpoint  # type: ignore[operator]
+    assert trace.asr_done < trace.endpoint  # type: ignore[operator]
+    assert trace.tts_first_audio < trace.endpoint  # type: ignore[operator]
+    # Endpoint wait is the configured 0.5 s silence; playback follows the endpoint within a few frames.
+    assert trace.stage_s("endpoint_wait") == pytest.approx(0.5, abs=0.08)
+    assert trace.playback_start - trace.endpoint < 0.1  # type: ignore[operator]
+    assert len(fakes.asr.calls) == 1
+
+
+def test_resumed_speech_drops_the_speculative_turn() -> None:
+    fakes = make_fakes(REPLY)
+    sink = MemorySink(16000, realtime=True)
+    # A 0.25 s pause (shorter than the 0.5 s endpoint silence), then more speech.
+    audio = np.concatenate([tone(1.0), silence(0.25), tone(0.8), silence(1.2)])
+    session = Session(engines=fakes.engines, source=ArraySource(audio, realtime=True), sink=sink)
+    _run(session.run())
+
+    assert session.dropped_speculative == 1
+    assert session.turns_done == 1
+    assert len(fakes.asr.calls) == 2
+    assert fakes.asr.calls[0].audio_s < 1.5 < fakes.asr.calls[1].audio_s  # the second heard it all
+    (trace,) = session.traces
+    assert trace.audio_s == pytest.approx(fakes.asr.calls[1].audio_s)
+    # Nothing of the dropped turn was played: the sink holds exactly one reply.
+    assert sink.duration_s == pytest.approx(len(REPLY.split()) * fakes.tts.word_s, abs=0.01)
+    assert session.conversation.messages[0].content == fakes.asr.text
+    assert len(session.conversation.messages) == 2
+
+
+def _barge_in_session(
+    *, gate: bool, token_delay_s: float = 0.01
+) -> tuple[Session, ReactiveSource, Fakes, MemorySink]:
+    fakes = make_fakes(REPLY, token_delay_s=token_delay_s)
+    sink = MemorySink(16000, realtime=True)
+    source = ReactiveSource(tone(0.8), tone(0.5), inject_after_s=0.6, tail_s=1.5)
+    config = SessionConfig(
+        endpointer=EndpointerParams(end_silence_s=0.4),
+        echo=EchoGate(threshold=0.5, threshold_while_playing=0.85, gate_while_playing=gate),
+    )
+    session = Session(engines=fakes.engines, source=source, sink=sink, config=config)
+    source.session = session
+    return session, source, fakes, sink
+
+
+def test_barge_in_stops_playback_and_keeps_only_what_was_played() -> None:
+    session, source, fakes, sink = _barge_in_session(gate=False)
+    sink_s_after_first: list[float] = []
+    session.on_turn = lambda trace: sink_s_after_first.append(sink.duration_s)
+    _run(session.run(max_turns=2))
+
+    assert source.injected_at is not None
+    assert session.barge_ins == 1
+    first = session.traces[0]
+    assert first.cancelled
+    full_s = len(REPLY.split()) * fakes.tts.word_s
+    # Speech was injected 0.6 s into playback; the VAD needs ~0.1 s to call it speech: about 0.7 s
+    # was heard, the rest (about 3.1 s) never reached the sink.
+    assert 0.55 <= first.reply_audio_s <= 1.0
+    assert sink_s_after_first[0] < first.reply_audio_s + 0.2 < full_s
+    assert sink.flushes >= 1
+    # Playback stopped within about one frame of the barge-in decision.
+    assert first.turn_done - source.injected_at < 0.25  # type: ignore[operator]
+    heard_words = first.played_reply.split()
+    assert 1 <= len(heard_words) < len(REPLY.split())
+    assert heard_words == REPLY.split()[: len(heard_words)]
+    assert len(heard_words) == int(first.reply_audio_s / fakes.tts.word_s + 1e-6)
+    messages = [(m.role, m.content) for m in session.conversation.messages]
+    assert messages[:2] == [("user", fakes.asr.text), ("assistant", first.played_reply)]
+    # The interruption was heard as the next question, with the truncated reply in its history.
+    assert fakes.llm.calls[1].history[1].content == first.played_reply
+
+
+def test_barge_in_stops_the_llm_within_one_token() -> None:
+    session, _source, fakes, _sink = _barge_in_session(gate=False, token_delay_s=0.15)
+    _run(session.run(max_turns=1))
+    _run(fakes.engines.llm_worker.call(lambda: None))  # the LLM thread has finished its job
+    first_call = fakes.llm.calls[0]
+    assert session.traces[0].cancelled
+    assert first_call.cancelled_at is not None, "generation was still running and must see the cancel"
+    assert first_call.tokens < len(REPLY.split())
+    # At most the token being computed when the cancel came was finished; then generation stopped.
+    assert first_call.tokens_after_cancel <= 1
+    assert first_call.cancelled_at - session.traces[0].turn_done < 0.15 + 0.05  # type: ignore[operator]
+
+
+def test_gate_while_playing_ignores_speech_over_the_reply() -> None:
+    session, source, fakes, sink = _barge_in_session(gate=True)
+    _run(session.run(max_turns=1))
+    assert source.injected_at is not None
+    assert session.barge_ins == 0
+    trace = session.traces[0]
+    assert not trace.cancelled
+    assert trace.played_reply.split() == REPLY.split()
+    assert sink.duration_s == pytest.approx(len(REPLY.split()) * fakes.tts.word_s, abs=0.01)
+
+
+def test_threshold_is_raised_only_while_playing() -> None:
+    gate = EchoGate(threshold=0.5, threshold_while_playing=0.85, gate_while_playing=False)
+    assert gate.threshold_for(False) == 0.5 and gate.threshold_for(True) == 0.85
+    assert gate.probability_for(0.9, True) == 0.9
+    gated = EchoGate(gate_while_playing=True)
+    assert gated.probability_for(0.99, True) == 0.0 and gated.probability_for(0.99, False) == 0.99
+
+
+def test_an_engine_failure_says_the_fallback_and_the_session_keeps_listening(caplog) -> None:
+    fakes = make_fakes("All good now.", fail_times=1)
+    sink = MemorySink(16000)
+    audio = np.concatenate([tone(0.8), silence(1.0), tone(0.8), silence(1.0)])
+    config = SessionConfig()
+    session = Session(
+        engines=fakes.engines, source=ArraySource(audio, realtime=False), sink=sink, config=config
+    )
+    _run(session.run())
+
+    assert session.turns_done == 2
+    failed, ok = session.traces
+    assert failed.error is not None and failed.error.startswith("llm-failed")
+    assert f"turn {failed.turn_id}" in caplog.text and "injected" in caplog.text
+    assert config.turn.fallback_reply in fakes.tts.texts
+    assert ok.error is None and ok.played_reply == "All good now."
+    # The failed turn left no trace in the conversation.
+    assert [(m.role, m.content) for m in session.conversation.messages] == [
+        ("user", fakes.asr.text),
+        ("assistant", "All good now."),
+    ]
+
+
+def test_silence_and_noise_start_no_turn() -> None:
+    fakes = make_fakes()
+    rng = np.random.default_rng(0)
+    quiet_noise = (rng.standard_normal(16000 * 2) * 0.005).astype(np.float32)
+    session = Session(
+        engines=fakes.engines, source=ArraySource(quiet_noise, realtime=False), sink=MemorySink(16000)
+    )
+    _run(session.run())
+    assert session.turns_done == 0 and not fakes.asr.calls
+
+
+def test_stop_event_cancels_a_running_turn() -> None:
+    fakes = make_fakes(REPLY, token_delay_s=0.2)
+    sink = MemorySink(16000, realtime=True)
+    audio = np.concatenate([tone(0.8), silence(10.0)])
+    session = Session(engines=fakes.engines, source=ArraySource(audio, realtime=True), sink=sink)
+
+    async def main() -> float:
+        stop = asyncio.Event()
+        task = asyncio.create_task(session.run(stop=stop))
+        while not session.speaking:
+            await asyncio.sleep(0.02)
+        stop.set()
+        started = time.monotonic()
+        await task
+        return time.monotonic() - started
+
+    took_s = asyncio.run(asyncio.wait_for(main(), 20))
+    assert took_s < 0.5
+    assert session.traces[0].cancelled
