@@ -21,9 +21,11 @@ def system_prompt(settings: Settings) -> str:
     return agent.persona.replace("{site_name}", agent.site_name).replace("{device_id}", agent.device_id)
 
 
-def open_bundle(settings: Settings) -> Bundle:
-    """The configured bundle, checked (file presence and sizes; checksums too with verify_on_start)."""
-    return Bundle.open(settings.bundle.dir, verify=True, full=settings.bundle.verify_on_start)
+def open_bundle(settings: Settings, *, full: bool | None = None) -> Bundle:
+    """The configured bundle, checked: file presence and sizes, and checksums when ``full`` (by
+    default ``bundle.verify_on_start``)."""
+    check_sums = settings.bundle.verify_on_start if full is None else full
+    return Bundle.open(settings.bundle.dir, verify=True, full=check_sums)
 
 
 def build_engines(settings: Settings, bundle: Bundle) -> SessionEngines:

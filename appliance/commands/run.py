@@ -1,10 +1,30 @@
-"""appliance run: the daemon."""
+"""appliance run: the daemon.
+
+With a microphone it listens until SIGINT/SIGTERM. Without one (``audio.input = "auto"`` and no
+capture device) it still shows one full turn: a question spoken with the bundle's voice is fed in as
+if from a microphone, the reply is written to a WAV in the state folder and described, and it exits.
+
+Under systemd (``Type=notify``, appliance.service): STATUS while loading, READY once the engines are
+loaded and warmed, WATCHDOG from the event loop, STATUS after each turn, STOPPING on the way out.
+"""
 
 from __future__ import annotations
 
 import argparse
+import asyncio
+import logging
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
 
-from appliance.commands.common import add_config_option, not_built
+from appliance.commands.common import EXIT_FAILED, add_config_option, settings_or_exit
+from appliance.config import Settings
+
+log = logging.getLogger(__name__)
+
+DEMO_QUESTION = "Hello! What kinds of things can you help me with here?"
+DEMO_REPLY_NAME = "last-demo-reply.wav"
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -13,5 +33,173 @@ def register(sub: argparse._SubParsersAction) -> None:
     parser.set_defaults(handler=handle)
 
 
+@dataclass
+class Daemon:
+    """What ``serve`` needs, built by ``load`` before READY."""
+
+    settings: Settings
+    engines: Any  # appliance.pipeline.SessionEngines
+    store: Any  # appliance.trace.TraceStore | None
+    microphone: str | None  # device name when a microphone is used, else None
+    no_microphone_reason: str
+
+
 def handle(args: argparse.Namespace) -> int:
-    return not_built("run", "the streaming pipeline")
+    settings = settings_or_exit(args)
+    if settings is None:
+        return EXIT_FAILED
+    from appliance.service import configure_logging, run_service
+
+    configure_logging(logging.getLogger().level)
+    from appliance.audio.devices import probe_device
+
+    microphone: str | None = None
+    reason = "audio.input is 'none'"
+    if settings.audio.input != "none":
+        probe = probe_device("input", settings.audio.input_device)
+        if probe.available:
+            microphone = probe.name
+        elif settings.audio.input == "microphone":
+            print(
+                f"error: no microphone: {probe.reason} (fix: connect one and set audio.input_device "
+                "to its sounddevice name or index, or set audio.input = 'auto')",
+                file=sys.stderr,
+            )
+            return EXIT_FAILED
+        else:
+            reason = probe.reason
+
+    def load() -> Daemon:
+        return _load(settings, microphone, reason)
+
+    return run_service(load, _serve, _close)
+
+
+def _load(settings: Settings, microphone: str | None, reason: str) -> Daemon:
+    """Blocking (runs on a worker thread before READY): bundle check, engines loaded and warmed."""
+    from appliance.commands.talk import open_store
+    from appliance.engine_set import build_engines, load_engines, open_bundle
+
+    engines = build_engines(settings, open_bundle(settings))
+    try:
+        asyncio.run(load_engines(engines))
+    except BaseException:
+        asyncio.run(engines.close())
+        raise
+    return Daemon(settings, engines, open_store(settings), microphone, reason)
+
+
+def _close(daemon: Daemon) -> None:
+    asyncio.run(daemon.engines.close())
+    if daemon.store is not None:
+        daemon.store.close()
+
+
+async def _serve(daemon: Daemon, control: Any) -> None:
+    """The daemon after READY; returns (demo) or runs until cancelled (SIGTERM/SIGINT)."""
+    from appliance.pipeline.session import Session, SessionConfig
+
+    settings = daemon.settings
+    config = SessionConfig.from_settings(settings)
+    # Other listeners (SIP calls, the admin page) start here as their own tasks beside the local session.
+    if daemon.microphone is None:
+        if settings.audio.input == "none":
+            control.status("ready: no local audio session (audio.input = none)")
+            await asyncio.Event().wait()
+        await _demo_turn(daemon, config, control)
+        return
+    source, sink = _local_audio(settings)
+    turns = 0
+
+    def on_turn(trace: Any) -> None:
+        nonlocal turns
+        turns += 1
+        latency = trace.stage_s("turn_latency")
+        shown = f"{latency:.2f} s" if latency is not None else "n/a"
+        control.status(f"listening on {daemon.microphone}: {turns} turn(s), last latency {shown}")
+
+    session = Session(
+        engines=daemon.engines,
+        source=source,
+        sink=sink,
+        config=config,
+        store=daemon.store,
+        session_id="local",
+        on_turn=on_turn,
+    )
+    control.status(f"listening on {daemon.microphone}")
+    print(f"listening on {daemon.microphone}; speak, or press Ctrl+C to stop", flush=True)
+    try:
+        await session.run()
+    finally:
+        await source.close()
+        await sink.close()
+
+
+def _local_audio(settings: Settings) -> tuple[Any, Any]:
+    from appliance.audio.devices import MicrophoneSource, SpeakerSink, probe_device
+    from appliance.audio.files import NullSink
+
+    rate = settings.audio.device_sample_rate_hz
+    source = MicrophoneSource(settings.audio.input_device, device_sample_rate_hz=rate)
+    sink: Any
+    speaker = probe_device("output", settings.audio.output_device)
+    if settings.audio.output != "none" and speaker.available:
+        sink = SpeakerSink(settings.audio.output_device, device_sample_rate_hz=rate)
+    else:
+        if settings.audio.output == "speaker":
+            raise RuntimeError(
+                f"no speaker: {speaker.reason} (fix: set audio.output_device, or audio.output = 'none')"
+            )
+        log.warning("no speaker (%s): replies are not played", speaker.reason)
+        sink = NullSink(rate, realtime=True)
+    return source, sink
+
+
+async def _demo_turn(daemon: Daemon, config: Any, control: Any) -> None:
+    """No microphone: one turn from a question spoken with the bundle's own voice."""
+    from appliance.audio.files import ArraySource, WavSink
+    from appliance.commands.talk import describe_turn, turn_summary
+    from appliance.pipeline.oneshot import one_turn
+    from engines.audio import resample
+
+    settings = daemon.settings
+    engines = daemon.engines
+    print(
+        f"No microphone found ({daemon.no_microphone_reason}).\n"
+        "To talk to the appliance, connect a microphone and set audio.input_device to its sounddevice "
+        "name or index (python -m sounddevice lists them), or set audio.input = 'microphone'.\n"
+        f"Meanwhile, one turn with a question spoken by the voice {settings.tts.voice!r}:\n"
+        f'  "{DEMO_QUESTION}"',
+        flush=True,
+    )
+    control.status("no microphone: running one demo turn")
+    voice_rate = engines.tts.sample_rate_hz
+
+    def speak() -> Any:
+        import numpy as np
+
+        chunks = list(engines.tts.synthesize(DEMO_QUESTION, sample_rate_hz=voice_rate))
+        return np.concatenate(chunks) if chunks else np.zeros(0, dtype=np.float32)
+
+    question = resample(await engines.tts_worker.call(speak), voice_rate, 16000)
+    import numpy as np
+
+    audio = np.concatenate([np.zeros(8000, np.float32), question, np.zeros(24000, np.float32)])
+    reply_path = Path(settings.trace.db_path).parent / DEMO_REPLY_NAME
+    sink = WavSink(reply_path, voice_rate)
+    trace = await one_turn(
+        engines,
+        ArraySource(audio, realtime=True, name="demo"),
+        sink,
+        config=config,
+        store=daemon.store,
+        session_id="demo",
+    )
+    if trace is None:
+        print("the demo question was not heard as speech; check vad.threshold", flush=True)
+        control.status("demo turn: no speech detected")
+        return
+    summary = turn_summary(trace, reply_wav=reply_path, reply_audio_s=sink.duration_s, fast=False)
+    print(describe_turn(summary), flush=True)
+    control.status(f"demo turn done: latency {summary['turn_latency_s']} s; no microphone")
