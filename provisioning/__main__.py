@@ -1,7 +1,5 @@
 import sys
 
-print(
-    "python -m provisioning: not available yet: the provisioning steps are not part of this build.",
-    file=sys.stderr,
-)
-sys.exit(3)
+from provisioning.cli import main
+
+sys.exit(main())

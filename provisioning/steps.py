@@ -1,0 +1,131 @@
+"""The provisioning steps, in order, and what each needs before it can run."""
+
+from __future__ import annotations
+
+from engines.errors import BundleError
+from engines.manifest import MANIFEST_NAME, Manifest
+from provisioning.admin_password import password_still_valid, run_admin_password
+from provisioning.bundle_import import ImportRefused, import_bundle, recover_interrupted_swap
+from provisioning.context import ProvisioningContext
+from provisioning.engine_build import run_engine_build
+from provisioning.framework import StateStore, Step, StepFailed, StepOutcome
+from provisioning.preflight import run_preflight
+from provisioning.report import run_report
+from provisioning.self_test import run_self_test
+from provisioning.signing import (
+    SIGNATURE_NAME,
+    SignatureError,
+    load_public_key,
+    read_signature,
+    verify_manifest_bytes,
+)
+from provisioning.site_config import config_still_valid, run_site_config
+from provisioning.units import run_units, units_still_valid
+
+
+def run_bundle_import(ctx: ProvisioningContext) -> StepOutcome:
+    if ctx.media_dir is None:
+        return _keep_installed_bundle(ctx)
+    try:
+        result = import_bundle(
+            ctx.media_dir,
+            ctx.bundle_dir,
+            ctx.trusted_key_file,
+            signature_file=ctx.signature_file,
+            progress=ctx.progress,
+        )
+    except ImportRefused as err:
+        raise StepFailed(err.message, fix=err.fix) from err
+    how = "copied and verified" if result.copied else "already installed and intact"
+    outputs = {
+        "media": str(ctx.media_dir),
+        "bundle_dir": str(result.bundle_dir),
+        "artifacts": result.artifacts,
+        "total_bytes": result.total_bytes,
+        "manifest_sha256": result.manifest_sha256,
+        "signed_by": result.signer_fingerprint,
+        "copied": result.copied,
+        "ignored_files_on_media": result.ignored_files,
+    }
+    summary = (
+        f"{result.artifacts} artifacts ({result.total_bytes / 1e6:.0f} MB) {how}; "
+        f"signature valid ({result.signer_fingerprint})"
+    )
+    return StepOutcome(summary, outputs)
+
+
+def _keep_installed_bundle(ctx: ProvisioningContext) -> StepOutcome:
+    """No --media: accept the installed bundle only if it is intact and signed by a trusted key."""
+    recover_interrupted_swap(ctx.bundle_dir)
+    fix = "insert the media with the signed bundle and pass its folder with --media"
+    try:
+        manifest_bytes = (ctx.bundle_dir / MANIFEST_NAME).read_bytes()
+        verify_manifest_bytes(
+            manifest_bytes,
+            read_signature(ctx.signature_file or ctx.bundle_dir / SIGNATURE_NAME),
+            load_public_key(ctx.trusted_key_file),
+        )
+        manifest = Manifest.read(ctx.bundle_dir)
+    except FileNotFoundError as err:
+        raise StepFailed(f"no engine bundle installed at {ctx.bundle_dir}", fix=fix) from err
+    except (SignatureError, BundleError, OSError) as err:
+        raise StepFailed(f"the installed bundle cannot be trusted: {err}", fix=fix) from err
+    problems = manifest.verify(ctx.bundle_dir, full=True)
+    if problems:
+        raise StepFailed(f"the installed bundle is damaged: {'; '.join(map(str, problems))}", fix=fix)
+    return StepOutcome(
+        f"no --media: kept the installed bundle ({len(manifest.artifacts)} artifacts, signed and intact)",
+        {"bundle_dir": str(ctx.bundle_dir), "artifacts": len(manifest.artifacts), "copied": False},
+    )
+
+
+def bundle_still_valid(ctx: ProvisioningContext) -> bool:
+    try:
+        manifest = Manifest.read(ctx.bundle_dir)
+    except BundleError:
+        return False
+    return manifest.verify(ctx.bundle_dir, full=False) == []
+
+
+TITLES = {
+    "preflight": "Preflight checks",
+    "bundle": "Import the engine bundle",
+    "engines": "Build this device's engines",
+    "site-config": "Site configuration",
+    "admin-password": "Admin password",
+    "units": "Install and enable the systemd units",
+    "self-test": "Self-test turn",
+}
+
+
+def build_steps() -> list[Step[ProvisioningContext]]:
+    def report(ctx: ProvisioningContext) -> StepOutcome:
+        return run_report(ctx, StateStore(ctx.state_dir), TITLES)
+
+    return [
+        Step("preflight", TITLES["preflight"], run_preflight),
+        Step(
+            "bundle",
+            TITLES["bundle"],
+            run_bundle_import,
+            needs=("preflight",),
+            still_valid=bundle_still_valid,
+        ),
+        Step("engines", TITLES["engines"], run_engine_build, needs=("bundle",)),
+        Step(
+            "site-config",
+            TITLES["site-config"],
+            run_site_config,
+            needs=("preflight",),
+            still_valid=config_still_valid,
+        ),
+        Step(
+            "admin-password", TITLES["admin-password"], run_admin_password, still_valid=password_still_valid
+        ),
+        Step("units", TITLES["units"], run_units, needs=("site-config",), still_valid=units_still_valid),
+        Step("self-test", TITLES["self-test"], run_self_test, needs=("engines", "site-config")),
+        Step("report", "Report", report, always=True),
+    ]
+
+
+STEP_NAMES = [*TITLES, "report"]
