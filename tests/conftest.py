@@ -19,6 +19,7 @@ pytest_plugins = [
     "tests.fixtures.llm",
     "tests.fixtures.speech",
     "tests.fixtures.pipeline",
+    "tests.fixtures.admin",
 ]
 
 

@@ -1,0 +1,84 @@
+"""``create_app``: the admin page as a FastAPI app, to be served on the daemon's own event loop."""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+
+from fastapi import FastAPI, Request, Response
+
+from appliance import __version__
+from appliance.admin.backend import AdminBackend
+from appliance.admin.errors import error_response, install_error_handlers
+from appliance.admin.metrics import TraceMetrics
+from appliance.admin.ratelimit import LoginRateLimiter
+from appliance.admin.routes_api import api_router, metrics_router, probe_router
+from appliance.admin.routes_auth import auth_router
+from appliance.admin.routes_pages import mount_static, page_router
+from appliance.admin.security import AuthContext
+from appliance.admin.sessions import SessionStore
+from appliance.admin.users import UserDirectory
+from appliance.config import Settings
+
+# Everything the page loads comes from the device itself; the browser enforces it too.
+CONTENT_SECURITY_POLICY = (
+    "default-src 'self'; script-src 'self'; style-src 'self' 'unsafe-inline'; img-src 'self' data:; "
+    "connect-src 'self'; font-src 'self'; object-src 'none'; base-uri 'none'; frame-ancestors 'none'; "
+    "form-action 'self'"
+)
+SECURITY_HEADERS = {
+    "Content-Security-Policy": CONTENT_SECURITY_POLICY,
+    "X-Content-Type-Options": "nosniff",
+    "X-Frame-Options": "DENY",
+    "Referrer-Policy": "same-origin",
+    "Cross-Origin-Opener-Policy": "same-origin",
+}
+MAX_BODY_BYTES = 64 * 1024
+
+
+def create_app(
+    backend: AdminBackend,
+    settings: Settings,
+    *,
+    users: UserDirectory | None = None,
+    metrics: TraceMetrics | None = None,
+) -> FastAPI:
+    """The admin app over ``backend``; accounts from ``settings.admin`` unless ``users`` is given."""
+    admin = settings.admin
+    app = FastAPI(
+        title="Voice appliance admin API",
+        version=__version__,
+        description="Status, latency and configuration of this device. Log in with POST /api/login.",
+        docs_url=None,
+        redoc_url=None,
+        openapi_url=None,  # served by page_router, behind the login, from local assets only
+    )
+    app.state.backend = backend
+    app.state.auth = AuthContext(
+        sessions=SessionStore(admin.session_ttl_s),
+        users=users or UserDirectory(admin.users_file, admin.password_file),
+        limiter=LoginRateLimiter(admin.login_max_failures, admin.login_window_s),
+        cookie_secure=admin.cookie_secure,
+    )
+    app.state.metrics = metrics or TraceMetrics(backend)
+    app.state.refresh_s = admin.refresh_s
+    install_error_handlers(app)
+
+    @app.middleware("http")
+    async def _headers(request: Request, call_next: Callable[[Request], Awaitable[Response]]) -> Response:
+        length = request.headers.get("content-length")
+        if length is not None and (not length.isdigit() or int(length) > MAX_BODY_BYTES):
+            return error_response(413, "too_large", f"request body over {MAX_BODY_BYTES} bytes")
+        response = await call_next(request)
+        for name, value in SECURITY_HEADERS.items():
+            response.headers.setdefault(name, value)
+        if request.url.path.startswith("/api/"):
+            response.headers["Cache-Control"] = "no-store"
+        return response
+
+    app.include_router(probe_router())
+    app.include_router(metrics_router(app.state.metrics, public=admin.metrics_public))
+    app.include_router(auth_router())
+    app.include_router(api_router())
+    app.include_router(page_router(app))
+    mount_static(app)
+    return app

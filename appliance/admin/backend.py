@@ -1,0 +1,104 @@
+"""What the admin page reads from the daemon: a small, read-mostly interface.
+
+The daemon implements it with :class:`appliance.admin.local.LocalBackend` (the turn trace store, the
+configuration file, and a :class:`LiveRegistry` that the pipeline keeps up to date). Every method is
+synchronous and may block briefly (SQLite, /proc, nvidia-smi); the web app calls them from worker
+threads, never on the event loop.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from typing import Any, Protocol
+
+from appliance.admin.schemas import (
+    ConfigUpdate,
+    ConfigView,
+    EngineState,
+    Health,
+    LiveSession,
+    Readiness,
+    StatusReport,
+)
+from appliance.trace import TurnTrace
+
+
+class AdminBackend(Protocol):
+    def health(self) -> Health: ...
+
+    def readiness(self) -> Readiness: ...
+
+    def status(self) -> StatusReport: ...
+
+    def sessions(self) -> list[LiveSession]: ...
+
+    def recent_traces(self, limit: int) -> list[TurnTrace]:
+        """The newest ``limit`` turns, newest first."""
+        ...
+
+    def budget_ms(self) -> float:
+        """The turn latency budget in force (``trace.budget_ms``)."""
+        ...
+
+    def config(self) -> ConfigView: ...
+
+    def update_config(self, changes: dict[str, dict[str, Any]]) -> ConfigUpdate:
+        """Validate, write atomically, apply what can be applied now.
+
+        Raises ``appliance.config.ConfigError`` (bad values) or ``ConfigNotWritable``.
+        """
+        ...
+
+
+class ConfigNotWritable(Exception):
+    """The daemon has no configuration file it may write (it runs on the shipped default)."""
+
+
+class LiveRegistry:
+    """Engine and session state that the daemon updates and the admin page reads (thread-safe)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._engines: dict[str, EngineState] = {}
+        self._sessions: dict[str, LiveSession] = {}
+
+    def set_engine(self, state: EngineState) -> None:
+        with self._lock:
+            self._engines[state.name] = state
+
+    def expect_engines(self, names: list[str]) -> None:
+        """Declare the engines readiness waits for (not loaded until ``set_engine`` says so)."""
+        with self._lock:
+            for name in names:
+                self._engines.setdefault(name, EngineState(name=name))
+
+    def engines(self) -> list[EngineState]:
+        with self._lock:
+            return list(self._engines.values())
+
+    def open_session(self, session_id: str, kind: str, peer: str = "") -> None:
+        with self._lock:
+            self._sessions[session_id] = LiveSession(
+                session_id=session_id, kind=kind, peer=peer, started_at=time.time()
+            )
+
+    def update_session(self, session_id: str, *, state: str | None = None, turn_done: bool = False) -> None:
+        with self._lock:
+            current = self._sessions.get(session_id)
+            if current is None:
+                return
+            changes: dict[str, Any] = {}
+            if state is not None:
+                changes["state"] = state
+            if turn_done:
+                changes["turns"] = current.turns + 1
+            self._sessions[session_id] = current.model_copy(update=changes)
+
+    def close_session(self, session_id: str) -> None:
+        with self._lock:
+            self._sessions.pop(session_id, None)
+
+    def sessions(self) -> list[LiveSession]:
+        with self._lock:
+            return sorted(self._sessions.values(), key=lambda s: s.started_at)

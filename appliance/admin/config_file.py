@@ -1,0 +1,167 @@
+"""Changing the configuration file from the admin page: merge, validate, write atomically.
+
+The file is validated on its own (without environment overrides, which would hide a bad value) by
+the same schema as ``appliance config check``. Comments in the file are not kept when it is rewritten.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from pydantic import ValidationError
+from pydantic_settings import BaseSettings, PydanticBaseSettingsSource
+
+from appliance.config import ENV_PREFIX, ConfigError, ConfigProblem, Settings, _problems
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # Python 3.10 (JetPack 6)
+    import tomli as tomllib
+
+
+class _FileSettings(Settings):
+    """The schema without environment variables: validates exactly what is in the file."""
+
+    @classmethod
+    def settings_customise_sources(
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        return (init_settings,)
+
+
+def environment_overrides(environ: dict[str, str] | None = None) -> list[str]:
+    """Keys (``section.key``) that an ``APPLIANCE_SECTION__KEY`` variable sets."""
+    env = os.environ if environ is None else environ
+    keys = []
+    for name in env:
+        if name.upper().startswith(ENV_PREFIX):
+            parts = name[len(ENV_PREFIX) :].lower().split("__")
+            keys.append(".".join(parts))
+    return sorted(keys)
+
+
+def merge_changes(
+    current: dict[str, Any], changes: dict[str, dict[str, Any]]
+) -> tuple[dict[str, Any], list[str]]:
+    """``current`` with ``changes`` applied (None removes a key); the changed keys, sorted."""
+    merged = {
+        section: dict(values) if isinstance(values, dict) else values for section, values in current.items()
+    }
+    changed = []
+    for section, values in changes.items():
+        target = merged.setdefault(section, {})
+        if not isinstance(target, dict):
+            raise ConfigError("changes", [ConfigProblem(section, "is not a section", target)])
+        for key, value in values.items():
+            if value is None:
+                if key in target:
+                    del target[key]
+                    changed.append(f"{section}.{key}")
+            elif target.get(key, _ABSENT) != value:
+                target[key] = value
+                changed.append(f"{section}.{key}")
+        if not target:
+            del merged[section]
+    return merged, sorted(changed)
+
+
+_ABSENT = object()
+
+
+def validate_file_data(data: dict[str, Any], source: str) -> Settings:
+    try:
+        return _FileSettings(**data)
+    except ValidationError as err:
+        raise ConfigError(source, _problems(err)) from err
+
+
+def read_file_data(path: Path) -> dict[str, Any]:
+    if not path.exists():
+        return {}
+    try:
+        return tomllib.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as err:
+        raise ConfigError(str(path), [ConfigProblem("<file>", f"cannot read: {err}", None)]) from err
+
+
+def to_toml(data: dict[str, Any]) -> str:
+    """TOML for the settings schema's shapes: sections of scalars, strings and lists of strings."""
+    lines = ["# Written by the admin page; `appliance config check FILE` validates it.", ""]
+    for section, values in data.items():
+        if not isinstance(values, dict):
+            raise ValueError(f"top-level key {section!r} must be a section")
+        lines.append(f"[{section}]")
+        for key, value in values.items():
+            lines.append(f"{_toml_key(key)} = {_toml_value(value)}")
+        lines.append("")
+    return "\n".join(lines)
+
+
+def _toml_key(key: str) -> str:
+    if key and all(c.isalnum() or c in "_-" for c in key):
+        return key
+    return _toml_string(key)
+
+
+def _toml_value(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int | float):
+        return repr(value)
+    if isinstance(value, str | Path):
+        return _toml_string(str(value))
+    if isinstance(value, list | tuple):
+        return "[" + ", ".join(_toml_value(v) for v in value) + "]"
+    raise ValueError(f"cannot write a {type(value).__name__} to TOML: {value!r}")
+
+
+def _toml_string(text: str) -> str:
+    escaped = text.replace("\\", "\\\\").replace('"', '\\"')
+    escaped = "".join(c if c >= " " and c != "\x7f" else f"\\u{ord(c):04x}" for c in escaped)
+    return f'"{escaped}"'
+
+
+def write_atomically(path: Path, text: str, *, mode: int | None = None) -> None:
+    """Write to a temporary file beside ``path``, fsync, then rename over it.
+
+    The new file gets ``mode``, or the old file's mode, or 0644."""
+    if mode is None:
+        mode = path.stat().st_mode & 0o777 if path.exists() else 0o644
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as handle:
+            handle.write(text)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.chmod(tmp, mode)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    dir_fd = os.open(path.parent, os.O_RDONLY)
+    try:
+        os.fsync(dir_fd)
+    finally:
+        os.close(dir_fd)
+
+
+def apply_changes(path: Path, changes: dict[str, dict[str, Any]]) -> tuple[Settings, list[str]]:
+    """Merge ``changes`` into the file at ``path``, validate, write; the file's settings, changed keys."""
+    merged, changed = merge_changes(read_file_data(path), changes)
+    file_settings = validate_file_data(merged, "changes")
+    text = to_toml(merged)
+    # What is written must read back as the same settings.
+    if validate_file_data(tomllib.loads(text), str(path)) != file_settings:
+        raise ValueError("the configuration did not survive a TOML round trip; nothing was written")
+    if changed:
+        write_atomically(path, text)
+    return file_settings, changed

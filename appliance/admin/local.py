@@ -1,0 +1,198 @@
+"""The daemon's admin backend: the turn trace store, the configuration file, engine and session state."""
+
+from __future__ import annotations
+
+import functools
+import logging
+import threading
+import time
+from collections.abc import Callable, Iterable
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+from appliance import __version__
+from appliance.admin.backend import ConfigNotWritable, LiveRegistry
+from appliance.admin.config_file import apply_changes, environment_overrides
+from appliance.admin.schemas import (
+    ArtifactSummary,
+    BundleSummary,
+    ConfigUpdate,
+    ConfigView,
+    Health,
+    LiveSession,
+    Readiness,
+    StatusReport,
+)
+from appliance.admin.system import HostProbe
+from appliance.config import Settings, load_settings
+from appliance.trace import TraceStore, TurnTrace
+from engines.errors import BundleError
+from engines.manifest import Manifest
+
+log = logging.getLogger(__name__)
+
+# Installed runtime packages shown on the status page (versions from package metadata, no imports).
+RUNTIME_PACKAGES = (
+    "onnxruntime",
+    "onnxruntime-gpu",
+    "tensorrt",
+    "llama-cpp-python",
+    "piper-tts",
+    "ctranslate2",
+    "torch",
+    "silero-vad",
+    "numpy",
+)
+
+# Keys the admin page applies itself; the daemon adds the ones it can apply without a restart.
+ADMIN_LIVE_KEYS = frozenset({"trace.budget_ms"})
+
+ApplyHook = Callable[[Settings, list[str]], None]
+
+
+@functools.lru_cache(maxsize=4)
+def runtime_versions(packages: tuple[str, ...] = RUNTIME_PACKAGES) -> dict[str, str | None]:
+    versions: dict[str, str | None] = {}
+    for name in packages:
+        try:
+            versions[name] = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            versions[name] = None
+    return versions
+
+
+def bundle_summary(bundle_dir: Path) -> BundleSummary:
+    try:
+        manifest = Manifest.read(bundle_dir)
+    except BundleError as err:
+        return BundleSummary(path=str(bundle_dir), error=str(err))
+    artifacts = [
+        ArtifactSummary(
+            name=a.name, kind=a.kind, size_bytes=a.size_bytes, sha256_prefix=a.sha256[:12], source=a.source
+        )
+        for a in sorted(manifest.artifacts.values(), key=lambda a: a.name)
+    ]
+    return BundleSummary(
+        path=str(bundle_dir),
+        artifacts=artifacts,
+        total_bytes=sum(a.size_bytes for a in artifacts),
+        meta=manifest.meta,
+    )
+
+
+class LocalBackend:
+    """``AdminBackend`` over the daemon's own state.
+
+    ``config_path`` is the file the daemon was started with (None: the shipped default, read-only).
+    ``live_keys`` are keys the daemon applies without a restart; ``on_apply(settings, keys)`` is called
+    (from a worker thread) after a write that changed any of them.
+    """
+
+    def __init__(
+        self,
+        settings: Settings,
+        store: TraceStore,
+        registry: LiveRegistry,
+        *,
+        config_path: Path | None = None,
+        live_keys: Iterable[str] = (),
+        on_apply: ApplyHook | None = None,
+        started_at: float | None = None,
+    ) -> None:
+        self._settings = settings
+        self.store = store
+        self.registry = registry
+        self.config_path = config_path
+        self.live_keys = frozenset(live_keys) | ADMIN_LIVE_KEYS
+        self._on_apply = on_apply
+        self.started_at = time.time() if started_at is None else started_at
+        self._started_monotonic = time.monotonic() - (time.time() - self.started_at)
+        self._probe = HostProbe(settings.trace.db_path.parent)
+        self._runtimes = dict(runtime_versions())
+        self._bundle: BundleSummary | None = None
+        self._config_lock = threading.Lock()
+
+    @property
+    def settings(self) -> Settings:
+        return self._settings
+
+    def uptime_s(self) -> float:
+        return round(time.monotonic() - self._started_monotonic, 3)
+
+    def health(self) -> Health:
+        return Health(uptime_s=self.uptime_s())
+
+    def readiness(self) -> Readiness:
+        engines = self.registry.engines()
+        waiting = [e.name for e in engines if not (e.loaded and e.warm)]
+        return Readiness(ready=bool(engines) and not waiting, engines=engines, waiting_for=waiting)
+
+    def status(self) -> StatusReport:
+        if self._bundle is None:
+            self._bundle = bundle_summary(self._settings.bundle.dir)
+        readiness = self.readiness()
+        return StatusReport(
+            version=__version__,
+            site_name=self._settings.agent.site_name,
+            device_id=self._settings.agent.device_id,
+            started_at=self.started_at,
+            uptime_s=self.uptime_s(),
+            ready=readiness.ready,
+            engines=readiness.engines,
+            runtimes=self._runtimes,
+            bundle=self._bundle,
+            host=self._probe.read(),
+        )
+
+    def sessions(self) -> list[LiveSession]:
+        return self.registry.sessions()
+
+    def recent_traces(self, limit: int) -> list[TurnTrace]:
+        return self.store.recent(limit)
+
+    def budget_ms(self) -> float:
+        return float(self._settings.trace.budget_ms)
+
+    def config(self) -> ConfigView:
+        return ConfigView(
+            path=str(self.config_path) if self.config_path else None,
+            writable=self.config_path is not None,
+            settings=self._settings.model_dump(mode="json"),
+            environment_overrides=environment_overrides(),
+            live_keys=sorted(self.live_keys),
+        )
+
+    def update_config(self, changes: dict[str, dict[str, Any]]) -> ConfigUpdate:
+        if self.config_path is None:
+            raise ConfigNotWritable(
+                "the daemon runs on the shipped default configuration, which is read-only; "
+                "start it with `appliance run --config FILE` to change settings here"
+            )
+        with self._config_lock:
+            _, changed = apply_changes(self.config_path, changes)
+            overridden = set(environment_overrides())
+            effective = load_settings(self.config_path)
+            live = [k for k in changed if k in self.live_keys and k not in overridden]
+            if live:
+                self._settings = _with_keys(self._settings, effective, live)
+                if self._on_apply is not None:
+                    self._on_apply(effective, live)
+            log.info("configuration %s changed: %s", self.config_path, ", ".join(changed) or "nothing")
+        return ConfigUpdate(
+            path=str(self.config_path),
+            changed=changed,
+            applied=live,
+            restart_required=[k for k in changed if k not in live and k not in overridden],
+            environment_overrides=[k for k in changed if k in overridden],
+        )
+
+
+def _with_keys(running: Settings, source: Settings, keys: list[str]) -> Settings:
+    """``running`` with the values of ``keys`` (``section.key``) taken from ``source``."""
+    sections: dict[str, Any] = {}
+    for dotted in keys:
+        section, key = dotted.split(".", 1)
+        current = sections.get(section, getattr(running, section))
+        sections[section] = current.model_copy(update={key: getattr(getattr(source, section), key)})
+    return running.model_copy(update=sections)

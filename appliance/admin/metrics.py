@@ -1,0 +1,123 @@
+"""Prometheus ``/metrics``: per-stage latency histograms fed from turn traces, plus live gauges.
+
+Each scrape first takes in the turns stored since the last one (each turn is observed once), so the
+histograms count every turn the store kept even when nobody looked at the page for a while.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import OrderedDict
+from collections.abc import Iterator
+
+from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
+from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.registry import Collector
+
+from appliance.admin.backend import AdminBackend
+from appliance.admin.views import BUDGET_STAGE
+from appliance.trace import STAGES, TurnTrace
+
+# 25 ms .. 30 s: a GPU turn is ~0.15 s, a CPU turn several seconds.
+LATENCY_BUCKETS_S = (
+    0.025,
+    0.05,
+    0.1,
+    0.15,
+    0.2,
+    0.3,
+    0.5,
+    0.75,
+    1.0,
+    1.5,
+    2.0,
+    3.0,
+    5.0,
+    8.0,
+    13.0,
+    20.0,
+    30.0,
+)
+# Turns read from the store per scrape; more than this between two scrapes are counted from the newest.
+SCRAPE_TURNS = 1000
+
+
+class _LiveGauges(Collector):
+    def __init__(self, backend: AdminBackend) -> None:
+        self._backend = backend
+
+    def collect(self) -> Iterator[GaugeMetricFamily]:
+        readiness = self._backend.readiness()
+        yield GaugeMetricFamily(
+            "appliance_ready", "1 when every engine is loaded and warm", value=readiness.ready
+        )
+        yield GaugeMetricFamily(
+            "appliance_uptime_seconds", "seconds since start", value=self._backend.health().uptime_s
+        )
+        sessions = GaugeMetricFamily("appliance_live_sessions", "open audio sessions", labels=["kind"])
+        counts: dict[str, int] = {}
+        for session in self._backend.sessions():
+            counts[session.kind] = counts.get(session.kind, 0) + 1
+        for kind, count in sorted(counts.items()):
+            sessions.add_metric([kind], count)
+        yield sessions
+        yield GaugeMetricFamily(
+            "appliance_latency_budget_seconds",
+            "turn latency budget",
+            value=self._backend.budget_ms() / 1000.0,
+        )
+
+
+class TraceMetrics:
+    def __init__(self, backend: AdminBackend, *, remember_turns: int = 10 * SCRAPE_TURNS) -> None:
+        self.backend = backend
+        self.registry = CollectorRegistry(auto_describe=True)
+        self.stage_seconds = Histogram(
+            "appliance_stage_latency_seconds",
+            "duration of each turn stage (turn_latency: end of speech to first audio played)",
+            ["stage"],
+            buckets=LATENCY_BUCKETS_S,
+            registry=self.registry,
+        )
+        self.turns = Counter(
+            "appliance_turns", "turns recorded, by outcome", ["outcome"], registry=self.registry
+        )
+        self.over_budget = Counter(
+            "appliance_turns_over_budget", "turns whose latency exceeded the budget", registry=self.registry
+        )
+        for stage in STAGES:
+            self.stage_seconds.labels(stage=stage)
+        for outcome in ("ok", "cancelled", "error"):
+            self.turns.labels(outcome=outcome)
+        self.registry.register(_LiveGauges(backend))
+        self._seen: OrderedDict[str, None] = OrderedDict()
+        self._remember = remember_turns
+        self._lock = threading.Lock()
+
+    def observe(self, trace: TurnTrace) -> None:
+        outcome = "error" if trace.error else "cancelled" if trace.cancelled else "ok"
+        self.turns.labels(outcome=outcome).inc()
+        if outcome != "ok":
+            return
+        for stage in STAGES:
+            seconds = trace.stage_s(stage)
+            if seconds is not None:
+                self.stage_seconds.labels(stage=stage).observe(seconds)
+        latency = trace.stage_s(BUDGET_STAGE)
+        if latency is not None and latency * 1000.0 > self.backend.budget_ms():
+            self.over_budget.inc()
+
+    def take_new_turns(self) -> int:
+        """Observe the stored turns not seen before; returns how many."""
+        with self._lock:
+            new = [t for t in self.backend.recent_traces(SCRAPE_TURNS) if t.turn_id not in self._seen]
+            for trace in reversed(new):  # oldest first
+                self.observe(trace)
+                self._seen[trace.turn_id] = None
+            while len(self._seen) > self._remember:
+                self._seen.popitem(last=False)
+            return len(new)
+
+    def render(self) -> bytes:
+        self.take_new_turns()
+        return generate_latest(self.registry)

@@ -1,0 +1,70 @@
+"""Login attempt limits: at most N failed attempts per key (client address, user name) in a window."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import deque
+from collections.abc import Callable
+
+
+class LoginRateLimiter:
+    """Sliding-window count of failed logins; a key over the limit is refused until the window passes.
+
+    Keys are the client address and the user name tried, so neither one address trying many names
+    nor many addresses trying one name gets more than ``max_failures`` guesses per ``window_s``.
+    """
+
+    def __init__(
+        self,
+        max_failures: int,
+        window_s: float,
+        *,
+        clock: Callable[[], float] = time.monotonic,
+        max_keys: int = 10_000,
+    ) -> None:
+        if max_failures < 1 or window_s <= 0:
+            raise ValueError("max_failures must be at least 1 and window_s above 0")
+        self.max_failures = max_failures
+        self.window_s = window_s
+        self._clock = clock
+        self._max_keys = max_keys
+        self._failures: dict[str, deque[float]] = {}
+        self._lock = threading.Lock()
+
+    def retry_after_s(self, keys: list[str]) -> float:
+        """Seconds until an attempt for ``keys`` is allowed again; 0 when it is allowed now."""
+        now = self._clock()
+        wait = 0.0
+        with self._lock:
+            for key in keys:
+                times = self._prune(key, now)
+                if len(times) >= self.max_failures:
+                    wait = max(wait, times[0] + self.window_s - now)
+        return wait
+
+    def record_failure(self, keys: list[str]) -> None:
+        now = self._clock()
+        with self._lock:
+            if len(self._failures) >= self._max_keys:
+                self._forget_expired(now)
+            for key in keys:
+                self._prune(key, now).append(now)
+
+    def reset(self, keys: list[str]) -> None:
+        with self._lock:
+            for key in keys:
+                self._failures.pop(key, None)
+
+    def _prune(self, key: str, now: float) -> deque[float]:
+        times = self._failures.setdefault(key, deque())
+        while times and times[0] <= now - self.window_s:
+            times.popleft()
+        return times
+
+    def _forget_expired(self, now: float) -> None:
+        for key in [k for k, t in self._failures.items() if not t or t[-1] <= now - self.window_s]:
+            del self._failures[key]
+        if len(self._failures) >= self._max_keys:  # still full of live keys: drop the oldest ones
+            for key in sorted(self._failures, key=lambda k: self._failures[k][-1])[: self._max_keys // 10]:
+                del self._failures[key]

@@ -1,0 +1,111 @@
+"""POST /api/login, POST /api/logout, GET /api/session."""
+
+from __future__ import annotations
+
+import logging
+import math
+
+from fastapi import APIRouter, Request, Response
+from starlette.concurrency import run_in_threadpool
+
+from appliance.admin.errors import ApiError
+from appliance.admin.schemas import ErrorBody, LoginRequest, SessionInfo
+from appliance.admin.security import (
+    SESSION_COOKIE,
+    AuthDep,
+    CsrfSessionDep,
+    SessionDep,
+    check_same_origin,
+)
+from appliance.admin.sessions import LoginSession
+from appliance.admin.users import UserFileError
+
+log = logging.getLogger(__name__)
+
+_ERRORS: dict[int | str, dict[str, object]] = {
+    401: {"model": ErrorBody},
+    403: {"model": ErrorBody},
+    422: {"model": ErrorBody},
+}
+
+
+def _info(session: LoginSession, request: Request) -> SessionInfo:
+    return SessionInfo(
+        username=session.username,
+        role=session.role,
+        csrf_token=session.csrf_token,
+        expires_at=session.expires_at,
+        refresh_s=request.app.state.refresh_s,
+    )
+
+
+def auth_router() -> APIRouter:
+    router = APIRouter(prefix="/api", tags=["login"])
+
+    @router.post(
+        "/login",
+        response_model=SessionInfo,
+        responses={**_ERRORS, 429: {"model": ErrorBody, "description": "too many failed logins"}},
+    )
+    async def login(
+        body: LoginRequest, request: Request, response: Response, context: AuthDep
+    ) -> SessionInfo:
+        """Log in; sets the session cookie (HttpOnly, SameSite=Strict) and returns the CSRF token."""
+        check_same_origin(request)
+        client = request.client.host if request.client else "unknown"
+        keys = [f"client:{client}", f"user:{body.username}"]
+        wait_s = context.limiter.retry_after_s(keys)
+        if wait_s > 0:
+            retry = math.ceil(wait_s)
+            raise ApiError(
+                429,
+                "rate_limited",
+                f"too many failed logins; try again in {retry} s",
+                headers={"Retry-After": str(retry)},
+            )
+        try:
+            if not await run_in_threadpool(context.users.users):
+                raise ApiError(
+                    401,
+                    "no_accounts",
+                    "no admin page account exists yet; create one on the device with "
+                    "`appliance admin passwd --user NAME --role admin`",
+                )
+        except UserFileError as err:
+            raise ApiError(401, "no_accounts", f"the accounts file is unreadable: {err}") from err
+        user = await run_in_threadpool(context.users.authenticate, body.username, body.password)
+        if user is None:
+            context.limiter.record_failure(keys)
+            log.warning("failed admin login for user %r from %s", body.username, client)
+            raise ApiError(401, "bad_credentials", "wrong user name or password")
+        context.limiter.reset([keys[1]])
+        token, session = context.sessions.create(user.name, user.role)
+        response.set_cookie(
+            SESSION_COOKIE,
+            token,
+            max_age=int(context.sessions.ttl_s),
+            path="/",
+            httponly=True,
+            samesite="strict",
+            secure=context.cookie_secure,
+        )
+        log.info("admin login: user %r (%s) from %s", user.name, user.role, client)
+        return _info(session, request)
+
+    @router.post("/logout", status_code=204, responses=_ERRORS)
+    def logout(
+        request: Request,
+        response: Response,
+        _session: CsrfSessionDep,
+        context: AuthDep,
+    ) -> None:
+        """End this session (needs the CSRF header)."""
+        context.sessions.delete(request.cookies.get(SESSION_COOKIE))
+        response.delete_cookie(SESSION_COOKIE, path="/", httponly=True, samesite="strict")
+
+    @router.get("/session", response_model=SessionInfo, responses=_ERRORS)
+    def session_info(request: Request, session: SessionDep) -> SessionInfo:
+        """Who is logged in, the role, and the CSRF token for state-changing requests."""
+        return _info(session, request)
+
+    return router

@@ -1,0 +1,175 @@
+"""The admin API's request and response bodies (they are also its OpenAPI schema)."""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+Role = Literal["viewer", "admin"]
+
+
+class Body(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class ErrorBody(Body):
+    error: str = Field(description="stable error code, e.g. not_authenticated, csrf_failed")
+    message: str = Field(description="what went wrong and how to fix it")
+
+
+class Health(Body):
+    status: Literal["ok"] = "ok"
+    uptime_s: float
+
+
+class EngineState(Body):
+    name: str = Field(description="vad, asr, llm or tts")
+    backend: str = ""
+    model: str = ""
+    runtime_version: str | None = None
+    loaded: bool = False
+    warm: bool = False
+    load_s: float | None = None
+    error: str | None = None
+
+
+class Readiness(Body):
+    ready: bool
+    engines: list[EngineState]
+    waiting_for: list[str] = Field(description="engines not yet loaded and warm")
+
+
+class GpuStats(Body):
+    name: str
+    utilization_percent: float | None = None
+    memory_used_bytes: int | None = None
+    memory_total_bytes: int | None = None
+    temperature_c: float | None = None
+
+
+class HostStats(Body):
+    cpu_count: int
+    cpu_percent: float
+    load_avg_1m: float
+    memory_total_bytes: int
+    memory_used_bytes: int
+    memory_percent: float
+    disk_path: str
+    disk_total_bytes: int
+    disk_used_bytes: int
+    disk_percent: float
+    temperatures_c: dict[str, float] = Field(default_factory=dict)
+    gpus: list[GpuStats] = Field(default_factory=list)
+    gpu_source: str | None = Field(None, description="nvidia-smi, tegrastats, or None without a GPU")
+
+
+class ArtifactSummary(Body):
+    name: str
+    kind: str
+    size_bytes: int
+    sha256_prefix: str
+    source: dict[str, str] = Field(default_factory=dict)
+
+
+class BundleSummary(Body):
+    path: str
+    artifacts: list[ArtifactSummary] = Field(default_factory=list)
+    total_bytes: int = 0
+    meta: dict[str, Any] = Field(default_factory=dict)
+    error: str | None = None
+
+
+class StatusReport(Body):
+    version: str
+    site_name: str
+    device_id: str
+    started_at: float = Field(description="Unix time the daemon started")
+    uptime_s: float
+    ready: bool
+    engines: list[EngineState]
+    runtimes: dict[str, str | None] = Field(description="installed runtime package versions")
+    bundle: BundleSummary
+    host: HostStats
+
+
+class LiveSession(Body):
+    session_id: str
+    kind: str = Field(description="microphone, sip or file")
+    peer: str = ""
+    state: str = Field("idle", description="idle, listening, thinking or speaking")
+    started_at: float
+    turns: int = 0
+
+
+class TurnView(Body):
+    turn_id: str
+    session_id: str
+    wall_time: float
+    transcript: str
+    reply: str
+    played_reply: str
+    cancelled: bool
+    error: str | None
+    speculative: bool
+    audio_s: float
+    reply_audio_s: float
+    llm_tokens: int
+    stages_ms: dict[str, float | None]
+    timeline_s: dict[str, float | None] = Field(description="each timestamp relative to speech start")
+    turn_latency_ms: float | None
+    over_budget: bool
+
+
+class StageLatency(Body):
+    stage: str
+    count: int
+    p50_ms: float
+    p95_ms: float
+    p99_ms: float
+    max_ms: float
+    budget_ms: float | None = None
+    p95_over_budget: bool | None = None
+
+
+class LatencyReport(Body):
+    turns: int = Field(description="turns looked at (newest first)")
+    budget_ms: float = Field(description="turn latency budget (trace.budget_ms)")
+    over_budget: int = Field(description="turns whose turn_latency exceeded the budget")
+    stages: list[StageLatency]
+
+
+class ConfigView(Body):
+    path: str | None = Field(description="the configuration file; None when running on the shipped default")
+    writable: bool
+    settings: dict[str, Any]
+    environment_overrides: list[str] = Field(description="keys set by APPLIANCE_* variables (they win)")
+    live_keys: list[str] = Field(description="keys applied without a restart")
+
+
+class ConfigChange(Body):
+    changes: dict[str, dict[str, Any]] = Field(
+        description='{"section": {"key": value}}; a null value removes the key (back to the default)',
+        examples=[{"llm": {"temperature": 0.3}}],
+    )
+
+
+class ConfigUpdate(Body):
+    path: str
+    changed: list[str]
+    applied: list[str] = Field(description="changed keys in effect now")
+    restart_required: list[str] = Field(description="changed keys that take effect after a restart")
+    environment_overrides: list[str] = Field(description="changed keys an APPLIANCE_* variable overrides")
+
+
+class LoginRequest(Body):
+    username: str = Field(min_length=1, max_length=64)
+    password: str = Field(min_length=1, max_length=1024)
+
+
+class SessionInfo(Body):
+    username: str
+    role: Role
+    csrf_token: str = Field(description="send as the X-CSRF-Token header on POST/PUT/DELETE")
+    expires_at: float
+    refresh_s: float = Field(description="how often the dashboard refreshes (admin.refresh_s)")

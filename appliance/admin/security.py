@@ -1,0 +1,91 @@
+"""Who is asking: the session cookie, roles, CSRF tokens, and same-origin checks."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Annotated
+from urllib.parse import urlsplit
+
+from fastapi import Depends, Request
+from fastapi.security import APIKeyCookie, APIKeyHeader
+
+from appliance.admin.errors import ApiError
+from appliance.admin.ratelimit import LoginRateLimiter
+from appliance.admin.sessions import LoginSession, SessionStore
+from appliance.admin.users import UserDirectory
+
+SESSION_COOKIE = "appliance_session"
+CSRF_HEADER = "X-CSRF-Token"
+UNSAFE_METHODS = frozenset({"POST", "PUT", "PATCH", "DELETE"})
+
+# Declared so the OpenAPI schema (and /docs) shows how requests are authenticated.
+session_cookie = APIKeyCookie(name=SESSION_COOKIE, auto_error=False, description="set by POST /api/login")
+csrf_header = APIKeyHeader(
+    name=CSRF_HEADER, auto_error=False, description="csrf_token from POST /api/login or GET /api/session"
+)
+
+
+@dataclass
+class AuthContext:
+    sessions: SessionStore
+    users: UserDirectory
+    limiter: LoginRateLimiter
+    cookie_secure: bool
+
+
+def auth_context(request: Request) -> AuthContext:
+    context: AuthContext = request.app.state.auth
+    return context
+
+
+def check_same_origin(request: Request) -> None:
+    """A browser's Origin (or Referer) must be this device's own address."""
+    origin = request.headers.get("origin") or request.headers.get("referer")
+    if origin is None:
+        return  # not a browser (curl, scripts): the cookie and CSRF token still apply
+    parts = urlsplit(origin)
+    if parts.netloc != request.headers.get("host", ""):
+        raise ApiError(
+            403, "cross_origin", f"request from another site ({parts.scheme}://{parts.netloc}) refused"
+        )
+
+
+AuthDep = Annotated[AuthContext, Depends(auth_context)]
+
+
+def current_session(
+    request: Request, token: Annotated[str | None, Depends(session_cookie)], context: AuthDep
+) -> LoginSession:
+    session = context.sessions.get(token)
+    if session is None:
+        raise ApiError(
+            401, "not_authenticated", "log in first (POST /api/login); the session may have expired"
+        )
+    request.state.login = session
+    return session
+
+
+SessionDep = Annotated[LoginSession, Depends(current_session)]
+
+
+def require_csrf(
+    request: Request, session: SessionDep, token: Annotated[str | None, Depends(csrf_header)]
+) -> LoginSession:
+    if request.method in UNSAFE_METHODS:
+        check_same_origin(request)
+        if not session.csrf_matches(token):
+            raise ApiError(
+                403,
+                "csrf_failed",
+                f"missing or wrong {CSRF_HEADER} header; send the csrf_token of GET /api/session",
+            )
+    return session
+
+
+CsrfSessionDep = Annotated[LoginSession, Depends(require_csrf)]
+
+
+def require_admin(session: CsrfSessionDep) -> LoginSession:
+    if session.role != "admin":
+        raise ApiError(403, "forbidden", f"user {session.username!r} is a viewer; this needs the admin role")
+    return session

@@ -1,0 +1,184 @@
+"use strict";
+// The dashboard: polls the device's own API and redraws. Text from turns is never parsed as HTML.
+let session = null;
+let timer = null;
+
+class LoggedOut extends Error {}
+
+async function api(path, options = {}) {
+  const headers = Object.assign({}, options.headers || {});
+  if (options.method && options.method !== "GET" && session) headers["X-CSRF-Token"] = session.csrf_token;
+  const response = await fetch(path, Object.assign({}, options, {headers, credentials: "same-origin"}));
+  if (response.status === 401) throw new LoggedOut();
+  const body = response.status === 204 ? null : await response.json().catch(() => null);
+  if (!response.ok && response.status !== 503) {
+    throw new Error((body && body.message) || `${path}: HTTP ${response.status}`);
+  }
+  return body;
+}
+
+function text(id, value) { document.getElementById(id).textContent = value; }
+
+function cell(row, value, className) {
+  const td = document.createElement("td");
+  td.textContent = value == null ? "–" : String(value);
+  if (className) td.className = className;
+  row.append(td);
+  return td;
+}
+
+function fillTable(id, items, addCells) {
+  const body = document.querySelector(`#${id} tbody`);
+  body.replaceChildren();
+  for (const item of items) {
+    const row = document.createElement("tr");
+    addCells(row, item);
+    body.append(row);
+  }
+  if (!items.length) {
+    const row = document.createElement("tr");
+    const td = cell(row, "none");
+    td.colSpan = document.querySelectorAll(`#${id} thead th`).length;
+    td.className = "muted";
+    body.append(row);
+  }
+}
+
+function bytes(n) {
+  if (n == null) return "–";
+  const units = ["B", "KB", "MB", "GB", "TB"];
+  let i = 0;
+  while (n >= 1024 && i < units.length - 1) { n /= 1024; i++; }
+  return `${n.toFixed(i ? 1 : 0)} ${units[i]}`;
+}
+
+function duration(seconds) {
+  const s = Math.floor(seconds);
+  const d = Math.floor(s / 86400), h = Math.floor((s % 86400) / 3600), m = Math.floor((s % 3600) / 60);
+  return d ? `${d}d ${h}h ${m}m` : h ? `${h}h ${m}m` : `${m}m ${s % 60}s`;
+}
+
+function showStatus(status) {
+  text("site-name", status.site_name);
+  text("device-id", `${status.device_id} · version ${status.version}`);
+  const health = document.getElementById("health");
+  health.textContent = status.ready ? "healthy · ready" : "running · engines not ready";
+  health.className = `badge ${status.ready ? "ok" : "bad"}`;
+  const host = status.host;
+  text("uptime", duration(status.uptime_s));
+  text("cpu", `${host.cpu_percent.toFixed(0)} % of ${host.cpu_count} · load ${host.load_avg_1m}`);
+  text("memory", `${bytes(host.memory_used_bytes)} / ${bytes(host.memory_total_bytes)}`);
+  text("disk", `${host.disk_percent.toFixed(0)} % of ${bytes(host.disk_total_bytes)}`);
+  const temps = Object.values(host.temperatures_c);
+  text("temperature", temps.length ? `${Math.max(...temps).toFixed(0)} °C max` : "no sensor");
+  text("gpu", host.gpus.length
+    ? host.gpus.map((g) => `${g.utilization_percent ?? "?"} %${g.temperature_c != null ? ` · ${g.temperature_c} °C` : ""}`).join(", ")
+    : "none");
+  fillTable("engines-table", status.engines, (row, e) => {
+    cell(row, e.name); cell(row, e.backend); cell(row, e.model); cell(row, e.runtime_version);
+    cell(row, e.error ? `error: ${e.error}` : e.loaded && e.warm ? "ready" : e.loaded ? "warming up" : "not loaded",
+      e.error || !(e.loaded && e.warm) ? "over" : "");
+  });
+  text("bundle-path", status.bundle.error || `${status.bundle.path} · ${bytes(status.bundle.total_bytes)}`);
+  fillTable("bundle-table", status.bundle.artifacts, (row, a) => {
+    cell(row, a.name); cell(row, a.kind); cell(row, bytes(a.size_bytes), "num"); cell(row, a.sha256_prefix);
+  });
+}
+
+function showLatency(report, turns) {
+  text("over-budget", `${report.over_budget} of ${report.turns}`);
+  fillTable("stage-table", report.stages, (row, s) => {
+    cell(row, s.stage); cell(row, s.count, "num"); cell(row, s.p50_ms, "num");
+    cell(row, s.p95_ms, s.p95_over_budget ? "num over" : "num"); cell(row, s.p99_ms, "num");
+    cell(row, s.max_ms, "num"); cell(row, s.budget_ms, "num");
+  });
+  drawLatencyPlot(document.getElementById("latency-plot"), document.getElementById("plot-legend"),
+    turns.slice().reverse(), report.budget_ms);
+  fillTable("turns-table", turns.slice(0, 25), (row, t) => {
+    if (t.over_budget) row.className = "over";
+    row.dataset.turnId = t.turn_id;
+    cell(row, new Date(t.wall_time * 1000).toLocaleTimeString());
+    cell(row, t.session_id); cell(row, t.transcript); cell(row, t.played_reply || t.reply);
+    cell(row, t.turn_latency_ms, t.over_budget ? "num over" : "num");
+    cell(row, t.error ? `error: ${t.error}` : t.cancelled ? "interrupted" : "ok");
+  });
+}
+
+function showSessions(sessions) {
+  text("session-count", String(sessions.length));
+  fillTable("sessions-table", sessions, (row, s) => {
+    cell(row, s.session_id); cell(row, s.kind); cell(row, s.peer); cell(row, s.state); cell(row, s.turns, "num");
+  });
+}
+
+function showConfig(config) {
+  text("config-source", `${config.path || "shipped default (read-only)"} · applied without restart: ${config.live_keys.join(", ")}`
+    + (config.environment_overrides.length ? ` · set by environment: ${config.environment_overrides.join(", ")}` : ""));
+  text("config-view", JSON.stringify(config.settings, null, 2));
+  document.getElementById("config-form").hidden = !(session.role === "admin" && config.writable);
+}
+
+async function refresh() {
+  try {
+    const [status, sessions, latency, turns] = await Promise.all([
+      api("/api/status"), api("/api/sessions"), api("/api/latency?limit=200"), api("/api/turns?limit=100"),
+    ]);
+    showStatus(status);
+    showSessions(sessions);
+    showLatency(latency, turns);
+    text("updated", new Date().toLocaleTimeString());
+  } catch (err) {
+    if (err instanceof LoggedOut) { location.assign("/login"); return; }
+    const health = document.getElementById("health");
+    health.textContent = `unreachable: ${err.message}`;
+    health.className = "badge bad";
+  }
+}
+
+async function saveConfig(event) {
+  event.preventDefault();
+  const result = document.getElementById("config-result");
+  const key = document.getElementById("config-key").value.trim();
+  const [section, name] = key.split(".");
+  let value;
+  try { value = JSON.parse(document.getElementById("config-value").value); }
+  catch { value = document.getElementById("config-value").value; }
+  try {
+    const answer = await api("/api/config", {
+      method: "PUT",
+      headers: {"Content-Type": "application/json"},
+      body: JSON.stringify({changes: {[section]: {[name]: value}}}),
+    });
+    result.className = "";
+    result.textContent = answer.changed.length
+      ? `Saved. In effect now: ${answer.applied.join(", ") || "none"}; after a restart: ${answer.restart_required.join(", ") || "none"}`
+      : "No change.";
+    showConfig(await api("/api/config"));
+  } catch (err) {
+    result.className = "error";
+    result.textContent = err.message;
+  }
+}
+
+async function start() {
+  try {
+    session = await api("/api/session");
+  } catch (err) {
+    location.assign("/login");
+    return;
+  }
+  sessionStorage.setItem("csrf_token", session.csrf_token);
+  text("whoami", `${session.username} (${session.role})`);
+  text("refresh", String(session.refresh_s));
+  document.getElementById("logout").addEventListener("click", async () => {
+    try { await api("/api/logout", {method: "POST"}); } catch (err) { /* logged out anyway */ }
+    sessionStorage.removeItem("csrf_token");
+    location.assign("/login");
+  });
+  document.getElementById("config-form").addEventListener("submit", saveConfig);
+  showConfig(await api("/api/config"));
+  await refresh();
+  timer = setInterval(refresh, session.refresh_s * 1000);
+}
+
+start();

@@ -1,0 +1,60 @@
+"""Turn traces as the admin page shows them: per-turn views and percentiles against the budget."""
+
+from __future__ import annotations
+
+from appliance.admin.schemas import LatencyReport, StageLatency, TurnView
+from appliance.trace import STAGES, TurnTrace, summarize
+
+# The stage whose duration is compared with ``trace.budget_ms``.
+BUDGET_STAGE = "turn_latency"
+
+
+def turn_view(trace: TurnTrace, budget_ms: float) -> TurnView:
+    stages = trace.stages_ms()
+    latency = stages.get(BUDGET_STAGE)
+    return TurnView(
+        turn_id=trace.turn_id,
+        session_id=trace.session_id,
+        wall_time=trace.wall_time,
+        transcript=trace.transcript,
+        reply=trace.reply,
+        played_reply=trace.played_reply,
+        cancelled=trace.cancelled,
+        error=trace.error,
+        speculative=trace.speculative,
+        audio_s=trace.audio_s,
+        reply_audio_s=trace.reply_audio_s,
+        llm_tokens=trace.llm_tokens,
+        stages_ms=stages,
+        timeline_s=trace.relative_s(),
+        turn_latency_ms=latency,
+        over_budget=latency is not None and latency > budget_ms,
+    )
+
+
+def latency_report(traces: list[TurnTrace], budget_ms: float) -> LatencyReport:
+    summary = summarize(traces)
+    stages = []
+    for stage in STAGES:
+        found = summary.get(stage)
+        if found is None:
+            continue
+        budget = budget_ms if stage == BUDGET_STAGE else None
+        stages.append(
+            StageLatency(
+                stage=stage,
+                count=found.count,
+                p50_ms=found.p50_ms,
+                p95_ms=found.p95_ms,
+                p99_ms=found.p99_ms,
+                max_ms=found.max_ms,
+                budget_ms=budget,
+                p95_over_budget=None if budget is None else found.p95_ms > budget,
+            )
+        )
+    over = 0
+    for trace in traces:
+        seconds = trace.stage_s(BUDGET_STAGE)
+        if seconds is not None and seconds * 1000.0 > budget_ms:
+            over += 1
+    return LatencyReport(turns=len(traces), budget_ms=budget_ms, over_budget=over, stages=stages)

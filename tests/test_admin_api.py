@@ -1,0 +1,419 @@
+"""The admin API over a real trace store: every route, login, roles, CSRF, rate limit, config writes."""
+
+from __future__ import annotations
+
+import os
+import stat
+import sys
+from pathlib import Path
+
+import pytest
+
+from appliance.admin.security import SESSION_COOKIE
+from appliance.auth.passwords import write_password_file
+from tests.fixtures.admin import (
+    ADMIN_PASSWORD,
+    ADMIN_USER,
+    VIEWER_PASSWORD,
+    VIEWER_USER,
+    AdminEnv,
+    make_admin_env,
+    mark_engines_ready,
+    recorded_turn,
+)
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:
+    import tomli as tomllib
+
+# Every route that needs a login, with a body that would be accepted once logged in.
+PROTECTED = [
+    ("GET", "/api/status", None),
+    ("GET", "/api/sessions", None),
+    ("GET", "/api/turns", None),
+    ("GET", "/api/turns/abc", None),
+    ("GET", "/api/latency", None),
+    ("GET", "/api/config", None),
+    ("PUT", "/api/config", {"changes": {"trace": {"budget_ms": 700}}}),
+    ("GET", "/api/session", None),
+    ("POST", "/api/logout", None),
+    ("GET", "/metrics", None),
+    ("GET", "/openapi.json", None),
+]
+
+
+def test_every_api_route_of_the_schema_is_listed_as_protected_or_public(admin_env: AdminEnv) -> None:
+    client = admin_env.client()
+    admin_env.login(client)
+    paths = client.get("/openapi.json").json()["paths"]
+    listed = {path.replace("/abc", "/{turn_id}") for _, path, _ in PROTECTED}
+    public = {"/healthz", "/readyz", "/api/login"}
+    assert set(paths) <= listed | public, set(paths) - listed - public
+
+
+@pytest.mark.parametrize(("method", "path", "body"), PROTECTED)
+def test_protected_routes_answer_401_without_a_cookie(
+    admin_env: AdminEnv, method: str, path: str, body: object
+) -> None:
+    response = admin_env.client().request(method, path, json=body)
+    assert response.status_code == 401, response.text
+    assert response.json()["error"] == "not_authenticated"
+    assert "log in" in response.json()["message"]
+
+
+@pytest.mark.parametrize(("method", "path", "body"), PROTECTED)
+def test_protected_routes_answer_401_with_a_forged_cookie(
+    admin_env: AdminEnv, method: str, path: str, body: object
+) -> None:
+    client = admin_env.client()
+    client.cookies.set(SESSION_COOKIE, "forged-token-value")
+    assert client.request(method, path, json=body).status_code == 401
+
+
+def test_health_probes_need_no_login_and_readiness_follows_the_engines(admin_env: AdminEnv) -> None:
+    client = admin_env.client()
+    health = client.get("/healthz")
+    assert health.status_code == 200 and health.json()["status"] == "ok"
+    not_ready = client.get("/readyz")
+    assert not_ready.status_code == 503
+    assert sorted(not_ready.json()["waiting_for"]) == ["asr", "llm", "tts", "vad"]
+    mark_engines_ready(admin_env.registry)
+    ready = client.get("/readyz")
+    assert ready.status_code == 200 and ready.json() == {**ready.json(), "ready": True, "waiting_for": []}
+
+
+def test_login_sets_an_httponly_samesite_cookie_and_returns_a_csrf_token(admin_env: AdminEnv) -> None:
+    client = admin_env.client()
+    response = client.post("/api/login", json={"username": ADMIN_USER, "password": ADMIN_PASSWORD})
+    assert response.status_code == 200
+    cookie = response.headers["set-cookie"].lower()
+    assert f"{SESSION_COOKIE}=" in cookie and "httponly" in cookie and "samesite=strict" in cookie
+    assert "secure" not in cookie  # plain HTTP on the local network unless admin.cookie_secure
+    body = response.json()
+    assert body["username"] == ADMIN_USER and body["role"] == "admin" and len(body["csrf_token"]) >= 32
+    session = client.get("/api/session").json()
+    assert session["csrf_token"] == body["csrf_token"] and session["refresh_s"] == 2.0
+
+
+def test_secure_cookie_when_configured(tmp_path: Path, settings, admin_users_file: Path) -> None:
+    env = make_admin_env(tmp_path, settings, admin_users_file, cookie_secure=True)
+    response = env.client().post("/api/login", json={"username": ADMIN_USER, "password": ADMIN_PASSWORD})
+    assert "secure" in response.headers["set-cookie"].lower()
+
+
+def test_wrong_password_and_unknown_user_get_the_same_401(admin_env: AdminEnv) -> None:
+    client = admin_env.client()
+    wrong = client.post("/api/login", json={"username": ADMIN_USER, "password": "not the password"})
+    unknown = client.post("/api/login", json={"username": "nobody", "password": "not the password"})
+    assert wrong.status_code == unknown.status_code == 401
+    assert (
+        wrong.json()
+        == unknown.json()
+        == {"error": "bad_credentials", "message": "wrong user name or password"}
+    )
+    assert SESSION_COOKIE not in client.cookies
+
+
+def test_no_default_password_without_accounts(tmp_path: Path, settings) -> None:
+    env = make_admin_env(tmp_path, settings, tmp_path / "no-users-file")
+    response = env.client().post("/api/login", json={"username": "admin", "password": "admin"})
+    assert response.status_code == 401
+    assert "appliance admin passwd" in response.json()["message"]
+
+
+def test_the_provisioned_admin_password_logs_in_as_admin(tmp_path: Path, settings) -> None:
+    env = make_admin_env(tmp_path, settings, tmp_path / "no-users-file")
+    write_password_file(tmp_path / "admin-password", "provisioned secret 42")
+    client = env.client()
+    response = client.post("/api/login", json={"username": "admin", "password": "provisioned secret 42"})
+    assert response.status_code == 200 and response.json()["role"] == "admin"
+
+
+def test_failed_logins_are_rate_limited_even_for_the_right_password(admin_env: AdminEnv) -> None:
+    client = admin_env.client()
+    limit = admin_env.settings.admin.login_max_failures
+    for _ in range(limit):
+        assert (
+            client.post("/api/login", json={"username": ADMIN_USER, "password": "guess"}).status_code == 401
+        )
+    blocked = client.post("/api/login", json={"username": ADMIN_USER, "password": ADMIN_PASSWORD})
+    assert blocked.status_code == 429
+    assert blocked.json()["error"] == "rate_limited"
+    assert 0 < int(blocked.headers["Retry-After"]) <= admin_env.settings.admin.login_window_s
+    # The same address trying another account is blocked too.
+    other = client.post("/api/login", json={"username": VIEWER_USER, "password": VIEWER_PASSWORD})
+    assert other.status_code == 429
+
+
+def test_logout_needs_csrf_and_ends_the_session(admin_env: AdminEnv) -> None:
+    client = admin_env.client()
+    token = admin_env.login(client)
+    assert client.post("/api/logout").status_code == 403
+    assert client.get("/api/status").status_code == 200
+    assert client.post("/api/logout", headers={"X-CSRF-Token": token}).status_code == 204
+    assert client.get("/api/status").status_code == 401
+
+
+def test_viewer_reads_but_cannot_change_the_configuration(admin_env: AdminEnv) -> None:
+    client = admin_env.client()
+    token = admin_env.login(client, VIEWER_USER, VIEWER_PASSWORD)
+    assert client.get("/api/config").status_code == 200
+    response = client.put(
+        "/api/config", json={"changes": {"trace": {"budget_ms": 700}}}, headers={"X-CSRF-Token": token}
+    )
+    assert response.status_code == 403 and "viewer" in response.json()["message"]
+    assert "budget_ms" not in admin_env.config_path.read_text()
+
+
+def test_config_write_needs_the_csrf_token_of_this_session(admin_env: AdminEnv) -> None:
+    client = admin_env.client()
+    admin_env.login(client)
+    other = admin_env.client()
+    other_token = admin_env.login(other)
+    change = {"changes": {"trace": {"budget_ms": 700}}}
+    for headers in ({}, {"X-CSRF-Token": "wrong"}, {"X-CSRF-Token": other_token}):
+        response = client.put("/api/config", json=change, headers=headers)
+        assert response.status_code == 403 and response.json()["error"] == "csrf_failed"
+    assert "budget_ms" not in admin_env.config_path.read_text()
+
+
+def test_cross_site_requests_are_refused_even_with_the_token(admin_env: AdminEnv) -> None:
+    client = admin_env.client()
+    token = admin_env.login(client)
+    response = client.put(
+        "/api/config",
+        json={"changes": {"trace": {"budget_ms": 700}}},
+        headers={"X-CSRF-Token": token, "Origin": "http://evil.example"},
+    )
+    assert response.status_code == 403 and response.json()["error"] == "cross_origin"
+    login = admin_env.client().post(
+        "/api/login",
+        json={"username": ADMIN_USER, "password": ADMIN_PASSWORD},
+        headers={"Origin": "http://evil.example"},
+    )
+    assert login.status_code == 403
+
+
+def test_config_write_is_validated_atomic_and_says_what_applies_now(admin_env: AdminEnv) -> None:
+    client = admin_env.client()
+    token = admin_env.login(client)
+    os.chmod(admin_env.config_path, 0o640)
+    response = client.put(
+        "/api/config",
+        json={"changes": {"trace": {"budget_ms": 650}, "llm": {"temperature": 0.4}}},
+        headers={"X-CSRF-Token": token},
+    )
+    assert response.status_code == 200, response.text
+    body = response.json()
+    assert body["changed"] == ["llm.temperature", "trace.budget_ms"]
+    assert body["applied"] == ["trace.budget_ms"] and body["restart_required"] == ["llm.temperature"]
+    written = tomllib.loads(admin_env.config_path.read_text())
+    assert written == {
+        "agent": {"site_name": "Test site"},
+        "llm": {"temperature": 0.4},
+        "trace": {"budget_ms": 650},
+    }
+    assert stat.S_IMODE(admin_env.config_path.stat().st_mode) == 0o640
+    assert not [p for p in admin_env.root.iterdir() if p.name.endswith(".tmp")]
+    # The budget is in force now: the latency report and the running settings use it.
+    assert client.get("/api/latency").json()["budget_ms"] == 650
+    assert client.get("/api/config").json()["settings"]["llm"]["temperature"] == 0.2  # not until restart
+
+
+def test_invalid_config_is_refused_with_every_problem_and_nothing_written(admin_env: AdminEnv) -> None:
+    client = admin_env.client()
+    token = admin_env.login(client)
+    before = admin_env.config_path.read_bytes()
+    response = client.put(
+        "/api/config",
+        json={"changes": {"llm": {"model": "gpt4", "temperature": 9}, "nosuch": {"key": 1}}},
+        headers={"X-CSRF-Token": token},
+    )
+    assert response.status_code == 422
+    message = response.json()["message"]
+    assert "llm.model" in message and "gemma-270m" in message and "llm.temperature" in message
+    assert "nosuch" in message and "unknown key" in message
+    assert admin_env.config_path.read_bytes() == before
+
+
+def test_config_is_read_only_when_running_on_the_shipped_default(admin_env: AdminEnv) -> None:
+    admin_env.backend.config_path = None
+    client = admin_env.client()
+    token = admin_env.login(client)
+    assert client.get("/api/config").json()["writable"] is False
+    response = client.put(
+        "/api/config", json={"changes": {"trace": {"budget_ms": 700}}}, headers={"X-CSRF-Token": token}
+    )
+    assert response.status_code == 409 and "--config" in response.json()["message"]
+
+
+def test_config_change_overridden_by_the_environment_is_reported(
+    admin_env: AdminEnv, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("APPLIANCE_TRACE__BUDGET_MS", "900")
+    client = admin_env.client()
+    token = admin_env.login(client)
+    body = client.put(
+        "/api/config", json={"changes": {"trace": {"budget_ms": 700}}}, headers={"X-CSRF-Token": token}
+    ).json()
+    assert body["environment_overrides"] == ["trace.budget_ms"] and body["applied"] == []
+    assert "trace.budget_ms" in client.get("/api/config").json()["environment_overrides"]
+
+
+def test_status_reports_engines_bundle_runtimes_and_host(admin_env: AdminEnv) -> None:
+    mark_engines_ready(admin_env.registry)
+    client = admin_env.client()
+    admin_env.login(client)
+    status = client.get("/api/status").json()
+    assert status["ready"] is True and status["site_name"] == "Test site"
+    assert {e["name"] for e in status["engines"]} == {"vad", "asr", "llm", "tts"}
+    assert status["runtimes"]["onnxruntime"]  # installed here
+    bundle = status["bundle"]
+    assert bundle["error"] is None and "llm/qwen-1.5b" in {a["name"] for a in bundle["artifacts"]}
+    host = status["host"]
+    assert host["cpu_count"] >= 1 and 0 < host["memory_used_bytes"] < host["memory_total_bytes"]
+    assert 0 < host["disk_used_bytes"] < host["disk_total_bytes"]
+    assert host["gpu_source"] is None or host["gpus"]
+
+
+def test_sessions_follow_the_live_registry(admin_env: AdminEnv) -> None:
+    client = admin_env.client()
+    admin_env.login(client)
+    assert client.get("/api/sessions").json() == []
+    admin_env.registry.open_session("sip-1", "sip", peer="sip:100@10.0.0.5")
+    admin_env.registry.open_session("mic", "microphone")
+    admin_env.registry.update_session("sip-1", state="speaking", turn_done=True)
+    sessions = {s["session_id"]: s for s in client.get("/api/sessions").json()}
+    assert sessions["sip-1"]["state"] == "speaking" and sessions["sip-1"]["turns"] == 1
+    assert sessions["mic"]["kind"] == "microphone"
+    admin_env.registry.close_session("sip-1")
+    assert [s["session_id"] for s in client.get("/api/sessions").json()] == ["mic"]
+
+
+def test_turns_and_latency_come_from_the_trace_store(admin_env: AdminEnv) -> None:
+    fast = recorded_turn(transcript="fast one", scale=0.1)
+    slow = recorded_turn(transcript="slow one", scale=1.0)
+    admin_env.store.add(fast)
+    admin_env.store.add(slow)
+    client = admin_env.client()
+    admin_env.login(client)
+    turns = client.get("/api/turns", params={"limit": 10}).json()
+    assert [t["transcript"] for t in turns] == ["slow one", "fast one"]
+    slow_view = turns[0]
+    expected_ms = round(slow.stage_s("turn_latency") * 1000, 1)
+    assert slow_view["turn_latency_ms"] == expected_ms and slow_view["over_budget"] is True
+    assert turns[1]["over_budget"] is False
+    assert slow_view["timeline_s"]["speech_start"] == 0.0
+    one = client.get(f"/api/turns/{fast.turn_id}")
+    assert one.status_code == 200 and one.json()["transcript"] == "fast one"
+    assert client.get("/api/turns/nosuchturn").status_code == 404
+    latency = client.get("/api/latency").json()
+    assert latency["turns"] == 2 and latency["over_budget"] == 1 and latency["budget_ms"] == 800
+    stages = {s["stage"]: s for s in latency["stages"]}
+    assert stages["turn_latency"]["count"] == 2 and stages["turn_latency"]["max_ms"] == expected_ms
+    assert stages["turn_latency"]["p95_over_budget"] is True and stages["asr"]["budget_ms"] is None
+
+
+def test_metrics_histograms_count_each_stored_turn_once(admin_env: AdminEnv) -> None:
+    client = admin_env.client()
+    admin_env.login(client)
+    admin_env.store.add(recorded_turn(scale=1.0))
+    first = client.get("/metrics")
+    assert first.status_code == 200 and first.headers["content-type"].startswith("text/plain")
+    assert 'appliance_stage_latency_seconds_count{stage="turn_latency"} 1.0' in first.text
+    assert 'appliance_turns_total{outcome="ok"} 1.0' in first.text
+    assert "appliance_turns_over_budget_total 1.0" in first.text
+    cancelled = recorded_turn(scale=0.1)
+    cancelled.cancelled = True
+    admin_env.store.add(cancelled)
+    admin_env.store.add(recorded_turn(scale=0.1))
+    second = client.get("/metrics").text
+    assert 'appliance_stage_latency_seconds_count{stage="turn_latency"} 2.0' in second
+    assert 'appliance_turns_total{outcome="cancelled"} 1.0' in second
+    assert "appliance_ready 0.0" in second
+
+
+def test_metrics_can_be_public_for_a_scraper(tmp_path: Path, settings, admin_users_file: Path) -> None:
+    env = make_admin_env(tmp_path, settings, admin_users_file, metrics_public=True)
+    assert env.client().get("/metrics").status_code == 200
+    assert env.client().get("/api/status").status_code == 401
+
+
+@pytest.mark.parametrize(
+    ("method", "path", "kwargs"),
+    [
+        ("GET", "/api/turns?limit=0", {}),
+        ("GET", "/api/turns?limit=abc", {}),
+        ("GET", "/api/latency?limit=99999999", {}),
+        ("GET", "/api/turns/" + "x" * 65, {}),
+        ("PUT", "/api/config", {"content": b"{not json", "headers": {"Content-Type": "application/json"}}),
+        ("PUT", "/api/config", {"json": {"changes": {"llm": "not a section"}}}),
+        ("PUT", "/api/config", {"json": {"changes": {"llm": {"stop": {"nested": 1}}}}}),
+        ("PUT", "/api/config", {"json": {"changes": {"llm": {"temperature": 0.3}}, "extra": 1}}),
+        ("PUT", "/api/config", {"content": b"x" * 70_000, "headers": {"Content-Type": "application/json"}}),
+        ("GET", "/api/nosuchroute", {}),
+        ("DELETE", "/api/status", {}),
+    ],
+)
+def test_bad_requests_get_a_4xx_with_a_message(
+    admin_env: AdminEnv, method: str, path: str, kwargs: dict
+) -> None:
+    client = admin_env.client()
+    token = admin_env.login(client)
+    headers = {"X-CSRF-Token": token, **kwargs.pop("headers", {})}
+    response = client.request(method, path, headers=headers, **kwargs)
+    assert 400 <= response.status_code < 500, response.text
+    body = response.json()
+    assert body["error"] and len(body["message"]) > 10
+
+
+def test_bad_login_bodies_get_a_4xx(admin_env: AdminEnv) -> None:
+    client = admin_env.client()
+    for body in ({}, {"username": "", "password": "x"}, {"username": "a" * 65, "password": "x"}, [1, 2]):
+        response = client.post("/api/login", json=body)
+        assert (
+            response.status_code == 422 and "username" in response.json()["message"]
+        ) or response.status_code == 422
+
+
+def test_pages_redirect_to_login_and_carry_security_headers(admin_env: AdminEnv) -> None:
+    client = admin_env.client()
+    for path, target in (("/", "/login"), ("/docs", "/login?next=/docs")):
+        response = client.get(path, follow_redirects=False)
+        assert response.status_code == 303 and response.headers["location"] == target
+    login_page = client.get("/login")
+    assert login_page.status_code == 200 and "login.js" in login_page.text
+    assert "default-src 'self'" in login_page.headers["content-security-policy"]
+    assert login_page.headers["x-frame-options"] == "DENY"
+    admin_env.login(client)
+    page = client.get("/")
+    assert page.status_code == 200 and 'id="latency-plot"' in page.text
+    docs = client.get("/docs")
+    assert docs.status_code == 200 and "/vendor/swagger-ui/swagger-ui-bundle.js" in docs.text
+    for asset in (
+        "/static/app.js",
+        "/static/plot.js",
+        "/static/style.css",
+        "/vendor/swagger-ui/swagger-ui-bundle.js",
+    ):
+        assert client.get(asset).status_code == 200, asset
+    assert client.get("/favicon.ico").headers["content-type"].startswith("image/svg")
+    assert client.get("/api/status").headers["cache-control"] == "no-store"
+
+
+def test_page_assets_name_no_address_outside_the_device(admin_env: AdminEnv) -> None:
+    client = admin_env.client()
+    admin_env.login(client)
+    for path in (
+        "/",
+        "/login",
+        "/docs",
+        "/static/app.js",
+        "/static/plot.js",
+        "/static/login.js",
+        "/static/docs.js",
+    ):
+        text = client.get(path).text
+        # Only the SVG namespace URI (an identifier, never fetched) may look like an address.
+        assert "http" not in text.replace("http://www.w3.org/2000/svg", ""), path
