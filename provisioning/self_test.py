@@ -146,6 +146,8 @@ def run_self_test(ctx: ProvisioningContext) -> StepOutcome:
     overlap = word_overlap(ctx.self_test_question, transcript)
     outputs["transcript_word_overlap"] = round(overlap, 2)
     problems = []
+    if result.get("error"):
+        problems.append(f"the pipeline reported an error: {result['error']}")
     if overlap < MIN_WORD_OVERLAP:
         problems.append(f"the transcript {transcript!r} does not match the question")
     if not reply.strip():

@@ -16,8 +16,10 @@ import pytest
 
 from engines.manifest import MANIFEST_NAME, Bundle, Manifest, sha256_of
 from provisioning.cli import main
+from provisioning.context import ProvisioningContext
+from provisioning.framework import StateStore, run_steps
 from provisioning.signing import generate_keypair, sign_bundle
-from provisioning.steps import TITLES
+from provisioning.steps import TITLES, build_steps
 from tests.test_bundle import small_copy
 
 REPO = Path(__file__).resolve().parents[1]
@@ -274,11 +276,20 @@ def test_from_reruns_that_step_and_the_later_ones(site: Site, capsys: pytest.Cap
 
 
 def test_a_deleted_bundle_is_imported_again_on_the_next_run(site: Site) -> None:
-    main(site.args())
+    ctx = ProvisioningContext(
+        target="cpu",
+        state_dir=site.state,
+        system_root=site.root,
+        media_dir=site.media,
+        trusted_key=site.public_key,
+        progress=False,
+    )
+    steps = [s for s in build_steps() if s.name in ("preflight", "bundle")]
+    assert run_steps(steps, ctx, StateStore(site.state))["bundle"].status == "done"
+    assert run_steps(steps, ctx, StateStore(site.state))["bundle"].status == "skipped"
     (site.device_bundle / "vad/silero_vad.onnx").unlink()
-    main(site.args())
-    steps = site.steps()
-    assert steps["bundle"]["attempts"] == 2 and steps["bundle"]["status"] == "done"
+    again = run_steps(steps, ctx, StateStore(site.state))["bundle"]
+    assert again.status == "done" and again.attempts == 2
     assert Manifest.read(site.device_bundle).verify(site.device_bundle, full=True) == []
 
 
