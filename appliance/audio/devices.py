@@ -68,7 +68,7 @@ def probe_device(kind: str, device: str | None = None) -> DeviceProbe:
         info = sd.query_devices(_device_arg(device), kind=kind)
     except AudioDeviceError as err:
         return DeviceProbe(False, None, str(err))
-    except (ValueError, OSError) as err:  # sounddevice raises ValueError/PortAudioError for none
+    except Exception as err:  # sounddevice raises ValueError or PortAudioError when there is none
         wanted = f"device {device!r}" if device else f"default {kind} device"
         return DeviceProbe(False, None, f"no {wanted}: {err}")
     name = str(info.get("name", device))

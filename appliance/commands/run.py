@@ -102,10 +102,11 @@ async def _serve(daemon: Daemon, control: Any) -> None:
     settings = daemon.settings
     config = SessionConfig.from_settings(settings)
     # Other listeners (SIP calls, the admin page) start here as their own tasks beside the local session.
+    if settings.audio.input == "none":
+        control.status("ready: no local audio session (audio.input = none)")
+        await asyncio.Event().wait()  # until SIGTERM/SIGINT cancels serve
+        return
     if daemon.microphone is None:
-        if settings.audio.input == "none":
-            control.status("ready: no local audio session (audio.input = none)")
-            await asyncio.Event().wait()
         await _demo_turn(daemon, config, control)
         return
     source, sink = _local_audio(settings)
@@ -158,6 +159,9 @@ def _local_audio(settings: Settings) -> tuple[Any, Any]:
 
 async def _demo_turn(daemon: Daemon, config: Any, control: Any) -> None:
     """No microphone: one turn from a question spoken with the bundle's own voice."""
+    import numpy as np
+
+    from appliance.audio.base import SAMPLE_RATE_HZ
     from appliance.audio.files import ArraySource, WavSink
     from appliance.commands.talk import describe_turn, turn_summary
     from appliance.pipeline.oneshot import one_turn
@@ -176,16 +180,13 @@ async def _demo_turn(daemon: Daemon, config: Any, control: Any) -> None:
     control.status("no microphone: running one demo turn")
     voice_rate = engines.tts.sample_rate_hz
 
-    def speak() -> Any:
-        import numpy as np
-
+    def speak() -> np.ndarray:
         chunks = list(engines.tts.synthesize(DEMO_QUESTION, sample_rate_hz=voice_rate))
         return np.concatenate(chunks) if chunks else np.zeros(0, dtype=np.float32)
 
-    question = resample(await engines.tts_worker.call(speak), voice_rate, 16000)
-    import numpy as np
-
-    audio = np.concatenate([np.zeros(8000, np.float32), question, np.zeros(24000, np.float32)])
+    question = resample(await engines.tts_worker.call(speak), voice_rate, SAMPLE_RATE_HZ)
+    lead, tail = np.zeros(SAMPLE_RATE_HZ // 2, np.float32), np.zeros(SAMPLE_RATE_HZ * 3 // 2, np.float32)
+    audio = np.concatenate([lead, question, tail])
     reply_path = Path(settings.trace.db_path).parent / DEMO_REPLY_NAME
     sink = WavSink(reply_path, voice_rate)
     trace = await one_turn(

@@ -1,0 +1,95 @@
+"""The pipeline on the real engines (Silero VAD, Whisper, Qwen 1.5B, Piper) with real recorded speech."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from appliance.audio import ArraySource, MemorySink
+from appliance.pipeline import Session, SessionConfig, SessionEngines
+from appliance.trace import TIMESTAMPS, TraceStore
+from engines.audio import load_audio_16k, resample
+from tests.fixtures.pipeline import ReactiveSource, english_words, silence
+
+QUESTION = "speech/en/google_audio.wav"  # "how old is the Brooklyn Bridge"
+INTERRUPTION = "speech/en/speechbrain_spk1_snt1.wav"  # "THE CHILD ALMOST HURT THE SMALL DOG"
+
+
+def _transcribe(engines: SessionEngines, audio: np.ndarray, rate_hz: int) -> str:
+    return engines.asr.transcribe(resample(audio, rate_hz, 16000)).text
+
+
+def test_a_spoken_question_gets_a_spoken_english_answer(
+    real_engines: SessionEngines, data_dir: Path, tmp_path: Path
+) -> None:
+    question = load_audio_16k(data_dir / QUESTION)
+    source = ArraySource(np.concatenate([silence(0.3), question, silence(1.5)]), realtime=True)
+    sink = MemorySink(real_engines.tts.sample_rate_hz, realtime=True)
+    store = TraceStore(tmp_path / "turns.sqlite3", max_turns=10)
+    session = Session(engines=real_engines, source=source, sink=sink, store=store)
+
+    asyncio.run(asyncio.wait_for(session.run(max_turns=1), 300))
+
+    (trace,) = session.traces
+    assert trace.error is None and not trace.cancelled
+    assert "brooklyn bridge" in trace.transcript.lower()
+    assert english_words(trace.reply), trace.reply
+    # Every timestamp is there and in order; ASR started at the first silent frame, before the
+    # endpoint decision (speculative start), so the 0.5 s endpoint silence overlapped with ASR.
+    assert all(getattr(trace, name) is not None for name in TIMESTAMPS), trace
+    assert trace.speech_start < trace.speech_end < trace.asr_start < trace.endpoint  # type: ignore[operator]
+    assert trace.asr_start < trace.asr_done <= trace.llm_first_token <= trace.first_clause  # type: ignore[operator]
+    assert trace.first_clause <= trace.tts_first_audio <= trace.playback_start <= trace.turn_done  # type: ignore[operator]
+    assert trace.endpoint <= trace.playback_start  # type: ignore[operator]
+    assert trace.stage_s("endpoint_wait") == pytest.approx(0.5, abs=0.1)
+    # The reply audio is speech: Whisper hears English words in it, and it is what was played.
+    assert sink.duration_s == pytest.approx(trace.reply_audio_s, abs=0.1)
+    heard = _transcribe(real_engines, sink.audio, sink.sample_rate_hz)
+    assert len(english_words(heard)) >= 2, heard
+    assert trace.played_reply.split() == " ".join(trace.played_reply.split()).split()
+    assert store.recent(1)[0].transcript == trace.transcript
+    store.close()
+
+
+def test_speech_during_the_reply_interrupts_it_and_history_keeps_what_was_heard(
+    real_engines: SessionEngines, data_dir: Path
+) -> None:
+    question = np.concatenate([silence(0.3), load_audio_16k(data_dir / QUESTION)])
+    interruption = load_audio_16k(data_dir / INTERRUPTION)
+    source = ReactiveSource(question, interruption, inject_after_s=0.8, tail_s=2.0)
+    sink = MemorySink(real_engines.tts.sample_rate_hz, realtime=True)
+    sink_s_at_end: list[float] = []
+    session = Session(
+        engines=real_engines,
+        source=source,
+        sink=sink,
+        config=SessionConfig(),
+        on_turn=lambda trace: sink_s_at_end.append(sink.duration_s),
+    )
+    source.session = session
+
+    asyncio.run(asyncio.wait_for(session.run(max_turns=1), 300))
+
+    assert source.injected_at is not None, "the reply never started playing"
+    assert session.barge_ins == 1
+    (trace,) = session.traces
+    assert trace.cancelled
+    clause_words = " ".join(trace.reply.split()).split()
+    heard = trace.played_reply.split()
+    # Only part of the reply was heard (it stopped ~0.9 s in), and what was heard is its beginning.
+    assert 0.5 <= trace.reply_audio_s <= 2.5
+    assert len(heard) < len(clause_words)
+    assert [w.strip(".,!?") for w in heard] == [w.strip(".,!?") for w in clause_words[: len(heard)]]
+    # Playback stopped: the sink got about what was heard, not the whole reply.
+    assert sink_s_at_end[0] <= trace.reply_audio_s + 0.2
+    assert trace.turn_done - source.injected_at < 1.0  # type: ignore[operator]
+    # History: the question, and only the heard part of the answer.
+    roles = [(m.role, m.content) for m in session.conversation.messages]
+    assert roles[0][0] == "user" and "brooklyn" in roles[0][1].lower()
+    if heard:
+        assert roles[1] == ("assistant", trace.played_reply)
+    else:
+        assert len(roles) == 1
