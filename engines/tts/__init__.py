@@ -3,9 +3,14 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 import numpy as np
+
+from engines.errors import ModelFileError
+
+if TYPE_CHECKING:
+    from engines.manifest import Bundle
 
 
 class TtsEngine(Protocol):
@@ -18,3 +23,33 @@ class TtsEngine(Protocol):
         ...
 
     def close(self) -> None: ...
+
+
+def bundled_voices(bundle: Bundle) -> list[str]:
+    """Names of the Piper voices in the bundle (artifacts ``tts/<voice>/onnx``)."""
+    names = bundle.manifest.artifacts
+    return sorted(
+        name.split("/")[1]
+        for name in names
+        if name.startswith("tts/") and name.endswith("/onnx") and name.count("/") == 2
+    )
+
+
+def create_tts(
+    bundle: Bundle, *, voice: str = "en_US-joe-medium", length_scale: float = 1.0, threads: int = 2
+) -> TtsEngine:
+    """An unloaded Piper voice from the bundle. ``length_scale`` > 1 speaks slower."""
+    voices = bundled_voices(bundle)
+    if voice not in voices:
+        raise ModelFileError(
+            f"voice {voice!r} is not in the engine bundle {bundle.root} (has: {', '.join(voices) or 'none'})",
+            fix="set tts.voice to one of those, or add the voice to the bundle build",
+        )
+    from engines.tts.piper_voice import PiperTts
+
+    return PiperTts(
+        bundle.path(f"tts/{voice}/onnx"),
+        bundle.path(f"tts/{voice}/config"),
+        length_scale=length_scale,
+        threads=threads,
+    )

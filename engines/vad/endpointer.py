@@ -1,0 +1,183 @@
+"""End-of-utterance detection as a pure state machine: frame probabilities and durations in, events out.
+
+No audio and no clock: the caller feeds one VAD probability and the frame's duration at a time, and
+stream time is the sum of the durations fed since the last ``reset()``.
+
+    idle --(voiced for min_speech_s)--> SPEECH_START --> in speech
+    in speech --(first unvoiced frame)--> PROBABLY_ENDED --> trailing silence
+    trailing silence --(voiced again)--> RESUMED --> in speech
+    trailing silence --(silence for end_silence_s)--> ENDPOINT --> idle
+    in speech or trailing silence --(max_utterance_s since speech start)--> ENDPOINT(forced) --> idle
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from enum import Enum
+
+__all__ = ["EndpointEvent", "Endpointer", "EndpointerParams", "EventKind"]
+
+# Durations are sums of floats (0.032 * 3 != 0.096 exactly); compare with a tolerance far below a sample.
+_EPS_S = 1e-9
+
+
+@dataclass(frozen=True)
+class EndpointerParams:
+    threshold: float = 0.5  # probability at or above which a frame is voiced
+    min_speech_s: float = 0.096  # voiced time needed to start an utterance
+    end_silence_s: float = 0.5  # silence after the last voiced frame that confirms the end
+    pre_roll_s: float = 0.256  # audio kept before the speech start
+    max_utterance_s: float = 20.0  # forced endpoint
+
+    def __post_init__(self) -> None:
+        _check_threshold(self.threshold)
+        for name in ("min_speech_s", "end_silence_s", "pre_roll_s"):
+            value = getattr(self, name)
+            if not math.isfinite(value) or value < 0:
+                raise ValueError(f"EndpointerParams.{name} must be a finite number >= 0, got {value!r}")
+        if not math.isfinite(self.max_utterance_s) or self.max_utterance_s <= 0:
+            raise ValueError(f"EndpointerParams.max_utterance_s must be > 0, got {self.max_utterance_s!r}")
+
+
+class EventKind(str, Enum):
+    SPEECH_START = "speech_start"  # utterance began (after min_speech_s voiced)
+    PROBABLY_ENDED = "probably_ended"  # first unvoiced frame after speech: start speculative work now
+    RESUMED = "resumed"  # voiced again before the endpoint: drop speculative work
+    ENDPOINT = "endpoint"  # end confirmed (silence or max length)
+
+
+@dataclass(frozen=True)
+class EndpointEvent:
+    kind: EventKind
+    time_s: float  # stream time at the end of the frame that caused the event
+    utterance_start_s: float  # speech start minus pre-roll, never below 0 (audio to keep from here)
+    speech_end_s: float | None  # end of the last voiced frame (PROBABLY_ENDED, ENDPOINT), else None
+    forced: bool = False  # ENDPOINT because of max_utterance_s
+    speech_start_s: float = 0.0  # start of the first voiced frame of the utterance (no pre-roll)
+
+
+def _check_threshold(value: float) -> None:
+    if not (math.isfinite(value) and 0.0 < value <= 1.0):
+        raise ValueError(f"threshold must be in (0, 1], got {value!r}")
+
+
+class Endpointer:
+    """Turns a stream of (probability, duration) into utterance events; one instance per audio stream."""
+
+    def __init__(self, params: EndpointerParams = EndpointerParams()) -> None:
+        self.params = params
+        self._threshold = params.threshold
+        self.reset()
+
+    @property
+    def threshold(self) -> float:
+        return self._threshold
+
+    @threshold.setter
+    def threshold(self, value: float) -> None:
+        """Applies from the next frame on (raised while the appliance is speaking)."""
+        _check_threshold(value)
+        self._threshold = float(value)
+
+    @property
+    def in_speech(self) -> bool:
+        """True from SPEECH_START until its ENDPOINT (trailing silence included)."""
+        return self._in_speech
+
+    @property
+    def time_s(self) -> float:
+        """Stream time: the sum of the durations fed since the last reset."""
+        return self._time_s
+
+    def reset(self) -> None:
+        """Forget any utterance in progress; stream time restarts at 0. The threshold is kept."""
+        self._time_s = 0.0
+        self._in_speech = False
+        self._run_start_s: float | None = None  # start of the current voiced run (idle only)
+        self._run_voiced_s = 0.0
+        self._speech_start_s = 0.0
+        self._utterance_start_s = 0.0
+        self._last_voiced_end_s = 0.0
+        self._trailing = False  # PROBABLY_ENDED sent, waiting for the endpoint or a resume
+        self._floor_s = 0.0  # audio before the previous endpoint belongs to the previous utterance
+
+    def feed(self, probability: float, duration_s: float) -> list[EndpointEvent]:
+        """One frame: its speech probability and its duration. Returns the events it caused, in order."""
+        if not (math.isfinite(probability) and 0.0 <= probability <= 1.0):
+            raise ValueError(f"probability must be in [0, 1], got {probability!r}")
+        if not (math.isfinite(duration_s) and duration_s > 0.0):
+            raise ValueError(f"duration_s must be a finite number > 0, got {duration_s!r}")
+        frame_start_s = self._time_s
+        self._time_s += duration_s
+        voiced = probability >= self._threshold
+        if self._in_speech:
+            return self._feed_in_speech(voiced)
+        return self._feed_idle(voiced, frame_start_s, duration_s)
+
+    def finish(self) -> list[EndpointEvent]:
+        """End of the stream: an ENDPOINT for the utterance in progress, if any."""
+        if not self._in_speech:
+            return []
+        return [self._end(forced=False)]
+
+    def _feed_idle(self, voiced: bool, frame_start_s: float, duration_s: float) -> list[EndpointEvent]:
+        if not voiced:
+            self._run_start_s = None
+            self._run_voiced_s = 0.0
+            return []
+        if self._run_start_s is None:
+            self._run_start_s = frame_start_s
+        self._run_voiced_s += duration_s
+        if self._run_voiced_s + _EPS_S < self.params.min_speech_s:
+            return []
+        self._in_speech = True
+        self._trailing = False
+        self._speech_start_s = self._run_start_s
+        self._utterance_start_s = max(self._floor_s, self._run_start_s - self.params.pre_roll_s, 0.0)
+        self._last_voiced_end_s = self._time_s
+        self._run_start_s = None
+        self._run_voiced_s = 0.0
+        events = [self._event(EventKind.SPEECH_START, speech_end_s=None)]
+        if self._over_max_length():
+            events.append(self._end(forced=True))
+        return events
+
+    def _feed_in_speech(self, voiced: bool) -> list[EndpointEvent]:
+        events: list[EndpointEvent] = []
+        if voiced:
+            self._last_voiced_end_s = self._time_s
+            if self._trailing:
+                self._trailing = False
+                events.append(self._event(EventKind.RESUMED, speech_end_s=None))
+        else:
+            if not self._trailing:
+                self._trailing = True
+                events.append(self._event(EventKind.PROBABLY_ENDED, speech_end_s=self._last_voiced_end_s))
+            silence_s = self._time_s - self._last_voiced_end_s
+            if silence_s + _EPS_S >= self.params.end_silence_s:
+                events.append(self._end(forced=False))
+                return events
+        if self._over_max_length():
+            events.append(self._end(forced=True))
+        return events
+
+    def _over_max_length(self) -> bool:
+        return self._time_s - self._speech_start_s + _EPS_S >= self.params.max_utterance_s
+
+    def _end(self, *, forced: bool) -> EndpointEvent:
+        event = self._event(EventKind.ENDPOINT, speech_end_s=self._last_voiced_end_s, forced=forced)
+        self._in_speech = False
+        self._trailing = False
+        self._floor_s = self._time_s
+        return event
+
+    def _event(self, kind: EventKind, *, speech_end_s: float | None, forced: bool = False) -> EndpointEvent:
+        return EndpointEvent(
+            kind=kind,
+            time_s=self._time_s,
+            utterance_start_s=self._utterance_start_s,
+            speech_end_s=speech_end_s,
+            forced=forced,
+            speech_start_s=self._speech_start_s,
+        )

@@ -1,0 +1,182 @@
+"""The endpointer state machine, fed plain probabilities and durations."""
+
+from __future__ import annotations
+
+import pytest
+
+from engines.vad.endpointer import Endpointer, EndpointerParams, EndpointEvent, EventKind
+
+F = 0.032  # one 512-sample frame at 16 kHz
+ON, OFF = 0.9, 0.1
+
+
+def run(endpointer: Endpointer, probabilities: list[float]) -> list[tuple[int, EndpointEvent]]:
+    """(frame index, event) for every event."""
+    out: list[tuple[int, EndpointEvent]] = []
+    for index, probability in enumerate(probabilities):
+        out.extend((index, event) for event in endpointer.feed(probability, F))
+    return out
+
+
+def kinds(events: list[tuple[int, EndpointEvent]]) -> list[tuple[int, str]]:
+    return [(index, event.kind.value) for index, event in events]
+
+
+def test_full_utterance_with_pre_roll_and_endpoint() -> None:
+    ep = Endpointer(EndpointerParams(min_speech_s=0.096, end_silence_s=0.5, pre_roll_s=0.256))
+    # 20 frames of silence (0.64 s), 10 voiced (0.32 s), then silence.
+    events = run(ep, [OFF] * 20 + [ON] * 10 + [OFF] * 20)
+    assert kinds(events) == [(22, "speech_start"), (30, "probably_ended"), (45, "endpoint")]
+    start, probably, end = (event for _, event in events)
+
+    assert start.time_s == pytest.approx(23 * F)  # end of the 3rd voiced frame
+    assert start.speech_start_s == pytest.approx(20 * F)
+    assert start.utterance_start_s == pytest.approx(20 * F - 0.256)
+    assert start.speech_end_s is None
+
+    assert probably.speech_end_s == pytest.approx(30 * F)
+    assert probably.time_s == pytest.approx(31 * F)
+
+    # 0.5 s of silence after the last voiced frame = 15.625 frames -> confirmed at the end of frame 45.
+    assert end.time_s == pytest.approx(46 * F)
+    assert end.speech_end_s == pytest.approx(30 * F)
+    assert end.utterance_start_s == start.utterance_start_s
+    assert not end.forced
+    assert not ep.in_speech
+
+
+def test_short_blip_does_not_start_an_utterance() -> None:
+    ep = Endpointer(EndpointerParams(min_speech_s=0.096))
+    assert run(ep, [OFF, ON, ON, OFF, ON, OFF, ON, ON, OFF] * 5) == []
+    assert not ep.in_speech
+
+
+def test_min_speech_zero_starts_on_the_first_voiced_frame() -> None:
+    ep = Endpointer(EndpointerParams(min_speech_s=0.0, pre_roll_s=0.0))
+    assert kinds(run(ep, [OFF, ON])) == [(1, "speech_start")]
+    assert ep.in_speech
+
+
+def test_pause_shorter_than_end_silence_resumes() -> None:
+    ep = Endpointer(EndpointerParams(end_silence_s=0.5))
+    # Voiced, 10 silent frames (0.32 s < 0.5 s), voiced again, then a real end.
+    events = run(ep, [ON] * 5 + [OFF] * 10 + [ON] * 5 + [OFF] * 20)
+    assert kinds(events) == [
+        (2, "speech_start"),
+        (5, "probably_ended"),
+        (15, "resumed"),
+        (20, "probably_ended"),
+        (35, "endpoint"),
+    ]
+    resumed = events[2][1]
+    assert resumed.speech_end_s is None
+    assert events[-1][1].speech_end_s == pytest.approx(20 * F)
+
+
+def test_pre_roll_never_goes_below_zero() -> None:
+    ep = Endpointer(EndpointerParams(pre_roll_s=0.256))
+    events = run(ep, [OFF, ON, ON, ON])
+    assert events[0][1].utterance_start_s == 0.0
+    assert events[0][1].speech_start_s == pytest.approx(F)
+
+
+def test_max_utterance_forces_an_endpoint_and_a_new_utterance_follows() -> None:
+    ep = Endpointer(EndpointerParams(max_utterance_s=1.0, pre_roll_s=0.256, min_speech_s=0.064))
+    events = run(ep, [ON] * 45)
+    assert kinds(events) == [(1, "speech_start"), (31, "endpoint"), (33, "speech_start")]
+    forced = events[1][1]
+    assert forced.forced
+    assert forced.time_s == pytest.approx(32 * F)  # 1.0 s after the speech start at 0
+    assert forced.speech_end_s == pytest.approx(32 * F)
+    # The next utterance's pre-roll stops at the forced endpoint: no audio is used twice.
+    again = events[2][1]
+    assert again.speech_start_s == pytest.approx(32 * F)
+    assert again.utterance_start_s == pytest.approx(32 * F)
+
+
+def test_max_utterance_during_trailing_silence_keeps_the_last_voiced_end() -> None:
+    ep = Endpointer(EndpointerParams(max_utterance_s=0.5, end_silence_s=1.0, min_speech_s=0.032))
+    events = run(ep, [ON] * 10 + [OFF] * 10)
+    assert kinds(events) == [(0, "speech_start"), (10, "probably_ended"), (15, "endpoint")]
+    assert events[-1][1].forced
+    assert events[-1][1].speech_end_s == pytest.approx(10 * F)
+
+
+def test_threshold_is_inclusive_and_settable_at_run_time() -> None:
+    ep = Endpointer(EndpointerParams(threshold=0.5, min_speech_s=0.032))
+    assert kinds(run(ep, [0.5])) == [(0, "speech_start")]
+
+    ep = Endpointer(EndpointerParams(threshold=0.5, min_speech_s=0.032))
+    ep.threshold = 0.85  # the appliance is speaking: its own voice must not trigger a turn
+    assert run(ep, [0.7] * 10) == []
+    assert ep.threshold == 0.85
+    events = run(ep, [0.9])
+    assert [e.kind for _, e in events] == [EventKind.SPEECH_START]
+    with pytest.raises(ValueError, match="threshold"):
+        ep.threshold = 1.5
+
+
+def test_raising_the_threshold_mid_utterance_applies_to_following_frames() -> None:
+    ep = Endpointer(EndpointerParams(threshold=0.5, min_speech_s=0.032))
+    run(ep, [0.7, 0.7])
+    ep.threshold = 0.8
+    assert kinds(run(ep, [0.7])) == [(0, "probably_ended")]
+
+
+def test_finish_closes_an_open_utterance() -> None:
+    ep = Endpointer()
+    run(ep, [ON] * 10)
+    assert ep.in_speech
+    (event,) = ep.finish()
+    assert event.kind is EventKind.ENDPOINT and not event.forced
+    assert event.speech_end_s == pytest.approx(10 * F)
+    assert ep.finish() == []
+
+
+def test_reset_forgets_everything_but_the_threshold() -> None:
+    ep = Endpointer(EndpointerParams(min_speech_s=0.032))
+    ep.threshold = 0.7
+    run(ep, [ON] * 5)
+    ep.reset()
+    assert not ep.in_speech and ep.time_s == 0.0 and ep.threshold == 0.7
+    events = run(ep, [OFF, ON])
+    assert events[0][1].speech_start_s == pytest.approx(F)
+
+
+def test_variable_frame_durations_add_up() -> None:
+    ep = Endpointer(EndpointerParams(min_speech_s=0.1, end_silence_s=0.2, pre_roll_s=0.0))
+    events = []
+    for probability, duration in [(OFF, 0.25), (ON, 0.05), (ON, 0.05), (OFF, 0.1), (OFF, 0.1)]:
+        events.extend(ep.feed(probability, duration))
+    assert [e.kind for e in events] == [EventKind.SPEECH_START, EventKind.PROBABLY_ENDED, EventKind.ENDPOINT]
+    assert events[0].speech_start_s == pytest.approx(0.25)
+    assert events[-1].time_s == pytest.approx(0.55)
+    assert events[-1].speech_end_s == pytest.approx(0.35)
+
+
+def test_end_silence_shorter_than_a_frame_ends_on_the_first_silent_frame() -> None:
+    ep = Endpointer(EndpointerParams(min_speech_s=0.032, end_silence_s=0.0))
+    assert kinds(run(ep, [ON, OFF])) == [(0, "speech_start"), (1, "probably_ended"), (1, "endpoint")]
+
+
+@pytest.mark.parametrize(
+    ("probability", "duration", "match"),
+    [
+        (1.2, F, "probability"),
+        (float("nan"), F, "probability"),
+        (0.5, 0.0, "duration_s"),
+        (0.5, -1.0, "duration_s"),
+    ],
+)
+def test_bad_feed_values(probability: float, duration: float, match: str) -> None:
+    with pytest.raises(ValueError, match=match):
+        Endpointer().feed(probability, duration)
+
+
+def test_bad_params() -> None:
+    with pytest.raises(ValueError, match="threshold"):
+        EndpointerParams(threshold=0.0)
+    with pytest.raises(ValueError, match="end_silence_s"):
+        EndpointerParams(end_silence_s=-0.1)
+    with pytest.raises(ValueError, match="max_utterance_s"):
+        EndpointerParams(max_utterance_s=0.0)
