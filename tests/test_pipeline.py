@@ -10,9 +10,10 @@ import numpy as np
 import pytest
 
 from appliance.audio import ArraySource, MemorySink
-from appliance.pipeline import Session, SessionConfig
+from appliance.pipeline import Conversation, Session, SessionConfig, played_text
 from appliance.pipeline.session import EchoGate
 from appliance.trace import TIMESTAMPS, TraceStore
+from engines.llm import Message
 from engines.vad.endpointer import EndpointerParams
 from tests.fixtures.pipeline import Fakes, ReactiveSource, make_fakes, silence, tone
 
@@ -242,3 +243,52 @@ def test_stop_event_cancels_a_running_turn() -> None:
     took_s = asyncio.run(asyncio.wait_for(main(), 20))
     assert took_s < 0.5
     assert session.traces[0].cancelled
+
+
+def test_two_sessions_share_the_engines_at_once() -> None:
+    fakes = make_fakes("Hello there.")
+    sinks = [MemorySink(16000), MemorySink(16000)]
+    sessions = [
+        Session(
+            engines=fakes.engines,
+            source=ArraySource(np.concatenate([tone(seconds), silence(1.0)]), realtime=True),
+            sink=sink,
+            session_id=f"call-{i}",
+        )
+        for i, (seconds, sink) in enumerate(zip((0.6, 0.9), sinks, strict=True))
+    ]
+
+    async def both() -> None:
+        await asyncio.gather(*(s.run() for s in sessions))
+
+    _run(both())
+    for session, sink in zip(sessions, sinks, strict=True):
+        assert session.turns_done == 1
+        assert session.traces[0].session_id == session.session_id
+        assert sink.duration_s == pytest.approx(2 * fakes.tts.word_s, abs=0.01)
+        assert len(session.conversation.messages) == 2  # each session has its own history
+    assert len(fakes.llm.calls) == 2 and all(len(c.history) == 1 for c in fakes.llm.calls)
+
+
+def test_played_text_counts_whole_clauses_then_whole_words() -> None:
+    clauses = ["The bridge opened", "in eighteen eighty three,", "so it is old."]
+    samples = [300, 400, 400]
+    assert played_text(clauses, samples, 0) == ""
+    assert played_text(clauses, samples, 299) == "The bridge"  # 2.99 of 3 words: round down
+    assert played_text(clauses, samples, 300) == "The bridge opened"
+    assert played_text(clauses, samples, 500) == "The bridge opened in eighteen"
+    assert played_text(clauses, samples, 10_000) == " ".join(clauses)
+    # A clause still being synthesized (0 samples known) counts as not heard.
+    assert played_text([*clauses, "More"], [*samples, 0], 10_000) == " ".join(clauses)
+
+
+def test_conversation_is_bounded_and_merges_an_unanswered_question() -> None:
+    conversation = Conversation(max_messages=4)
+    conversation.commit("first question", "")  # interrupted before anything was heard
+    assert conversation.with_user("second question")[-1] == Message("user", "first question second question")
+    conversation.commit("second question", "an answer")
+    conversation.commit("third", "another")
+    conversation.commit("fourth", "more")
+    messages = conversation.messages
+    assert len(messages) == 4 and messages[0] == Message("user", "third")
+    assert [m.role for m in messages] == ["user", "assistant", "user", "assistant"]

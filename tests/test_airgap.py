@@ -1,0 +1,97 @@
+"""Air-gapped: a full turn (engines loaded from the bundle, then `appliance talk`) while every
+connection attempt to a non-loopback address fails loudly."""
+
+from __future__ import annotations
+
+import json
+import socket
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from appliance import cli
+from tests.fixtures.pipeline import english_words
+
+_LOOPBACK_PREFIXES = ("127.", "::1", "localhost")
+
+
+class NetworkAttempt(AssertionError):
+    pass
+
+
+def _is_loopback(address: Any) -> bool:
+    if isinstance(address, (str, bytes)):  # AF_UNIX paths
+        return True
+    host = str(address[0]) if isinstance(address, tuple) and address else ""
+    return host.startswith(_LOOPBACK_PREFIXES) or host in ("", "0.0.0.0")
+
+
+@pytest.fixture
+def no_network(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[str]]:
+    attempts: list[str] = []
+    real_connect = socket.socket.connect
+    real_connect_ex = socket.socket.connect_ex
+    real_sendto = socket.socket.sendto
+
+    def guard(address: Any, what: str) -> None:
+        if not _is_loopback(address):
+            attempts.append(f"{what} {address!r}")
+            raise NetworkAttempt(f"air-gapped: {what} to {address!r} attempted")
+
+    def connect(self: socket.socket, address: Any) -> None:
+        guard(address, "connect")
+        real_connect(self, address)
+
+    def connect_ex(self: socket.socket, address: Any) -> int:
+        guard(address, "connect_ex")
+        return real_connect_ex(self, address)
+
+    def sendto(self: socket.socket, data: bytes, *args: Any) -> int:
+        guard(args[-1], "sendto")
+        return real_sendto(self, data, *args)
+
+    def getaddrinfo(host: Any, *args: Any, **kwargs: Any) -> Any:
+        guard((host or "",), "getaddrinfo")
+        return real_getaddrinfo(host, *args, **kwargs)
+
+    real_getaddrinfo = socket.getaddrinfo
+    monkeypatch.setattr(socket.socket, "connect", connect)
+    monkeypatch.setattr(socket.socket, "connect_ex", connect_ex)
+    monkeypatch.setattr(socket.socket, "sendto", sendto)
+    monkeypatch.setattr(socket, "getaddrinfo", getaddrinfo)
+    yield attempts
+
+
+def test_the_guard_catches_a_real_connection_attempt(no_network: list[str]) -> None:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock, pytest.raises(NetworkAttempt):
+        sock.connect(("192.0.2.1", 443))
+    with pytest.raises(NetworkAttempt):
+        socket.create_connection(("example.com", 443), timeout=1)
+    assert len(no_network) == 2
+    no_network.clear()
+
+
+def test_a_full_turn_makes_no_network_connection(
+    no_network: list[str], data_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: Any
+) -> None:
+    for name in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE"):
+        monkeypatch.delenv(name, raising=False)  # prove it without the libraries' own offline switches
+    monkeypatch.setenv("APPLIANCE_TRACE__DB_PATH", str(tmp_path / "turns.sqlite3"))
+    monkeypatch.setenv("APPLIANCE_LLM__MAX_REPLY_TOKENS", "24")
+    monkeypatch.setenv("APPLIANCE_BUNDLE__VERIFY_ON_START", "false")
+    reply = tmp_path / "reply.wav"
+
+    code = cli.main(
+        ["talk", str(data_dir / "speech/en/google_audio.wav"), "--fast", "--json", "--reply", str(reply)]
+    )
+
+    out = capsys.readouterr().out
+    assert code == 0, out
+    assert no_network == []
+    result = json.loads(out.strip().splitlines()[-1])
+    assert "brooklyn" in result["transcript"].lower()
+    assert english_words(result["reply"])
+    assert result["reply_audio_s"] > 0.5 and reply.stat().st_size > 10000
+    assert set(result["timestamps_s"]) >= {"speech_end", "endpoint", "asr_done", "playback_start"}
