@@ -98,3 +98,21 @@ def test_store_names_the_fix_for_an_unwritable_path(tmp_path: Path) -> None:
     blocker.write_text("not a folder")
     with pytest.raises(OSError, match=r"trace\.db_path"):
         TraceStore(blocker / "turns.sqlite3", max_turns=10)
+
+
+def test_summary_command_prints_percentiles_per_stage(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from appliance.trace.__main__ import main
+
+    db = tmp_path / "turns.sqlite3"
+    store = TraceStore(db, max_turns=100)
+    for i in range(20):
+        store.add(_trace(f"t{i}", 0.1 * (i + 1)))
+    store.close()
+    assert main(["--db", str(db)]) == 0
+    out = capsys.readouterr().out
+    latency_row = next(line for line in out.splitlines() if line.startswith("turn_latency"))
+    assert latency_row.split()[-5:] == ["20", "1050.0", "1905.0", "1981.0", "2000.0"]
+    assert main(["--db", str(tmp_path / "missing.sqlite3")]) == 1
+    assert "no turn trace" in capsys.readouterr().err
