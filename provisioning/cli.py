@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import argparse
+import fcntl
 import logging
+import signal
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -21,6 +23,7 @@ from provisioning.framework import (
 )
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
+LOCK_NAME = ".lock"
 
 
 def _add_run_parser(sub: argparse._SubParsersAction) -> None:
@@ -155,9 +158,6 @@ def _print_record(title: str, record: StepRecord) -> None:
 
 
 def _run(args: argparse.Namespace) -> int:
-    from provisioning.framework import run_steps
-    from provisioning.steps import build_steps
-
     ctx = _context(args)
     try:
         ctx.state_dir.mkdir(parents=True, exist_ok=True)
@@ -166,6 +166,33 @@ def _run(args: argparse.Namespace) -> int:
             f"error: cannot create the state folder {ctx.state_dir}: {err} (run as root, or pass --state-dir)"
         )
         return EXIT_USAGE
+    with (ctx.state_dir / LOCK_NAME).open("w") as lock:
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            print(
+                f"error: another provisioning run is using {ctx.state_dir}; wait for it to finish",
+                file=sys.stderr,
+            )
+            return EXIT_USAGE
+        try:
+            previous = signal.signal(signal.SIGTERM, _interrupt)
+        except ValueError:  # not the main thread: leave SIGTERM alone
+            return _run_locked(args, ctx)
+        try:
+            return _run_locked(args, ctx)
+        finally:
+            signal.signal(signal.SIGTERM, previous)
+
+
+def _interrupt(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt  # recorded as "interrupted" like Ctrl-C
+
+
+def _run_locked(args: argparse.Namespace, ctx: ProvisioningContext) -> int:
+    from provisioning.framework import run_steps
+    from provisioning.steps import build_steps
+
     store = StateStore(ctx.state_dir)
     store.meta.update({"target": ctx.target, "system_root": str(ctx.system_root)})
     print(f"Provisioning for --target {ctx.target}; state in {ctx.state_dir}", flush=True)

@@ -263,6 +263,39 @@ def test_a_killed_run_resumes_where_it_stopped(site: Site, capsys: pytest.Captur
     assert [s["name"] for s in report["steps"]] == list(TITLES)
 
 
+def test_sigterm_is_recorded_as_interrupted_and_a_second_run_waits_its_turn(
+    site: Site, capsys: pytest.CaptureFixture[str]
+) -> None:
+    args = site.args()
+    index = args.index("--admin-password-file")
+    args[index : index + 2] = ["--admin-password-stdin"]
+    with subprocess.Popen(
+        [sys.executable, "-m", "provisioning", *args],
+        cwd=REPO,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    ) as proc:
+        try:
+            _wait_for(
+                lambda: (
+                    (site.state / "state.json").is_file()
+                    and site.steps().get("admin-password", {}).get("status") == "running"
+                )
+            )
+            assert main(site.args()) == 2  # the state folder is locked by the running one
+            assert "another provisioning run is using" in capsys.readouterr().err
+            proc.send_signal(signal.SIGTERM)
+            _, err = proc.communicate(timeout=30)
+        finally:
+            proc.kill()
+    assert proc.returncode == 130
+    assert "run the same command again" in err
+    step = site.steps()["admin-password"]
+    assert step["status"] == "interrupted" and "run the same command again" in step["fix"]
+
+
 def test_from_reruns_that_step_and_the_later_ones(site: Site, capsys: pytest.CaptureFixture[str]) -> None:
     main(site.args())
     before = site.steps()
