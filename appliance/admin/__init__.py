@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from appliance.admin.app import create_app
 from appliance.admin.backend import AdminBackend, ConfigNotWritable, LiveRegistry
+from appliance.admin.daemon import engine_states, run_admin_page
 from appliance.admin.local import LocalBackend
 from appliance.admin.schemas import EngineState
 from appliance.admin.server import bind_socket, serve
@@ -22,5 +23,7 @@ __all__ = [
     "UserDirectory",
     "bind_socket",
     "create_app",
+    "engine_states",
+    "run_admin_page",
     "serve",
 ]

@@ -24,6 +24,10 @@ function niceCeiling(value) {
   return 10 * power;
 }
 
+function formatMs(ms) {
+  return ms < 1000 ? `${Math.round(ms)} ms` : `${Number((ms / 1000).toFixed(2))} s`;
+}
+
 // turns: oldest first, each {turn_id, stages_ms, over_budget}; budgetMs: the turn latency budget.
 function drawLatencyPlot(svg, legend, turns, budgetMs) {
   const width = Math.max(svg.clientWidth || 800, 300);
@@ -47,7 +51,7 @@ function drawLatencyPlot(svg, legend, turns, budgetMs) {
   for (let k = 0; k <= 4; k++) {
     const ms = (top * k) / 4;
     svg.append(svgElement("line", {class: "grid", x1: pad.left, x2: width - pad.right, y1: y(ms), y2: y(ms)}));
-    svg.append(svgElement("text", {x: pad.left - 6, y: y(ms) + 4, "text-anchor": "end"}, `${Math.round(ms)} ms`));
+    svg.append(svgElement("text", {x: pad.left - 6, y: y(ms) + 4, "text-anchor": "end"}, formatMs(ms)));
   }
   svg.append(svgElement("line", {class: "axis", x1: pad.left, x2: pad.left, y1: pad.top, y2: pad.top + plotH}));
   svg.append(svgElement("line", {class: "axis", x1: pad.left, x2: width - pad.right, y1: pad.top + plotH, y2: pad.top + plotH}));
@@ -56,7 +60,7 @@ function drawLatencyPlot(svg, legend, turns, budgetMs) {
 
   turns.forEach((turn, i) => {
     if (turn.over_budget) {
-      const band = Math.max(plotW / Math.max(turns.length, 1), 4);
+      const band = Math.min(Math.max(plotW / Math.max(turns.length, 1), 4), 24);
       svg.append(svgElement("rect", {x: x(i) - band / 2, y: pad.top, width: band, height: plotH, fill: "#ffebe9", class: "over-band"}));
     }
   });

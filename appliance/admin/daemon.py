@@ -1,0 +1,91 @@
+"""Starting the admin page from the daemon: one call, run as a task on the daemon's event loop.
+
+```python
+registry = LiveRegistry()
+registry.expect_engines(["vad", "asr", "llm", "tts"])
+task = asyncio.create_task(run_admin_page(settings, store, registry, config_path=args.config))
+...  # after the engines are loaded and warmed:
+for state in engine_states(settings, load_seconds):
+    registry.set_engine(state)
+```
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable, Mapping
+from importlib import metadata
+from pathlib import Path
+
+from appliance.admin.app import create_app
+from appliance.admin.backend import LiveRegistry
+from appliance.admin.local import ApplyHook, LocalBackend
+from appliance.admin.schemas import EngineState
+from appliance.admin.server import serve
+from appliance.config import Settings
+from appliance.trace import TraceStore
+
+log = logging.getLogger(__name__)
+
+
+def _version(package: str) -> str | None:
+    try:
+        return metadata.version(package)
+    except metadata.PackageNotFoundError:
+        return None
+
+
+def engine_states(
+    settings: Settings, load_seconds: Mapping[str, float] | None = None, *, warm: bool = True
+) -> list[EngineState]:
+    """The four engines as configured, marked loaded (and warm) with their load times."""
+    seconds = load_seconds or {}
+    asr_runtime = "tensorrt" if settings.asr.backend == "tensorrt" else "onnxruntime"
+    described = (
+        (
+            "vad",
+            settings.vad.backend,
+            "silero",
+            "torch" if settings.vad.backend == "torch" else "onnxruntime",
+        ),
+        (
+            "asr",
+            f"{settings.asr.backend} ({settings.asr.device}, {settings.asr.precision})",
+            "whisper",
+            asr_runtime,
+        ),
+        ("llm", f"llama.cpp ({settings.llm.gpu_layers} GPU layers)", settings.llm.model, "llama-cpp-python"),
+        ("tts", "piper", settings.tts.voice, "piper-tts"),
+    )
+    return [
+        EngineState(
+            name=name,
+            backend=backend,
+            model=model,
+            runtime_version=_version(package),
+            loaded=True,
+            warm=warm,
+            load_s=seconds.get(name),
+        )
+        for name, backend, model, package in described
+    ]
+
+
+async def run_admin_page(
+    settings: Settings,
+    store: TraceStore,
+    registry: LiveRegistry,
+    *,
+    config_path: Path | None = None,
+    live_keys: Iterable[str] = (),
+    on_apply: ApplyHook | None = None,
+) -> None:
+    """Serve the admin page on ``admin.bind_host:admin.port`` until cancelled; returns at once when
+    ``admin.enabled`` is false. Raises OSError naming the fix when the address cannot be used."""
+    if not settings.admin.enabled:
+        log.info("admin page disabled (admin.enabled = false)")
+        return
+    backend = LocalBackend(
+        settings, store, registry, config_path=config_path, live_keys=live_keys, on_apply=on_apply
+    )
+    await serve(create_app(backend, settings), settings.admin.bind_host, settings.admin.port)

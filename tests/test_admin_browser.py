@@ -1,0 +1,179 @@
+"""The dashboard in headless Chromium (Debian's package, driven by Playwright): log in, see a real
+turn in the latency plot, take screenshots, and check that nothing was requested off the device."""
+
+from __future__ import annotations
+
+import asyncio
+import shutil
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from appliance.admin import bind_socket, engine_states, serve
+from appliance.audio import MemorySink
+from appliance.audio.files import wav_file_source
+from appliance.pipeline import SessionConfig, SessionEngines
+from appliance.pipeline.oneshot import one_turn
+from appliance.trace import TurnTrace
+from tests.conftest import REPO
+from tests.fixtures.admin import ADMIN_PASSWORD, ADMIN_USER, AdminEnv
+
+CHROMIUM = Path("/usr/bin/chromium")
+CHROMIUM_ARGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--no-first-run",
+]
+ARTIFACTS = REPO / "test-artifacts"
+QUESTION = "speech/en/speechbrain_spk1_snt3.wav"  # "AT THAT HIGH LEVEL THE AIR IS PURE"
+LOCAL_SCHEMES = ("data:", "blob:", "about:")
+
+playwright_api = pytest.importorskip("playwright.sync_api", reason="playwright is in the dev extra")
+
+
+class ServerThread:
+    """The admin app on an event loop of its own thread, as the daemon's loop would run it."""
+
+    def __init__(self, env: AdminEnv) -> None:
+        self.sock = bind_socket("127.0.0.1", 0)
+        self.base_url = f"http://127.0.0.1:{self.sock.getsockname()[1]}"
+        self.loop = asyncio.new_event_loop()
+        self.started = threading.Event()
+        self.thread = threading.Thread(target=self._run, args=(env,), daemon=True)
+        self.task: asyncio.Task[None] | None = None
+
+    def _run(self, env: AdminEnv) -> None:
+        asyncio.set_event_loop(self.loop)
+        ready = asyncio.Event()
+
+        async def main() -> None:
+            self.task = asyncio.create_task(serve(env.app, "127.0.0.1", 0, sock=self.sock, started=ready))
+            await ready.wait()
+            self.started.set()
+            await asyncio.gather(self.task, return_exceptions=True)
+
+        self.loop.run_until_complete(main())
+        self.loop.close()
+
+    def __enter__(self) -> ServerThread:
+        self.thread.start()
+        assert self.started.wait(20), "the admin page did not start"
+        return self
+
+    def __exit__(self, *_exc: object) -> None:
+        if self.task is not None:
+            self.loop.call_soon_threadsafe(self.task.cancel)
+        self.thread.join(20)
+
+
+@pytest.fixture
+def server(admin_env: AdminEnv) -> Iterator[ServerThread]:
+    with ServerThread(admin_env) as running:
+        yield running
+
+
+@pytest.fixture
+def browser() -> Iterator[object]:
+    if not CHROMIUM.exists() or shutil.which("chromium") is None:
+        pytest.fail("Debian's chromium is missing: apt-get install -y chromium (scripts/setup does it)")
+    with playwright_api.sync_playwright() as playwright:
+        launched = playwright.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
+        yield launched
+        launched.close()
+
+
+def _real_turn(env: AdminEnv, engines: SessionEngines, data_dir: Path) -> None:
+    """One turn through the real pipeline (Silero, Whisper, Qwen, Piper), recorded in the store."""
+    env.registry.open_session("mic", "microphone")
+    env.registry.update_session("mic", state="listening")
+    source = wav_file_source(data_dir / QUESTION, realtime=True)
+    sink = MemorySink(engines.tts.sample_rate_hz)
+    result: list[object] = []
+
+    def run() -> None:  # Playwright's sync API owns this thread's event loop
+        turn = one_turn(engines, source, sink, config=SessionConfig(), store=env.store, session_id="mic")
+        try:
+            result.append(asyncio.run(asyncio.wait_for(turn, 300)))
+        except BaseException as err:  # reported below, on the test's thread
+            result.append(err)
+
+    worker = threading.Thread(target=run)
+    worker.start()
+    worker.join(320)
+    (trace,) = result
+    assert isinstance(trace, TurnTrace) and trace.error is None, trace
+    env.registry.update_session("mic", state="idle", turn_done=True)
+
+
+def test_dashboard_logs_in_and_plots_a_real_turn_from_the_device_only(
+    admin_env: AdminEnv, server: ServerThread, browser: object, real_engines: SessionEngines, data_dir: Path
+) -> None:
+    for state in engine_states(admin_env.settings):
+        admin_env.registry.set_engine(state)
+    context = browser.new_context(viewport={"width": 1280, "height": 1000})  # type: ignore[attr-defined]
+    requested: list[str] = []
+    console_errors: list[str] = []
+    context.on("request", lambda request: requested.append(request.url))
+    page = context.new_page()
+    page.on(
+        "console", lambda message: console_errors.append(message.text) if message.type == "error" else None
+    )
+
+    page.goto(f"{server.base_url}/")
+    page.wait_for_url(f"{server.base_url}/login")
+    page.fill("#username", ADMIN_USER)
+    page.fill("#password", "not the password")
+    page.click("#login-button")
+    page.wait_for_selector("#login-error:not([hidden])")
+    assert "wrong user name or password" in page.inner_text("#login-error")
+    page.fill("#password", ADMIN_PASSWORD)
+    page.click("#login-button")
+    page.wait_for_url(f"{server.base_url}/")
+    page.wait_for_selector("#health.ok")  # (the page's CSP forbids evaluated strings: selectors only)
+    assert "ready" in page.inner_text("#health")
+    assert page.inner_text("#whoami") == f"{ADMIN_USER} (admin)"
+    assert page.locator("#latency-plot polyline").count() == 0  # no turn yet
+
+    _real_turn(admin_env, real_engines, data_dir)
+
+    # The page polls: the new turn appears without a reload.
+    page.wait_for_selector(
+        "#latency-plot polyline[data-stage='turn_latency']", state="attached", timeout=30_000
+    )
+    assert page.locator("#latency-plot circle").first.is_visible()  # one turn: one dot per stage
+    page.wait_for_selector("#turns-table tbody tr[data-turn-id]")
+    row = page.inner_text("#turns-table tbody tr[data-turn-id]").lower()
+    assert "high level" in row or "air is pure" in row, row
+    stages_drawn = page.eval_on_selector_all(
+        "#latency-plot polyline", "lines => lines.map(l => l.dataset.stage)"
+    )
+    assert {"asr", "llm_first_token", "tts_first_audio", "turn_latency"} <= set(stages_drawn)
+    turn = admin_env.store.recent(1)[0]
+    if (turn.stage_s("turn_latency") or 0.0) * 1000 > admin_env.settings.trace.budget_ms:
+        assert page.locator("#turns-table tr.over").count() == 1
+        assert page.locator("#latency-plot circle.over-mark").count() == 1
+    assert "turn_latency" in page.inner_text("#stage-table")
+    assert page.inner_text("#session-count") == "1"
+    assert not page.locator("#config-form").is_hidden()  # the admin may change settings
+
+    ARTIFACTS.mkdir(exist_ok=True)
+    page.screenshot(path=str(ARTIFACTS / "admin-dashboard.png"), full_page=True)
+    assert (ARTIFACTS / "admin-dashboard.png").stat().st_size > 10_000
+
+    # The API page renders from the device's own copy of Swagger UI.
+    page.goto(f"{server.base_url}/docs")
+    page.wait_for_selector(".swagger-ui .opblock", timeout=30_000)
+    assert page.locator(".swagger-ui .opblock").count() >= 10
+    page.screenshot(path=str(ARTIFACTS / "admin-api-docs.png"))
+
+    context.close()
+    assert requested, "no request was seen"
+    outside = [url for url in requested if not url.startswith((server.base_url + "/", *LOCAL_SCHEMES))]
+    assert outside == [], f"requests left the device: {outside}"
+    assert not [e for e in console_errors if "Content Security Policy" in e], console_errors

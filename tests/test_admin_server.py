@@ -1,0 +1,112 @@
+"""The admin page served by uvicorn on the caller's own event loop, over real sockets."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+import httpx
+import pytest
+
+from appliance.admin import bind_socket, engine_states, run_admin_page, serve
+from appliance.config import Settings
+from tests.fixtures.admin import ADMIN_PASSWORD, ADMIN_USER, AdminEnv, make_admin_env, recorded_turn
+
+
+async def _exercise(env: AdminEnv) -> tuple[list[int], int]:
+    sock = bind_socket("127.0.0.1", 0)
+    port = sock.getsockname()[1]
+    started = asyncio.Event()
+    task = asyncio.create_task(serve(env.app, "127.0.0.1", port, sock=sock, started=started))
+    await asyncio.wait_for(started.wait(), 10)
+    ticks = 0
+    stop_ticking = asyncio.Event()
+
+    async def tick() -> None:  # the daemon's own work on the same loop
+        nonlocal ticks
+        while not stop_ticking.is_set():
+            ticks += 1
+            await asyncio.sleep(0.01)
+
+    ticker = asyncio.create_task(tick())
+    async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}") as client:
+        codes = [(await client.get("/healthz")).status_code, (await client.get("/api/status")).status_code]
+        login = await client.post("/api/login", json={"username": ADMIN_USER, "password": ADMIN_PASSWORD})
+        codes.append(login.status_code)
+        codes.append((await client.get("/api/latency")).status_code)
+        codes.append((await client.get("/")).status_code)
+    stop_ticking.set()
+    await ticker
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    return codes, ticks
+
+
+def test_serve_runs_on_the_callers_loop_and_stops_when_cancelled(admin_env: AdminEnv) -> None:
+    admin_env.store.add(recorded_turn())
+    codes, ticks = asyncio.run(_exercise(admin_env))
+    assert codes == [200, 401, 200, 200, 200]
+    assert ticks > 0  # the loop kept running its other tasks while requests were served
+
+
+def test_cancelled_server_releases_its_port(admin_env: AdminEnv) -> None:
+    async def run_and_cancel() -> int:
+        sock = bind_socket("127.0.0.1", 0)
+        port: int = sock.getsockname()[1]
+        started = asyncio.Event()
+        task = asyncio.create_task(serve(admin_env.app, "127.0.0.1", port, sock=sock, started=started))
+        await asyncio.wait_for(started.wait(), 10)
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        return port
+
+    port = asyncio.run(run_and_cancel())
+    again = bind_socket("127.0.0.1", port)  # would raise if still held
+    again.close()
+
+
+def test_a_taken_port_gets_a_clear_error() -> None:
+    holder = bind_socket("127.0.0.1", 0)
+    try:
+        port = holder.getsockname()[1]
+        with pytest.raises(OSError, match=r"admin\.port"):
+            bind_socket("127.0.0.1", port)
+        with pytest.raises(OSError, match=r"admin\.bind_host"):
+            bind_socket("203.0.113.7", 8080)  # not an address of this machine
+    finally:
+        holder.close()
+
+
+def test_run_admin_page_does_nothing_when_disabled(admin_env: AdminEnv) -> None:
+    assert not admin_env.settings.admin.enabled
+    asyncio.run(asyncio.wait_for(run_admin_page(admin_env.settings, admin_env.store, admin_env.registry), 5))
+
+
+def test_run_admin_page_serves_on_the_configured_address(
+    tmp_path: Path, settings: Settings, admin_users_file: Path
+) -> None:
+    holder = bind_socket("127.0.0.1", 0)
+    port = holder.getsockname()[1]
+    holder.close()
+    env = make_admin_env(tmp_path, settings, admin_users_file, enabled=True, port=port)
+    for state in engine_states(env.settings, {"vad": 0.1, "asr": 1.0, "llm": 2.0, "tts": 1.2}):
+        env.registry.set_engine(state)
+
+    async def probe() -> int:
+        task = asyncio.create_task(run_admin_page(env.settings, env.store, env.registry))
+        try:
+            async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}") as client:
+                for _ in range(200):
+                    try:
+                        return (await client.get("/readyz")).status_code
+                    except httpx.ConnectError:
+                        await asyncio.sleep(0.02)
+            raise AssertionError("the admin page never answered")
+        finally:
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
+
+    assert asyncio.run(probe()) == 200
+    env.store.close()
