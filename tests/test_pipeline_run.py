@@ -1,0 +1,75 @@
+"""`appliance run` on a machine without a microphone (this one): it still shows one full turn with a
+question spoken by the bundle's voice, writes the reply WAV to the state folder, and tells systemd
+READY (after the engines are loaded), STATUS and STOPPING."""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import soundfile as sf
+
+from appliance.pipeline import SessionEngines
+from engines.audio import resample
+from tests.conftest import REPO
+from tests.fixtures.pipeline import english_words
+
+
+def test_run_without_a_microphone_shows_a_full_turn(tmp_path: Path, real_engines: SessionEngines) -> None:
+    state = tmp_path / "state"
+    config = tmp_path / "site.toml"
+    config.write_text(
+        f"""
+[bundle]
+verify_on_start = false
+[audio]
+input_device = "no-such-capture-device"  # no microphone, even on a host that has one
+[llm]
+max_reply_tokens = 24
+[trace]
+db_path = "{state / "turns.sqlite3"}"
+"""
+    )
+    notify_path = tmp_path / "notify.sock"
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+    listener.bind(str(notify_path))
+    env = {k: v for k, v in os.environ.items() if not k.startswith("APPLIANCE_")}
+    env["NOTIFY_SOCKET"] = str(notify_path)
+
+    done = subprocess.run(
+        [sys.executable, "-m", "appliance", "run", "--config", str(config)],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+
+    listener.setblocking(False)
+    messages: list[str] = []
+    while True:
+        try:
+            messages.append(listener.recv(4096).decode())
+        except BlockingIOError:
+            break
+    listener.close()
+    assert done.returncode == 0, done.stderr[-3000:]
+    out = done.stdout
+    assert "No microphone found" in out and "audio.input_device" in out
+    assert "transcript:" in out and "reply:" in out and "latency:" in out
+    transcript_line = next(line for line in out.splitlines() if line.startswith("transcript:"))
+    assert "help" in transcript_line.lower()  # the synthesized question, recognised by Whisper
+    reply_wav = state / "last-demo-reply.wav"
+    audio, rate = sf.read(str(reply_wav), dtype="float32")
+    assert len(audio) / rate > 0.5
+    heard = real_engines.asr.transcribe(resample(audio, rate, 16000)).text
+    assert len(english_words(heard)) >= 2, heard
+    # systemd protocol: READY only after loading, then status lines, then STOPPING.
+    ready = [i for i, m in enumerate(messages) if "READY=1" in m]
+    stopping = [i for i, m in enumerate(messages) if "STOPPING=1" in m]
+    assert ready and stopping and ready[0] < stopping[0], messages
+    assert any("STATUS=loading" in m for m in messages[: ready[0]]), messages
+    assert any("STATUS=demo turn done" in m for m in messages), messages
