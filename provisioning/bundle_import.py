@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import base64
 import hashlib
+import json
 import logging
 import os
 import shutil
@@ -21,19 +22,22 @@ from cryptography.hazmat.primitives import serialization
 from tqdm import tqdm
 
 from engines.errors import BundleError
-from engines.manifest import MANIFEST_NAME, Artifact, Manifest
+from engines.manifest import FORMAT_VERSION, MANIFEST_NAME, Artifact, Manifest
 from provisioning.files import atomic_write_bytes, fsync_dir
 from provisioning.signing import (
     SIGNATURE_NAME,
+    SIGNED_MANIFEST_NAME,
     SignatureError,
     load_public_key,
     read_signature,
+    signed_manifest_bytes,
     verify_manifest_bytes,
 )
 
 log = logging.getLogger(__name__)
 
 _CHUNK_BYTES = 4 * 1024 * 1024
+_RESERVED = (MANIFEST_NAME, SIGNATURE_NAME, SIGNED_MANIFEST_NAME)
 FREE_SPACE_MARGIN_BYTES = 512 * 1024 * 1024
 
 
@@ -53,6 +57,20 @@ class ImportResult:
     signer_fingerprint: str
     copied: bool  # False when the same bundle was already installed and intact
     ignored_files: int  # files on the media that the manifest does not list
+
+
+def manifest_from_bytes(data: bytes, where: Path) -> Manifest:
+    """Parse manifest bytes (the signed copy) the way ``Manifest.read`` parses the file."""
+    try:
+        payload = json.loads(data.decode("utf-8"))
+    except (UnicodeDecodeError, ValueError) as err:
+        raise BundleError(f"the signed manifest in {where} is not JSON: {err}") from err
+    if not isinstance(payload, dict) or payload.get("format") != FORMAT_VERSION:
+        raise BundleError(f"the signed manifest in {where} has an unknown format")
+    entries = payload.get("artifacts", [])
+    if not isinstance(entries, list):
+        raise BundleError(f"the signed manifest in {where}: 'artifacts' must be a list")
+    return Manifest([Artifact.from_dict(e) for e in entries], payload.get("meta", {}))
 
 
 def staging_dir(bundle_dir: Path) -> Path:
@@ -88,7 +106,7 @@ def key_fingerprint(public_key_path: Path) -> str:
 
 def _safe_relative(art: Artifact) -> PurePosixPath:
     rel = PurePosixPath(art.path)
-    if rel.is_absolute() or ".." in rel.parts or not rel.parts or rel.name in (MANIFEST_NAME, SIGNATURE_NAME):
+    if rel.is_absolute() or ".." in rel.parts or not rel.parts or rel.name in _RESERVED:
         raise ImportRefused(
             f"the manifest lists an unsafe path for {art.name}: {art.path!r}",
             fix="the bundle was not made by the bundle builder; get a signed bundle from the factory",
@@ -97,7 +115,7 @@ def _safe_relative(art: Artifact) -> PurePosixPath:
 
 
 def _listed_files(media_dir: Path, manifest: Manifest) -> set[str]:
-    listed = {art.path for art in manifest.artifacts.values()} | {MANIFEST_NAME, SIGNATURE_NAME}
+    listed = {art.path for art in manifest.artifacts.values()} | set(_RESERVED)
     on_media = {p.relative_to(media_dir).as_posix() for p in media_dir.rglob("*") if p.is_file()}
     return on_media - listed
 
@@ -138,13 +156,15 @@ def _copy_and_hash(source: Path, target: Path, bar: tqdm) -> str:
     return digest.hexdigest()
 
 
-def _already_installed(bundle_dir: Path, manifest_bytes: bytes, signature: bytes) -> bool:
+def _already_installed(bundle_dir: Path, manifest: Manifest, manifest_bytes: bytes, signature: bytes) -> bool:
+    """The same signed bundle is installed and every file it lists is intact (device-built plans,
+    recorded in manifest.json since, are kept)."""
     try:
-        if (bundle_dir / MANIFEST_NAME).read_bytes() != manifest_bytes:
+        if signed_manifest_bytes(bundle_dir) != manifest_bytes:
             return False
         if read_signature(bundle_dir / SIGNATURE_NAME) != signature:
             return False
-        return Manifest.read(bundle_dir).verify(bundle_dir, full=True) == []
+        return manifest.verify(bundle_dir, full=True) == []
     except (OSError, BundleError, SignatureError):
         return False
 
@@ -179,6 +199,7 @@ def import_bundle(
     staging = staging_dir(bundle_dir)
     staging.mkdir(parents=True)
     atomic_write_bytes(staging / MANIFEST_NAME, manifest_bytes)  # exactly the bytes that were verified
+    atomic_write_bytes(staging / SIGNED_MANIFEST_NAME, manifest_bytes)
     try:
         manifest = Manifest.read(staging)
     except BundleError as err:
@@ -195,7 +216,7 @@ def import_bundle(
             bundle_dir, len(manifest.artifacts), total_bytes, manifest_sha, fingerprint, copied, ignored
         )
 
-    if _already_installed(bundle_dir, manifest_bytes, signature):
+    if _already_installed(bundle_dir, manifest, manifest_bytes, signature):
         shutil.rmtree(staging)
         return result(copied=False)
     try:

@@ -267,14 +267,12 @@ def _sign(args: argparse.Namespace) -> int:
 
 
 def _build_engines(args: argparse.Namespace) -> int:
-    import importlib.util
-
-    from provisioning.engine_build import build_device_engines
+    from provisioning.engine_build import build_device_engines, tensorrt_installed
     from provisioning.framework import StepFailed
 
     target = args.target
     if target == "auto":
-        target = "jetson" if importlib.util.find_spec("tensorrt") is not None else "cpu"
+        target = "jetson" if tensorrt_installed() else "cpu"
     try:
         outcome = build_device_engines(target, args.bundle, progress=sys.stderr.isatty())
     except StepFailed as err:

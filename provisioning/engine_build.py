@@ -1,9 +1,9 @@
 """Step 3: build this device's engines (TensorRT plans) from the bundle's ONNX graphs.
 
 TensorRT plans only run on the GPU and TensorRT version that built them, so they are built on the
-device. The builder lives with the ASR build code: ``build_scripts.whisper.tensorrt.build_plans(
-bundle_dir: Path) -> list[Path]`` (it skips plans that are current). On ``--target cpu`` nothing is
-built: ONNX Runtime runs the ONNX graphs.
+device, by the ASR build code: ``build_scripts.whisper.tensorrt.build_whisper_tensorrt(BuildContext)``
+(it skips plans that are current and records new ones in the bundle's manifest.json). On ``--target
+cpu`` nothing is built: ONNX Runtime runs the ONNX graphs.
 """
 
 from __future__ import annotations
@@ -12,36 +12,53 @@ import importlib
 import importlib.util
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
+from engines.manifest import Manifest
 from provisioning.context import ProvisioningContext
 from provisioning.framework import StepFailed, StepOutcome
 from provisioning.progress import elapsed_bar
 
 BUILDER_MODULE = "build_scripts.whisper.tensorrt"
-BUILDER_FUNCTION = "build_plans"
+BUILDER_FUNCTION = "build_whisper_tensorrt"
+PLAN_KIND = "tensorrt-plan"
 NOT_NEEDED_ON_CPU = "not needed on cpu: ONNX Runtime runs the ONNX graphs"
 FIX_NO_TENSORRT = (
-    "install TensorRT from JetPack (sudo apt install nvidia-tensorrt python3-libnvinfer), recreate the "
-    "virtual environment with --system-site-packages, then: python -m provisioning run --from engines"
+    "install TensorRT and pycuda from JetPack (sudo apt install nvidia-tensorrt python3-libnvinfer "
+    "python3-pycuda), recreate the virtual environment with --system-site-packages, then: "
+    "python -m provisioning run --from engines"
 )
 
+PlanBuilder = Callable[[Path], list[str]]
 
-def find_plan_builder() -> Callable[..., Any] | None:
-    """The TensorRT plan builder of this software release, or None when it has none."""
+
+def tensorrt_installed() -> bool:
+    return importlib.util.find_spec("tensorrt") is not None and importlib.util.find_spec("pycuda") is not None
+
+
+def find_plan_builder() -> PlanBuilder | None:
+    """This release's TensorRT plan builder as ``build(bundle_dir) -> plan paths``; None without one."""
     if importlib.util.find_spec(BUILDER_MODULE) is None:
         return None
-    module = importlib.import_module(BUILDER_MODULE)
-    builder = getattr(module, BUILDER_FUNCTION, None)
-    return builder if callable(builder) else None
+    build = getattr(importlib.import_module(BUILDER_MODULE), BUILDER_FUNCTION, None)
+    if not callable(build):
+        return None
+
+    def builder(bundle_dir: Path) -> list[str]:
+        from build_scripts.bundle import BuildContext
+
+        build(BuildContext(out=bundle_dir, manifest=Manifest.read(bundle_dir)))
+        plans = Manifest.read(bundle_dir).artifacts.values()
+        return sorted(a.path for a in plans if a.kind == PLAN_KIND)
+
+    return builder
 
 
 def build_device_engines(target: str, bundle_dir: Path, *, progress: bool = True) -> StepOutcome:
     if target == "cpu":
         return StepOutcome(NOT_NEEDED_ON_CPU, {"backend": "onnxruntime", "plans": []})
-    if importlib.util.find_spec("tensorrt") is None:
+    if not tensorrt_installed():
         raise StepFailed(
-            "TensorRT is not installed on this device, so its engines cannot be built",
+            "TensorRT (with pycuda) is not installed on this device, so its engines cannot be built",
             fix=FIX_NO_TENSORRT,
         )
     builder = find_plan_builder()
@@ -53,14 +70,13 @@ def build_device_engines(target: str, bundle_dir: Path, *, progress: bool = True
         )
     try:
         with elapsed_bar("building TensorRT plans", enabled=progress):
-            built = builder(bundle_dir)
+            plans = builder(bundle_dir)
     except Exception as err:
         raise StepFailed(
             f"building the TensorRT plans failed: {type(err).__name__}: {err}",
             fix="check the GPU is free (no appliance running: sudo systemctl stop appliance) and enough "
             "memory is free, then: python -m provisioning run --from engines",
         ) from err
-    plans = [str(p) for p in (built or [])]
     import tensorrt  # present: checked above
 
     return StepOutcome(

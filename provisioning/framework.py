@@ -155,7 +155,9 @@ def run_steps(
         if step.always:
             results[step.name] = _run_one(step, ctx, store, previous, report)
             continue
-        wanted = force or index >= rerun_from or bool(only)
+        # A step whose prerequisite was redone in this run is redone too (new bundle -> new plans).
+        redone_needs = any(results.get(n) is not None and results[n].status == DONE for n in step.needs)
+        wanted = force or index >= rerun_from or bool(only) or redone_needs
         if not wanted and previous is not None and previous.status == DONE and _still_valid(step, ctx):
             results[step.name] = StepRecord(**{**previous.to_dict(), "status": SKIPPED})
             _emit(report, step.title, results[step.name])

@@ -20,6 +20,9 @@ from engines.manifest import MANIFEST_NAME
 from provisioning.files import atomic_write_bytes, atomic_write_text
 
 SIGNATURE_NAME = MANIFEST_NAME + ".sig"
+# On the device: the manifest exactly as signed. manifest.json itself grows when the device records
+# the TensorRT plans it built, so the signature is checked against this copy.
+SIGNED_MANIFEST_NAME = MANIFEST_NAME + ".signed"
 SIGNATURE_BYTES = 64
 
 
@@ -103,6 +106,12 @@ def read_signature(path: Path) -> bytes:
             f"{path} holds {len(signature)} bytes, not a {SIGNATURE_BYTES}-byte Ed25519 signature"
         )
     return signature
+
+
+def signed_manifest_bytes(bundle_dir: Path) -> bytes:
+    """The manifest as signed, from an installed bundle (or from media, where it is manifest.json)."""
+    signed = bundle_dir / SIGNED_MANIFEST_NAME
+    return (signed if signed.is_file() else bundle_dir / MANIFEST_NAME).read_bytes()
 
 
 def verify_manifest_bytes(manifest_bytes: bytes, signature: bytes, public_key: Ed25519PublicKey) -> None:

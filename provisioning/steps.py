@@ -3,9 +3,14 @@
 from __future__ import annotations
 
 from engines.errors import BundleError
-from engines.manifest import MANIFEST_NAME, Manifest
+from engines.manifest import Manifest
 from provisioning.admin_password import password_still_valid, run_admin_password
-from provisioning.bundle_import import ImportRefused, import_bundle, recover_interrupted_swap
+from provisioning.bundle_import import (
+    ImportRefused,
+    import_bundle,
+    manifest_from_bytes,
+    recover_interrupted_swap,
+)
 from provisioning.context import ProvisioningContext
 from provisioning.engine_build import run_engine_build
 from provisioning.framework import StateStore, Step, StepFailed, StepOutcome
@@ -17,6 +22,7 @@ from provisioning.signing import (
     SignatureError,
     load_public_key,
     read_signature,
+    signed_manifest_bytes,
     verify_manifest_bytes,
 )
 from provisioning.site_config import config_still_valid, run_site_config
@@ -59,13 +65,13 @@ def _keep_installed_bundle(ctx: ProvisioningContext) -> StepOutcome:
     recover_interrupted_swap(ctx.bundle_dir)
     fix = "insert the media with the signed bundle and pass its folder with --media"
     try:
-        manifest_bytes = (ctx.bundle_dir / MANIFEST_NAME).read_bytes()
+        manifest_bytes = signed_manifest_bytes(ctx.bundle_dir)
         verify_manifest_bytes(
             manifest_bytes,
             read_signature(ctx.signature_file or ctx.bundle_dir / SIGNATURE_NAME),
             load_public_key(ctx.trusted_key_file),
         )
-        manifest = Manifest.read(ctx.bundle_dir)
+        manifest = manifest_from_bytes(manifest_bytes, ctx.bundle_dir)
     except FileNotFoundError as err:
         raise StepFailed(f"no engine bundle installed at {ctx.bundle_dir}", fix=fix) from err
     except (SignatureError, BundleError, OSError) as err:

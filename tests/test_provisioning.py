@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from engines.manifest import MANIFEST_NAME, Bundle, Manifest, sha256_of
+from engines.manifest import MANIFEST_NAME, Artifact, Bundle, Manifest, sha256_of
 from provisioning.cli import main
 from provisioning.context import ProvisioningContext
 from provisioning.framework import StateStore, run_steps
@@ -324,6 +324,37 @@ def test_a_deleted_bundle_is_imported_again_on_the_next_run(site: Site) -> None:
     again = run_steps(steps, ctx, StateStore(site.state))["bundle"]
     assert again.status == "done" and again.attempts == 2
     assert Manifest.read(site.device_bundle).verify(site.device_bundle, full=True) == []
+
+
+def test_plans_built_on_the_device_survive_a_reimport_of_the_same_bundle(site: Site) -> None:
+    assert main(site.args("--only", "preflight", "--only", "bundle")) == 0
+    # What the TensorRT builder does on a Jetson: a plan file, recorded in the device's manifest.json.
+    plan = site.device_bundle / "asr/whisper-base-tensorrt/encoder-fp16.plan"
+    plan.parent.mkdir(parents=True)
+    plan.write_bytes(b"plan built on this device")
+    manifest = Manifest.read(site.device_bundle)
+    manifest.add(
+        Artifact(
+            "asr/whisper-base/tensorrt/encoder-fp16",
+            "asr/whisper-base-tensorrt/encoder-fp16.plan",
+            "tensorrt-plan",
+            sha256_of(plan),
+            plan.stat().st_size,
+        )
+    )
+    manifest.write(site.device_bundle)
+
+    assert main(site.args("--only", "bundle")) == 0  # same media again
+    step = site.steps()["bundle"]
+    assert step["outputs"]["copied"] is False and "already installed and intact" in step["summary"]
+    assert plan.read_bytes() == b"plan built on this device"
+    assert "asr/whisper-base/tensorrt/encoder-fp16" in Manifest.read(site.device_bundle).artifacts
+
+    args = site.args("--only", "bundle")
+    index = args.index("--media")
+    del args[index : index + 2]
+    assert main(args) == 0  # no media: the installed bundle is checked against its signed manifest
+    assert "kept the installed bundle" in site.steps()["bundle"]["summary"]
 
 
 def test_invalid_site_settings_are_listed_with_the_fix(site: Site) -> None:

@@ -101,6 +101,27 @@ def test_done_step_whose_result_vanished_runs_again(tmp_path: Path) -> None:
         run_steps(steps, None, StateStore(tmp_path), from_step="nope")
 
 
+def test_a_redone_step_redoes_the_steps_that_need_it(tmp_path: Path) -> None:
+    runs: list[str] = []
+
+    def step(name: str) -> Step[None]:
+        def run(_: None) -> StepOutcome:
+            runs.append(name)
+            return StepOutcome(name)
+
+        return Step(name, name.title(), run, needs=("bundle",) if name == "engines" else ())
+
+    steps = [step("bundle"), step("engines"), step("password")]
+    run_steps(steps, None, StateStore(tmp_path))
+    run_steps(steps, None, StateStore(tmp_path))
+    assert runs == ["bundle", "engines", "password"]
+    run_steps(steps, None, StateStore(tmp_path), only=["bundle"])
+    run_steps(steps, None, StateStore(tmp_path), from_step="bundle")
+    assert runs[3:] == ["bundle", "bundle", "engines", "password"]
+    results = run_steps(steps, None, StateStore(tmp_path), force=False)
+    assert {r.status for r in results.values()} == {"skipped"}
+
+
 def test_damaged_state_file_starts_over_and_is_kept(tmp_path: Path) -> None:
     (tmp_path / "state.json").write_text("{not json")
     store = StateStore(tmp_path)
@@ -132,7 +153,7 @@ def test_engines_are_not_built_on_cpu_and_a_gpu_without_tensorrt_fails_with_the_
     assert outcome.summary == "not needed on cpu: ONNX Runtime runs the ONNX graphs"
     if importlib.util.find_spec("tensorrt") is not None:
         pytest.skip("TensorRT is installed here")
-    with pytest.raises(StepFailed, match="TensorRT is not installed") as err:
+    with pytest.raises(StepFailed, match=r"TensorRT \(with pycuda\) is not installed on this device") as err:
         build_device_engines("jetson", tmp_path)
     assert err.value.fix == FIX_NO_TENSORRT
 
