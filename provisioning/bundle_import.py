@@ -202,11 +202,16 @@ def import_bundle(
     atomic_write_bytes(staging / SIGNED_MANIFEST_NAME, manifest_bytes)
     try:
         manifest = Manifest.read(staging)
+        for art in manifest.artifacts.values():
+            _safe_relative(art)
     except BundleError as err:
         shutil.rmtree(staging)
         raise ImportRefused(
             f"bundle refused: {err}", fix="rebuild the bundle at the factory and sign it"
         ) from err
+    except ImportRefused:
+        shutil.rmtree(staging)
+        raise
     total_bytes = sum(a.size_bytes for a in manifest.artifacts.values())
     manifest_sha = hashlib.sha256(manifest_bytes).hexdigest()
     ignored = len(_listed_files(media_dir, manifest))

@@ -210,6 +210,7 @@ def test_a_signed_manifest_with_an_unsafe_path_is_refused(site: Site) -> None:
     assert main(site.args("--only", "preflight", "--only", "bundle")) == 1
     assert "unsafe path" in site.steps()["bundle"]["error"]
     assert not (site.root / "etc/appliance/evil").exists()
+    assert list(site.device_bundle.parent.iterdir()) == []  # the staging folder is gone
 
 
 def _wait_for(predicate: Callable[[], bool], timeout_s: float = 60.0) -> None:
