@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import AsyncIterator
 
 import numpy as np
 import pytest
@@ -292,3 +293,39 @@ def test_conversation_is_bounded_and_merges_an_unanswered_question() -> None:
     messages = conversation.messages
     assert len(messages) == 4 and messages[0] == Message("user", "third")
     assert [m.role for m in messages] == ["user", "assistant", "user", "assistant"]
+
+
+class _FakeCall:
+    """Implements the SIP layer's call audio interface over an array, paced like RTP."""
+
+    call_id = "c1"
+    sample_rate_hz = 16000
+
+    def __init__(self, audio: np.ndarray) -> None:
+        self.audio = audio
+        self.queued: list[np.ndarray] = []
+        self.flushed_s = 0.0
+
+    async def frames(self) -> AsyncIterator[np.ndarray]:
+        async for frame in ArraySource(self.audio, realtime=True).frames():
+            yield frame
+
+    def play(self, audio: np.ndarray) -> None:
+        self.queued.append(audio)
+
+    def flush(self) -> float:
+        dropped = sum(len(a) for a in self.queued) / self.sample_rate_hz
+        self.flushed_s += dropped
+        return dropped
+
+
+def test_a_call_is_a_session_whose_reply_is_queued_for_the_caller() -> None:
+    from appliance.audio.call import call_session_kwargs
+
+    fakes = make_fakes("Thanks for calling.")
+    call = _FakeCall(np.concatenate([tone(0.6), silence(1.0)]))
+    session = Session(engines=fakes.engines, **call_session_kwargs(call))
+    _run(session.run())
+    assert session.session_id == "call-c1" and session.turns_done == 1
+    assert sum(len(a) for a in call.queued) / 16000 == pytest.approx(3 * fakes.tts.word_s, abs=0.01)
+    assert session.traces[0].played_reply == "Thanks for calling."

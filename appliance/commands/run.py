@@ -42,6 +42,8 @@ class Daemon:
     store: Any  # appliance.trace.TraceStore | None
     microphone: str | None  # device name when a microphone is used, else None
     no_microphone_reason: str
+    load_seconds: dict[str, float]
+    config_path: Path | None = None
 
 
 def handle(args: argparse.Namespace) -> int:
@@ -70,7 +72,9 @@ def handle(args: argparse.Namespace) -> int:
             reason = probe.reason
 
     def load() -> Daemon:
-        return _load(settings, microphone, reason)
+        daemon = _load(settings, microphone, reason)
+        daemon.config_path = args.config
+        return daemon
 
     return run_service(load, _serve, _close)
 
@@ -82,11 +86,11 @@ def _load(settings: Settings, microphone: str | None, reason: str) -> Daemon:
 
     engines = build_engines(settings, open_bundle(settings))
     try:
-        asyncio.run(load_engines(engines))
+        seconds = asyncio.run(load_engines(engines))
     except BaseException:
         asyncio.run(engines.close())
         raise
-    return Daemon(settings, engines, open_store(settings), microphone, reason)
+    return Daemon(settings, engines, open_store(settings), microphone, reason, seconds)
 
 
 def _close(daemon: Daemon) -> None:
@@ -97,19 +101,32 @@ def _close(daemon: Daemon) -> None:
 
 async def _serve(daemon: Daemon, control: Any) -> None:
     """The daemon after READY; returns (demo) or runs until cancelled (SIGTERM/SIGINT)."""
-    from appliance.pipeline.session import Session, SessionConfig
+    from appliance.pipeline.session import SessionConfig
 
     settings = daemon.settings
     config = SessionConfig.from_settings(settings)
-    # Other listeners (SIP calls, the admin page) start here as their own tasks beside the local session.
-    if settings.audio.input == "none":
-        control.status("ready: no local audio session (audio.input = none)")
-        await asyncio.Event().wait()  # until SIGTERM/SIGINT cancels serve
-        return
-    if daemon.microphone is None:
-        await _demo_turn(daemon, config, control)
-        return
-    source, sink = _local_audio(settings)
+    registry = _live_registry(daemon)
+    background = _start_listeners(daemon, config, registry)
+    try:
+        if settings.audio.input == "none":
+            control.status("ready: no local audio session (audio.input = none)")
+            await asyncio.Event().wait()  # until SIGTERM/SIGINT cancels serve
+        elif daemon.microphone is None:
+            await _demo_turn(daemon, config, control)
+            if background:  # SIP calls or the admin page still need the daemon
+                await asyncio.Event().wait()
+        else:
+            await _local_session(daemon, config, control, registry)
+    finally:
+        for task in background:
+            task.cancel()
+        await asyncio.gather(*background, return_exceptions=True)
+
+
+async def _local_session(daemon: Daemon, config: Any, control: Any, registry: Any) -> None:
+    from appliance.pipeline.session import Session
+
+    source, sink = _local_audio(daemon.settings)
     turns = 0
 
     def on_turn(trace: Any) -> None:
@@ -118,6 +135,8 @@ async def _serve(daemon: Daemon, control: Any) -> None:
         latency = trace.stage_s("turn_latency")
         shown = f"{latency:.2f} s" if latency is not None else "n/a"
         control.status(f"listening on {daemon.microphone}: {turns} turn(s), last latency {shown}")
+        if registry is not None:
+            registry.update_session("local", turn_done=True)
 
     session = Session(
         engines=daemon.engines,
@@ -128,13 +147,87 @@ async def _serve(daemon: Daemon, control: Any) -> None:
         session_id="local",
         on_turn=on_turn,
     )
+    if registry is not None:
+        registry.open_session("local", "microphone", str(daemon.microphone))
     control.status(f"listening on {daemon.microphone}")
     print(f"listening on {daemon.microphone}; speak, or press Ctrl+C to stop", flush=True)
     try:
         await session.run()
     finally:
+        if registry is not None:
+            registry.close_session("local")
         await source.close()
         await sink.close()
+
+
+def _live_registry(daemon: Daemon) -> Any:
+    """The admin page's view of engines and live sessions (None when the admin page is off)."""
+    if not daemon.settings.admin.enabled or daemon.store is None:
+        return None
+    from appliance.admin.backend import LiveRegistry
+    from appliance.admin.daemon import engine_states
+
+    registry = LiveRegistry()
+    for state in engine_states(daemon.settings, daemon.load_seconds):
+        registry.set_engine(state)
+    return registry
+
+
+def _start_listeners(daemon: Daemon, config: Any, registry: Any) -> list[asyncio.Task[None]]:
+    """The admin page and the SIP listener, as tasks beside the local session. A listener that fails
+    (say, its port is taken) is logged and the rest of the daemon keeps running."""
+    tasks: list[asyncio.Task[None]] = []
+    settings = daemon.settings
+    if registry is not None:
+        from appliance.admin.daemon import run_admin_page
+
+        page = run_admin_page(settings, daemon.store, registry, config_path=daemon.config_path)
+        tasks.append(asyncio.create_task(_logged(page, "admin page"), name="admin-page"))
+    if settings.sip.enabled:
+        tasks.append(asyncio.create_task(_logged(_sip(daemon, config, registry), "SIP"), name="sip"))
+    return tasks
+
+
+async def _logged(work: Any, what: str) -> None:
+    try:
+        await work
+    except asyncio.CancelledError:
+        raise
+    except Exception:
+        log.exception("%s stopped; the rest of the appliance keeps running", what)
+
+
+async def _sip(daemon: Daemon, config: Any, registry: Any) -> None:
+    """Each SIP call is a session of its own on the shared engines."""
+    from appliance.audio.call import call_session_kwargs
+    from appliance.pipeline.session import Session
+    from appliance.sip.server import SipServer
+
+    async def handle_call(call: Any) -> None:
+        kwargs = call_session_kwargs(call)
+        session_id = kwargs["session_id"]
+        if registry is not None:
+            registry.open_session(session_id, "sip", str(call.caller))
+
+        def on_turn(_trace: Any) -> None:
+            if registry is not None:
+                registry.update_session(session_id, turn_done=True)
+
+        session = Session(
+            engines=daemon.engines, config=config, store=daemon.store, on_turn=on_turn, **kwargs
+        )
+        try:
+            await session.run()
+        finally:
+            if registry is not None:
+                registry.close_session(session_id)
+
+    server = SipServer(daemon.settings.sip, handle_call)
+    await server.start()
+    try:
+        await asyncio.Event().wait()
+    finally:
+        await server.stop()
 
 
 def _local_audio(settings: Settings) -> tuple[Any, Any]:

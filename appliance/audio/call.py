@@ -1,0 +1,60 @@
+"""A phone call as a session's source and sink (the SIP layer's ``CallAudio``: 16 kHz frames in,
+audio queued for RTP out)."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from typing import Any, Protocol
+
+import numpy as np
+
+
+class CallAudioLike(Protocol):
+    call_id: str
+    sample_rate_hz: int
+
+    def frames(self) -> AsyncIterator[np.ndarray]: ...
+
+    def play(self, audio: np.ndarray) -> None: ...
+
+    def flush(self) -> float: ...
+
+
+class CallSource:
+    realtime = True  # RTP arrives at the caller's pace
+
+    def __init__(self, call: CallAudioLike) -> None:
+        self.call = call
+        self.name = f"call:{call.call_id}"
+
+    async def frames(self) -> AsyncIterator[np.ndarray]:
+        async for frame in self.call.frames():
+            yield np.asarray(frame, dtype=np.float32)
+
+    async def close(self) -> None:
+        return None
+
+
+class CallSink:
+    """Reply audio queued for the caller; a flush drops what RTP has not sent yet."""
+
+    realtime = True
+
+    def __init__(self, call: CallAudioLike) -> None:
+        self.call = call
+        self.name = f"call:{call.call_id}"
+        self.sample_rate_hz = call.sample_rate_hz
+
+    async def write(self, audio: np.ndarray) -> None:
+        self.call.play(audio)
+
+    async def flush(self) -> None:
+        self.call.flush()
+
+    async def close(self) -> None:
+        return None
+
+
+def call_session_kwargs(call: Any) -> dict[str, Any]:
+    """Source, sink and session id for ``Session(**kwargs, engines=..., config=...)``."""
+    return {"source": CallSource(call), "sink": CallSink(call), "session_id": f"call-{call.call_id}"}
