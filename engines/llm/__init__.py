@@ -5,7 +5,14 @@ from __future__ import annotations
 import threading
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
-from typing import Literal, Protocol
+from typing import TYPE_CHECKING, Literal, Protocol
+
+from engines.errors import ModelFileError
+
+if TYPE_CHECKING:
+    from engines.manifest import Bundle
+
+GGUF_KIND = "llm-gguf"
 
 Role = Literal["system", "user", "assistant"]
 
@@ -24,6 +31,12 @@ class GenerationStats:
     cancelled: bool = False
     first_token_s: float | None = None
     total_s: float = 0.0
+    dropped_messages: int = 0  # oldest history messages left out to fit the context window
+    stop_reason: str = ""  # end_of_turn | stop_string | max_tokens | cancelled
+
+    @property
+    def cached_prompt_tokens(self) -> int:
+        return self.prompt_tokens - self.evaluated_prompt_tokens
 
 
 class LlmEngine(Protocol):
@@ -41,3 +54,46 @@ class LlmEngine(Protocol):
         ...
 
     def close(self) -> None: ...
+
+
+def available_models(bundle: Bundle) -> list[str]:
+    """Model names the bundle holds (artifacts ``llm/<name>`` of kind ``llm-gguf``)."""
+    return sorted(
+        a.name.removeprefix("llm/") for a in bundle.manifest.artifacts.values() if a.kind == GGUF_KIND
+    )
+
+
+def create_llm(
+    bundle: Bundle,
+    *,
+    model: str = "qwen-1.5b",
+    system_prompt: str,
+    gpu_layers: int = 0,
+    context_tokens: int = 2048,
+    max_reply_tokens: int = 96,
+    temperature: float = 0.2,
+    threads: int = 2,
+    stop: Sequence[str] = ("\n\n",),
+    seed: int | None = None,
+) -> LlmEngine:
+    """An unloaded llama.cpp engine for the bundle's ``llm/<model>`` GGUF (``gpu_layers=-1``: all
+    layers on the GPU). ``seed`` fixes sampling for reproducible runs; None draws one."""
+    names = available_models(bundle)
+    if model not in names:
+        raise ModelFileError(
+            f"unknown LLM model {model!r}; the bundle has: {', '.join(names) or 'none'}",
+            fix="set llm.model to one of those, or add the GGUF with python -m build_scripts quantize",
+        )
+    from engines.llm.llamacpp import LlamaCppLlm
+
+    return LlamaCppLlm(
+        bundle.path(f"llm/{model}"),
+        system_prompt=system_prompt,
+        gpu_layers=gpu_layers,
+        context_tokens=context_tokens,
+        max_reply_tokens=max_reply_tokens,
+        temperature=temperature,
+        threads=threads,
+        stop=stop,
+        seed=seed,
+    )

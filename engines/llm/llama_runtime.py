@@ -1,0 +1,210 @@
+"""A thin layer over llama.cpp's C API (through llama-cpp-python's ctypes bindings).
+
+One model, one context, one sequence. The KV cache is addressed by token count: ``kv_length``
+is what llama.cpp's own memory holds, so callers can count what a call really evaluated.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import logging
+import threading
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import llama_cpp
+
+from engines.errors import BackendUnavailable, ModelFileError
+
+log = logging.getLogger(__name__)
+llama_log = logging.getLogger("engines.llm.llama_cpp")
+
+_ALL_LAYERS = 2**31 - 1
+_SEQ = 0  # the one sequence this runtime uses
+_backend_lock = threading.Lock()
+_backend_ready = False
+
+# ggml log levels -> logging levels (5 = continuation of the previous line).
+_LOG_LEVELS = {0: logging.CRITICAL, 1: logging.INFO, 2: logging.WARNING, 3: logging.ERROR, 4: logging.DEBUG}
+
+
+@llama_cpp.llama_log_callback
+def _route_llama_log(level: int, text: bytes, user_data: ctypes.c_void_p) -> None:
+    # Everything llama.cpp prints goes to logging at DEBUG (stderr stays quiet unless -v).
+    if llama_log.isEnabledFor(logging.DEBUG):
+        llama_log.debug("%s", text.decode("utf-8", errors="replace").rstrip())
+
+
+def init_backend() -> None:
+    global _backend_ready
+    with _backend_lock:
+        if not _backend_ready:
+            llama_cpp.llama_log_set(_route_llama_log, ctypes.c_void_p(0))
+            llama_cpp.llama_backend_init()
+            _backend_ready = True
+
+
+@dataclass(frozen=True)
+class SamplingParams:
+    temperature: float
+    top_k: int = 40
+    top_p: float = 0.95
+    min_p: float = 0.05
+    seed: int | None = None
+
+
+class LlamaRuntime:
+    def __init__(
+        self, path: Path, *, gpu_layers: int, context_tokens: int, threads: int, batch_tokens: int = 512
+    ) -> None:
+        init_backend()
+        if gpu_layers != 0 and not llama_cpp.llama_supports_gpu_offload():
+            raise BackendUnavailable(
+                f"llm.gpu_layers = {gpu_layers} but this llama.cpp build has no GPU offload",
+                fix='set llm.gpu_layers = 0, or install llama-cpp-python built with CMAKE_ARGS="-DGGML_CUDA=on"',
+            )
+        model_params = llama_cpp.llama_model_default_params()
+        model_params.n_gpu_layers = _ALL_LAYERS if gpu_layers < 0 else gpu_layers
+        self.model = llama_cpp.llama_model_load_from_file(str(path).encode(), model_params)
+        if not self.model:
+            raise ModelFileError(
+                f"llama.cpp could not load {path} (run with -v for its log)",
+                fix="check the file is a GGUF for a model architecture this llama.cpp supports",
+            )
+        batch_tokens = min(batch_tokens, context_tokens)  # llama.cpp caps a batch at the context
+        ctx_params = llama_cpp.llama_context_default_params()
+        ctx_params.n_ctx = context_tokens
+        ctx_params.n_batch = batch_tokens
+        ctx_params.n_ubatch = batch_tokens
+        ctx_params.n_threads = threads
+        ctx_params.n_threads_batch = threads
+        ctx_params.swa_full = True  # sliding-window layers keep every position, so prefixes can be reused
+        ctx_params.no_perf = False
+        self.ctx = llama_cpp.llama_init_from_model(self.model, ctx_params)
+        if not self.ctx:
+            llama_cpp.llama_model_free(self.model)
+            raise BackendUnavailable(
+                f"llama.cpp could not create a {context_tokens}-token context for {path}",
+                fix="lower llm.context_tokens or free memory",
+            )
+        self.vocab = llama_cpp.llama_model_get_vocab(self.model)
+        self.memory = llama_cpp.llama_get_memory(self.ctx)
+        self.context_tokens = int(llama_cpp.llama_n_ctx(self.ctx))
+        self.batch_tokens = int(llama_cpp.llama_n_batch(self.ctx))
+        self._piece = ctypes.create_string_buffer(256)
+
+    # model facts ---------------------------------------------------------------------------
+
+    def meta(self, key: str) -> str | None:
+        buf = ctypes.create_string_buffer(4096)
+        length = llama_cpp.llama_model_meta_val_str(self.model, key.encode(), buf, len(buf))
+        return buf.value.decode("utf-8", errors="replace") if length >= 0 else None
+
+    def chat_template(self) -> str | None:
+        raw = llama_cpp.llama_model_chat_template(self.model, None)
+        return raw.decode("utf-8") if raw else None
+
+    def token_text(self, token: int) -> str:
+        if token < 0:
+            return ""
+        return str(llama_cpp.llama_vocab_get_text(self.vocab, token).decode("utf-8", errors="replace"))
+
+    @property
+    def bos_token(self) -> int:
+        return int(llama_cpp.llama_vocab_bos(self.vocab))
+
+    @property
+    def eos_token(self) -> int:
+        return int(llama_cpp.llama_vocab_eos(self.vocab))
+
+    @property
+    def adds_bos(self) -> bool:
+        return bool(llama_cpp.llama_vocab_get_add_bos(self.vocab))
+
+    # text <-> tokens -----------------------------------------------------------------------
+
+    def tokenize(self, text: str) -> list[int]:
+        """Tokens of ``text`` with special tokens (``<|im_start|>``) parsed, nothing added."""
+        raw = text.encode("utf-8")
+        capacity = len(raw) + 16
+        tokens = (llama_cpp.llama_token * capacity)()
+        count = llama_cpp.llama_tokenize(self.vocab, raw, len(raw), tokens, capacity, False, True)
+        if count < 0:
+            capacity = -count
+            tokens = (llama_cpp.llama_token * capacity)()
+            count = llama_cpp.llama_tokenize(self.vocab, raw, len(raw), tokens, capacity, False, True)
+        return list(tokens[:count])
+
+    def piece(self, token: int) -> bytes:
+        """The bytes a token stands for (control tokens give none)."""
+        length = llama_cpp.llama_token_to_piece(self.vocab, token, self._piece, len(self._piece), 0, False)
+        if length < 0:
+            self._piece = ctypes.create_string_buffer(-length)
+            length = llama_cpp.llama_token_to_piece(
+                self.vocab, token, self._piece, len(self._piece), 0, False
+            )
+        return bytes(self._piece.raw[:length])
+
+    def is_end_of_generation(self, token: int) -> bool:
+        return bool(llama_cpp.llama_vocab_is_eog(self.vocab, token))
+
+    # KV cache --------------------------------------------------------------------------------
+
+    def kv_length(self) -> int:
+        """Tokens llama.cpp holds for the sequence (its highest position + 1)."""
+        return int(llama_cpp.llama_memory_seq_pos_max(self.memory, _SEQ)) + 1
+
+    def truncate(self, length: int) -> None:
+        """Forget every position from ``length`` on."""
+        if not llama_cpp.llama_memory_seq_rm(self.memory, _SEQ, length, -1):
+            llama_cpp.llama_memory_clear(self.memory, True)
+            raise BackendUnavailable("llama.cpp could not trim this model's KV cache")
+
+    def decode(self, tokens: Sequence[int]) -> None:
+        """Evaluate ``tokens`` after what the cache holds, in batches; logits of the last one stay."""
+        for start in range(0, len(tokens), self.batch_tokens):
+            chunk = tokens[start : start + self.batch_tokens]
+            array = (llama_cpp.llama_token * len(chunk))(*chunk)
+            result = llama_cpp.llama_decode(self.ctx, llama_cpp.llama_batch_get_one(array, len(chunk)))
+            if result != 0:
+                raise BackendUnavailable(f"llama_decode failed with code {result}")
+
+    def prompt_tokens_evaluated(self) -> int:
+        """llama.cpp's own counter of prompt tokens evaluated since the context was made."""
+        llama_cpp.llama_synchronize(self.ctx)
+        return int(llama_cpp.llama_perf_context(self.ctx).n_p_eval)
+
+    # sampling --------------------------------------------------------------------------------
+
+    def sampler(self, params: SamplingParams) -> Any:
+        chain = llama_cpp.llama_sampler_chain_init(llama_cpp.llama_sampler_chain_default_params())
+        if params.temperature <= 0.0:
+            llama_cpp.llama_sampler_chain_add(chain, llama_cpp.llama_sampler_init_greedy())
+            return chain
+        seed = llama_cpp.LLAMA_DEFAULT_SEED if params.seed is None else params.seed
+        for stage in (
+            llama_cpp.llama_sampler_init_top_k(params.top_k),
+            llama_cpp.llama_sampler_init_top_p(params.top_p, 1),
+            llama_cpp.llama_sampler_init_min_p(params.min_p, 1),
+            llama_cpp.llama_sampler_init_temp(params.temperature),
+            llama_cpp.llama_sampler_init_dist(seed),
+        ):
+            llama_cpp.llama_sampler_chain_add(chain, stage)
+        return chain
+
+    def sample(self, sampler: Any) -> int:
+        return int(llama_cpp.llama_sampler_sample(sampler, self.ctx, -1))
+
+    @staticmethod
+    def free_sampler(sampler: Any) -> None:
+        llama_cpp.llama_sampler_free(sampler)
+
+    def close(self) -> None:
+        if self.ctx:
+            llama_cpp.llama_free(self.ctx)
+            self.ctx = None
+        if self.model:
+            llama_cpp.llama_model_free(self.model)
+            self.model = None

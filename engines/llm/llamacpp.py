@@ -1,0 +1,297 @@
+"""The LLM engine on llama.cpp: system prompt evaluated once, prefix reuse, streaming, cancellation.
+
+KV layout: the system prefix (same for every conversation) is evaluated in ``load()`` and never
+removed. Each turn keeps the longest cached prefix of its prompt (the whole previous turn, when
+the same conversation continues) and evaluates only the rest; a turn of another conversation
+falls back to the system prefix.
+"""
+
+from __future__ import annotations
+
+import codecs
+import logging
+import threading
+import time
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+from engines.errors import EngineError, InputError
+from engines.llm import GenerationStats, Message
+from engines.llm.chat_template import ChatTemplate, validate_history
+from engines.llm.gguf import read_gguf
+from engines.llm.history import trim_history
+from engines.llm.stop import StopStringFilter
+
+log = logging.getLogger(__name__)
+
+_WARMUP_HISTORY = (Message("user", "Hello."),)
+
+
+class LlamaCppLlm:
+    def __init__(
+        self,
+        model_path: Path,
+        *,
+        system_prompt: str,
+        gpu_layers: int = 0,
+        context_tokens: int = 2048,
+        max_reply_tokens: int = 96,
+        temperature: float = 0.2,
+        threads: int = 2,
+        stop: Sequence[str] = ("\n\n",),
+        seed: int | None = None,
+    ) -> None:
+        if max_reply_tokens >= context_tokens:
+            raise InputError(
+                f"max_reply_tokens ({max_reply_tokens}) must be below context_tokens ({context_tokens})",
+                fix="raise llm.context_tokens or lower llm.max_reply_tokens",
+            )
+        self.model_path = Path(model_path)
+        self.system_prompt = system_prompt
+        self.gpu_layers = gpu_layers
+        self.context_tokens = context_tokens
+        self.max_reply_tokens = max_reply_tokens
+        self.temperature = temperature
+        self.threads = threads
+        self.stop = tuple(stop)
+        self.seed = seed
+        self._runtime: Any = None  # LlamaRuntime once loaded
+        self._template: ChatTemplate | None = None
+        self._system_tokens: list[int] = []
+        self._kv_tokens: list[int] = []  # mirror of what the KV cache holds, in order
+        self._lock = threading.Lock()
+        self._active: Iterator[str] | None = None  # the turn holding the lock
+        self._active_thread: int | None = None
+
+    # lifecycle -------------------------------------------------------------------------------
+
+    def load(self) -> None:
+        if self._runtime is not None:
+            return
+        info = read_gguf(self.model_path)  # clear errors for foreign or truncated files
+        from engines.llm.llama_runtime import LlamaRuntime
+
+        started = time.perf_counter()
+        runtime = LlamaRuntime(
+            self.model_path,
+            gpu_layers=self.gpu_layers,
+            context_tokens=self.context_tokens,
+            threads=self.threads,
+        )
+        try:
+            self._template = ChatTemplate.for_model(
+                runtime.chat_template(),
+                info.architecture,
+                bos_token=runtime.token_text(runtime.bos_token),
+                eos_token=runtime.token_text(runtime.eos_token),
+            )
+            prefix = self._template.system_prefix(self.system_prompt)
+            tokens = runtime.tokenize(prefix)
+            if runtime.adds_bos and (not tokens or tokens[0] != runtime.bos_token):
+                tokens.insert(0, runtime.bos_token)
+            if len(tokens) + self.max_reply_tokens >= runtime.context_tokens:
+                raise InputError(
+                    f"the system prompt takes {len(tokens)} tokens, too many for a "
+                    f"{runtime.context_tokens}-token context with {self.max_reply_tokens} reply tokens",
+                    fix="shorten the persona or raise llm.context_tokens",
+                )
+            runtime.decode(tokens)
+        except BaseException:
+            runtime.close()
+            raise
+        self._runtime = runtime
+        self._system_tokens = tokens
+        self._kv_tokens = list(tokens)
+        self._warm_up()
+        log.info(
+            "llm ready: %s (%s, %s, template %s), system prompt %d tokens, %.2f s",
+            self.model_path.name,
+            info.architecture,
+            info.file_type_name,
+            self._template.origin,
+            len(tokens),
+            time.perf_counter() - started,
+        )
+
+    def _warm_up(self) -> None:
+        """One short turn, so graph allocation is not paid by the first real turn."""
+        for _ in self._generate(_WARMUP_HISTORY, None, GenerationStats(), max_tokens=1):
+            pass
+        self._runtime.truncate(len(self._system_tokens))
+        self._kv_tokens = list(self._system_tokens)
+
+    def close(self) -> None:
+        if self._active is not None and self._active_thread == threading.get_ident():
+            self._close_active()
+        with self._lock:
+            if self._runtime is not None:
+                self._runtime.close()
+                self._runtime = None
+            self._kv_tokens = []
+
+    # facts for callers and tests ---------------------------------------------------------------
+
+    @property
+    def system_prompt_tokens(self) -> int:
+        return len(self._system_tokens)
+
+    @property
+    def template_origin(self) -> str:
+        return self._template.origin if self._template else ""
+
+    def prompt_tokens(self, history: Sequence[Message]) -> list[int]:
+        """The token sequence a turn with ``history`` evaluates (system prefix included)."""
+        self._require_loaded()
+        assert self._template is not None
+        _, rest = self._template.split(self.system_prompt, history)
+        return self._system_tokens + self._runtime.tokenize(rest)
+
+    # generation ------------------------------------------------------------------------------
+
+    def stream(
+        self,
+        history: Sequence[Message],
+        *,
+        cancel: threading.Event | None = None,
+        stats: GenerationStats | None = None,
+    ) -> Iterator[str]:
+        self._require_loaded()
+        validate_history(history)
+        box: list[Iterator[str]] = []
+        turn = self._serialized(box, list(history), cancel, stats if stats is not None else GenerationStats())
+        box.append(turn)
+        return turn
+
+    def _serialized(
+        self,
+        box: list[Iterator[str]],
+        history: list[Message],
+        cancel: threading.Event | None,
+        stats: GenerationStats,
+    ) -> Iterator[str]:
+        # A turn this same thread left suspended (barge-in without draining it) is closed first;
+        # a turn running in another thread is waited for.
+        if self._active is not None and self._active_thread == threading.get_ident():
+            self._close_active()
+        with self._lock:
+            self._require_loaded()
+            self._active, self._active_thread = box[0], threading.get_ident()
+            try:
+                yield from self._generate(history, cancel, stats, max_tokens=self.max_reply_tokens)
+            finally:
+                self._active, self._active_thread = None, None
+
+    def _close_active(self) -> None:
+        active, self._active = self._active, None
+        if active is not None and hasattr(active, "close"):
+            active.close()
+
+    def _generate(
+        self,
+        history: Sequence[Message],
+        cancel: threading.Event | None,
+        stats: GenerationStats,
+        *,
+        max_tokens: int,
+    ) -> Iterator[str]:
+        started = time.perf_counter()
+        runtime = self._runtime
+        budget = min(self.context_tokens, runtime.context_tokens) - max_tokens
+        kept, stats.dropped_messages = trim_history(
+            history, lambda messages: len(self.prompt_tokens(messages)) <= budget
+        )
+        prompt = self.prompt_tokens(kept)
+        stats.prompt_tokens = len(prompt)
+        if stats.dropped_messages:
+            log.debug("dropped the %d oldest messages to fit the context", stats.dropped_messages)
+
+        # Reuse the longest cached prefix; at least the last prompt token is evaluated for logits.
+        reuse = _common_prefix_length(self._kv_tokens, prompt)
+        reuse = max(min(reuse, len(prompt) - 1), len(self._system_tokens))
+        runtime.truncate(reuse)
+        self._kv_tokens = self._kv_tokens[:reuse]
+        before = runtime.kv_length()
+        if _is_set(cancel):
+            stats.cancelled, stats.stop_reason = True, "cancelled"
+            stats.total_s = time.perf_counter() - started
+            return
+        runtime.decode(prompt[reuse:])
+        self._kv_tokens.extend(prompt[reuse:])
+        stats.evaluated_prompt_tokens = runtime.kv_length() - before
+
+        sampler = runtime.sampler(self._sampling())
+        try:
+            yield from self._decode_loop(runtime, sampler, cancel, stats, max_tokens, started)
+        finally:
+            runtime.free_sampler(sampler)
+            stats.total_s = time.perf_counter() - started
+
+    def _decode_loop(
+        self,
+        runtime: Any,
+        sampler: Any,
+        cancel: threading.Event | None,
+        stats: GenerationStats,
+        max_tokens: int,
+        started: float,
+    ) -> Iterator[str]:
+        decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+        stops = StopStringFilter(self.stop)
+        at_start = True
+        stats.stop_reason = "max_tokens"
+        while True:
+            if _is_set(cancel):
+                stats.cancelled, stats.stop_reason = True, "cancelled"
+                return
+            token = runtime.sample(sampler)
+            if runtime.is_end_of_generation(token):
+                stats.stop_reason = "end_of_turn"
+                break
+            stats.generated_tokens += 1
+            text = stops.push(decoder.decode(runtime.piece(token)))
+            if at_start:
+                text = text.lstrip()
+                at_start = not text
+            if text:
+                if stats.first_token_s is None:
+                    stats.first_token_s = time.perf_counter() - started
+                yield text
+            if stops.stopped:
+                stats.stop_reason = "stop_string"
+                return
+            if stats.generated_tokens >= max_tokens:
+                break
+            if _is_set(cancel):
+                stats.cancelled, stats.stop_reason = True, "cancelled"
+                return
+            runtime.decode([token])
+            self._kv_tokens.append(token)
+        tail = stops.push(decoder.decode(b"", final=True)) + stops.flush()
+        tail = tail.lstrip() if at_start else tail
+        if tail:
+            if stats.first_token_s is None:
+                stats.first_token_s = time.perf_counter() - started
+            yield tail
+
+    def _sampling(self) -> Any:
+        from engines.llm.llama_runtime import SamplingParams
+
+        return SamplingParams(temperature=self.temperature, seed=self.seed)
+
+    def _require_loaded(self) -> None:
+        if self._runtime is None:
+            raise EngineError("the LLM engine is not loaded", fix="call load() first")
+
+
+def _common_prefix_length(a: Sequence[int], b: Sequence[int]) -> int:
+    length = 0
+    for x, y in zip(a, b, strict=False):
+        if x != y:
+            break
+        length += 1
+    return length
+
+
+def _is_set(cancel: threading.Event | None) -> bool:
+    return cancel is not None and cancel.is_set()
