@@ -128,8 +128,20 @@ def test_daemon_notifies_in_order_and_stops_on_sigterm(fake_systemd: FakeSystemd
     assert messages[-1] == "STOPPING=1\nSTATUS=stopping"
 
 
+class RecordingNotifier(Notifier):
+    """The real socket protocol, plus the send time of each message (the receiver thread may lag)."""
+
+    def __init__(self) -> None:
+        self.sent: list[tuple[float, str]] = []
+        super().__init__(self._send_and_record)
+
+    def _send_and_record(self, message: str) -> bool:
+        self.sent.append((time.monotonic(), message))
+        return socket_send(message)
+
+
 def test_watchdog_pings_stop_while_the_loop_is_blocked(fake_systemd: FakeSystemd) -> None:
-    notifier = Notifier(prefer_systemd=False)
+    notifier = RecordingNotifier()
     marks: dict[str, float] = {}
 
     async def main() -> None:
@@ -143,36 +155,40 @@ def test_watchdog_pings_stop_while_the_loop_is_blocked(fake_systemd: FakeSystemd
         task.cancel()
 
     asyncio.run(main())
-    time.sleep(0.1)
-    pings = [at for at, message in fake_systemd.received if message == "WATCHDOG=1"]
+    pings = [at for at, message in notifier.sent if message == "WATCHDOG=1"]
     before = [at for at in pings if at < marks["blocked"]]
-    during = [at for at in pings if marks["blocked"] + 0.05 < at < marks["unblocked"]]
+    during = [at for at in pings if marks["blocked"] <= at < marks["unblocked"]]
     after = [at for at in pings if at >= marks["unblocked"]]
     assert len(before) >= 4
     assert during == []
     assert len(after) >= 4
     gaps = [b - a for a, b in itertools.pairwise(pings)]
     assert max(gaps) >= 0.75  # longer than WatchdogSec: systemd would restart the daemon
+    fake_systemd.wait_for("WATCHDOG=1")
+    deadline = time.monotonic() + 5
+    while len(fake_systemd.messages) < len(pings) and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert fake_systemd.messages == ["WATCHDOG=1"] * len(pings)  # every ping reached the socket
 
 
 def test_failed_health_check_withholds_pings(fake_systemd: FakeSystemd) -> None:
+    notifier = RecordingNotifier()
     healthy = {"now": True}
+    marks: dict[str, float] = {}
 
     async def main() -> None:
-        task = start_watchdog(
-            Notifier(prefer_systemd=False), WatchdogSettings(0.1), healthy=lambda: healthy["now"]
-        )
+        task = start_watchdog(notifier, WatchdogSettings(0.1), healthy=lambda: healthy["now"])
+        assert task is not None
         await asyncio.sleep(0.3)
         healthy["now"] = False
-        await asyncio.sleep(0.03)  # let a ping already in flight land
-        count = len(fake_systemd.received)
+        marks["unhealthy"] = time.monotonic()
         await asyncio.sleep(0.4)
-        assert len(fake_systemd.received) == count
-        assert task is not None
         task.cancel()
 
     asyncio.run(main())
-    assert fake_systemd.messages.count("WATCHDOG=1") >= 3
+    pings = [at for at, message in notifier.sent if message == "WATCHDOG=1"]
+    assert len(pings) >= 3
+    assert all(at < marks["unhealthy"] for at in pings)
 
 
 def test_failed_load_reports_the_error_and_never_says_ready(fake_systemd: FakeSystemd) -> None:
