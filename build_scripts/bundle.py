@@ -127,7 +127,9 @@ def packaged_model_step(model: PackagedModel) -> Step:
 
 def default_steps() -> list[Step]:
     """The default bundle's steps, in order; later build stages append theirs here."""
-    return [packaged_model_step(m) for m in DEFAULT_MODELS]
+    from build_scripts.whisper.step import WHISPER_STEPS  # imports BuildContext from here
+
+    return [*(packaged_model_step(m) for m in DEFAULT_MODELS), *WHISPER_STEPS]
 
 
 def build_bundle(

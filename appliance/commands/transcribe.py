@@ -1,20 +1,81 @@
-"""appliance transcribe WAV...: Whisper on files."""
+"""appliance transcribe WAV... [--json]: Whisper on files.
+
+Any sample rate, channel count or format soundfile reads is converted to 16 kHz mono. A file that
+cannot be read is reported (on stderr, and as a JSON line with ``error`` under ``--json``) and the
+other files are still transcribed; the exit status is 1 when any file failed.
+"""
 
 from __future__ import annotations
 
 import argparse
+import json
+import sys
 from pathlib import Path
 
-from appliance.commands.common import add_config_option, not_built
+from appliance.commands.common import EXIT_FAILED, EXIT_OK, EXIT_USAGE, add_config_option, settings_or_exit
+from engines.errors import EngineError
 
 
 def register(sub: argparse._SubParsersAction) -> None:
     parser = sub.add_parser("transcribe", help="transcribe audio files with the ASR engine")
     parser.add_argument("wav", type=Path, nargs="+")
     parser.add_argument("--json", action="store_true", help="one JSON line per file")
+    parser.add_argument(
+        "--real-length",
+        choices=("on", "off"),
+        default=None,
+        help="encode only the real audio length (default: asr.encode_real_length)",
+    )
     add_config_option(parser)
     parser.set_defaults(handler=handle)
 
 
 def handle(args: argparse.Namespace) -> int:
-    return not_built("transcribe", "the Whisper ASR engine")
+    settings = settings_or_exit(args)
+    if settings is None:
+        return EXIT_USAGE
+    from engines.asr import create_asr
+    from engines.audio import load_audio_16k
+    from engines.manifest import Bundle
+
+    asr = settings.asr
+    real_length = asr.encode_real_length if args.real_length is None else args.real_length == "on"
+    try:
+        bundle = Bundle.open(settings.bundle.dir, verify=settings.bundle.verify_on_start, full=False)
+        engine = create_asr(
+            bundle,
+            backend=asr.backend,
+            device=asr.device,
+            precision=asr.precision,
+            language=asr.language,
+            encode_real_length=real_length,
+            threads=asr.threads,
+        )
+        engine.load()
+    except EngineError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return EXIT_FAILED
+    failed = 0
+    try:
+        for path in args.wav:
+            try:
+                transcript = engine.transcribe(load_audio_16k(path))
+            except EngineError as err:
+                failed += 1
+                print(f"error: {path}: {err}", file=sys.stderr)
+                if args.json:
+                    print(json.dumps({"file": str(path), "error": str(err), "code": err.code}), flush=True)
+                continue
+            if args.json:
+                record = {
+                    "file": str(path),
+                    "text": transcript.text,
+                    "audio_s": round(transcript.audio_s, 3),
+                    "asr_s": round(transcript.asr_s, 3),
+                }
+                print(json.dumps(record), flush=True)
+            else:
+                print(f"{path}: {transcript.text}", flush=True)
+    finally:
+        engine.close()
+    return EXIT_FAILED if failed else EXIT_OK

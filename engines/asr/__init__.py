@@ -7,6 +7,8 @@ from typing import Protocol
 
 import numpy as np
 
+from engines.manifest import Bundle
+
 SAMPLE_RATE_HZ = 16000
 
 
@@ -27,3 +29,29 @@ class AsrEngine(Protocol):
         ...
 
     def close(self) -> None: ...
+
+
+def create_asr(
+    bundle: Bundle,
+    *,
+    backend: str = "onnxruntime",
+    device: str = "cpu",
+    precision: str = "int8",
+    language: str = "en",
+    encode_real_length: bool = False,
+    threads: int = 2,
+    model: str = "whisper-base",
+) -> AsrEngine:
+    """An unloaded Whisper engine over the bundle's graphs; ``load()`` imports the runtime."""
+    from engines.asr.factory import create_whisper
+
+    return create_whisper(
+        bundle,
+        backend=backend,
+        device=device,
+        precision=precision,
+        language=language,
+        encode_real_length=encode_real_length,
+        threads=threads,
+        model=model,
+    )

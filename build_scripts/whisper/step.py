@@ -1,0 +1,82 @@
+"""Bundle step: export the bundle's CTranslate2 Whisper to ONNX (fp32, fp16, int8) and record it."""
+
+from __future__ import annotations
+
+import logging
+import shutil
+import tempfile
+from pathlib import Path
+
+from build_scripts.bundle import BuildContext
+from build_scripts.whisper.export import EXPORTER_VERSION, OPSET, export_onnx
+from engines.asr.config import PRECISIONS
+
+log = logging.getLogger(__name__)
+
+MODEL = "whisper-base"
+CT2_PREFIX = f"asr/{MODEL}/ct2"
+ONNX_PREFIX = f"asr/{MODEL}/onnx"
+ONNX_DIR = f"asr/{MODEL}-onnx"
+
+
+def _outputs() -> dict[str, tuple[str, str]]:
+    """artifact name -> (file name, kind)"""
+    outputs = {
+        f"{ONNX_PREFIX}/config": ("config.json", "whisper-onnx-config"),
+        f"{ONNX_PREFIX}/tokenizer": ("tokenizer.json", "whisper-tokenizer"),
+    }
+    for precision in PRECISIONS:
+        for part in ("encoder", "decoder"):
+            outputs[f"{ONNX_PREFIX}/{part}-{precision}"] = (
+                f"{part}-{precision}.onnx",
+                f"whisper-onnx-{part}",
+            )
+    return outputs
+
+
+def _build_parameters() -> dict[str, object]:
+    import torch
+
+    return {
+        "exporter_version": EXPORTER_VERSION,
+        "opset": OPSET,
+        "precisions": list(PRECISIONS),
+        "int8": "onnxruntime dynamic quantization, MatMul weights, per tensor",
+        "torch": torch.__version__.split("+")[0],
+    }
+
+
+def export_whisper_onnx(ctx: BuildContext) -> None:
+    from build_scripts.whisper.ct2 import load_ct2_folder
+
+    weights = ctx.manifest.get(f"{CT2_PREFIX}/model.bin")
+    tokenizer = ctx.manifest.get(f"{CT2_PREFIX}/tokenizer.json")
+    if weights is None or tokenizer is None:
+        log.warning("whisper onnx: the CTranslate2 Whisper is not in the bundle; skipping the export")
+        return
+    source = {"from": CT2_PREFIX, "model.bin sha256": weights.sha256, "tokenizer sha256": tokenizer.sha256}
+    build = _build_parameters()
+    outputs = _outputs()
+    if all(ctx.is_current(name, source=source, build=build) for name in outputs):
+        log.info("whisper onnx: up to date")
+        return
+    ct2_dir = (ctx.out / weights.path).parent
+    target_dir = ctx.out / ONNX_DIR
+    target_dir.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(prefix=".whisper-onnx-", dir=ctx.out) as tmp:
+        staging = Path(tmp)
+        export_onnx(load_ct2_folder(ct2_dir), ctx.out / tokenizer.path, staging)
+        for name, (file_name, kind) in outputs.items():
+            target = target_dir / file_name
+            shutil.move(str(staging / file_name), target)
+            ctx.record(name, target, kind, source=source, build=build)
+    log.info("whisper onnx: %s written", target_dir)
+
+
+def build_whisper_tensorrt_plans(ctx: BuildContext) -> None:
+    from build_scripts.whisper.tensorrt import build_whisper_tensorrt
+
+    build_whisper_tensorrt(ctx, MODEL)
+
+
+WHISPER_STEPS = (export_whisper_onnx, build_whisper_tensorrt_plans)

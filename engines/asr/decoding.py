@@ -1,0 +1,69 @@
+"""Greedy decoding over the encoder/decoder graph runners: no timestamps, one utterance at a time."""
+
+from __future__ import annotations
+
+import zlib
+from dataclasses import dataclass
+
+import numpy as np
+
+from engines.asr.config import WhisperConfig
+from engines.asr.runner import GraphRunner
+
+
+@dataclass(frozen=True)
+class Decoded:
+    tokens: tuple[int, ...]  # generated tokens, without the prompt and the end-of-text token
+    hit_token_limit: bool
+
+
+class GreedyDecoder:
+    def __init__(self, config: WhisperConfig, decoder: GraphRunner) -> None:
+        self.decoder = decoder
+        dims = config.dims
+        self.n_layer = dims["n_text_layer"]
+        self.n_head = dims["n_text_head"]
+        self.head_dim = dims["n_text_state"] // self.n_head
+        self.n_text_ctx = dims["n_text_ctx"]
+        vocab = dims["n_vocab"]
+        self.eot = int(config.special["eot"])
+        # Without timestamps only text tokens and end-of-text may follow: every other special token
+        # (language, task, timestamps) is masked, as are the model's own suppressed tokens.
+        always = np.zeros(vocab, dtype=bool)
+        always[self.eot + 1 :] = True
+        always[[t for t in config.suppress_ids if 0 <= t < vocab]] = True
+        self._suppress_always = always
+        begin = always.copy()
+        begin[[t for t in config.suppress_ids_begin if 0 <= t < vocab]] = True
+        begin[self.eot] = True  # a transcript is never empty when decoding starts
+        self._suppress_begin = begin
+        self._cache_dtype = decoder.input_dtype("self_k_0")
+
+    def empty_cache(self, batch: int = 1) -> dict[str, np.ndarray]:
+        shape = (batch, self.n_head, 0, self.head_dim)
+        empty = np.zeros(shape, dtype=self._cache_dtype)
+        return {f"self_{kind}_{i}": empty for i in range(self.n_layer) for kind in ("k", "v")}
+
+    def decode(self, cross: dict[str, np.ndarray], prompt: list[int], max_new_tokens: int = 224) -> Decoded:
+        """``cross``: the encoder's outputs (cross_k_i / cross_v_i) for one utterance."""
+        limit = min(max_new_tokens, self.n_text_ctx - len(prompt))
+        caches = self.empty_cache()
+        step_tokens = np.asarray([prompt], dtype=np.int64)
+        generated: list[int] = []
+        while len(generated) < limit:
+            outputs = self.decoder.run({"tokens": step_tokens, **caches, **cross})
+            logits = outputs["logits"][0]
+            mask = self._suppress_begin if not generated else self._suppress_always
+            token = int(np.argmax(np.where(mask, -np.inf, logits)))
+            if token == self.eot:
+                return Decoded(tuple(generated), hit_token_limit=False)
+            generated.append(token)
+            caches = {name: outputs[f"new_{name}"] for name in caches}
+            step_tokens = np.asarray([[token]], dtype=np.int64)
+        return Decoded(tuple(generated), hit_token_limit=True)
+
+
+def compression_ratio(text: str) -> float:
+    """Bytes of text over bytes compressed: repetition loops compress far better than speech."""
+    data = text.encode("utf-8")
+    return len(data) / max(1, len(zlib.compress(data)))

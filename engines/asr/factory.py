@@ -1,0 +1,105 @@
+"""Choosing the backend and the bundle's files for a Whisper engine, without importing runtimes."""
+
+from __future__ import annotations
+
+import importlib.util
+from functools import partial
+from pathlib import Path
+from typing import Any
+
+from engines.asr.config import PRECISIONS
+from engines.asr.runner import BACKENDS, DEVICES, GraphRunner
+from engines.asr.whisper import EncodePolicy, WhisperEngine, WhisperFiles
+from engines.errors import BackendUnavailable
+from engines.manifest import Bundle
+
+MODELS = ("whisper-base",)
+# Real-length encoding: audio + 10 s of silence at least, with a full-window retry on degenerate text.
+REAL_LENGTH_POLICY = EncodePolicy(real_length=True, pad_s=10.0, fallback=True)
+FULL_WINDOW_POLICY = EncodePolicy(real_length=False)
+
+
+def onnx_artifact(model: str, part: str, precision: str) -> str:
+    return f"asr/{model}/onnx/{part}-{precision}"
+
+
+def plan_artifact(model: str, part: str, precision: str) -> str:
+    return f"asr/{model}/tensorrt/{part}-{precision}"
+
+
+def _check_choice(what: str, value: str, allowed: tuple[str, ...], key: str) -> None:
+    if value not in allowed:
+        raise BackendUnavailable(
+            f"unknown ASR {what} {value!r}", fix=f"set {key} to one of: {', '.join(allowed)}"
+        )
+
+
+def _onnxruntime_runner(path: Path, *, device: str, threads: int) -> GraphRunner:
+    from engines.asr.onnxruntime_backend import OrtGraphRunner
+
+    return OrtGraphRunner(path, device=device, threads=threads)
+
+
+def _tensorrt_runner(path: Path, *, expected: dict[str, Any]) -> GraphRunner:
+    from engines.asr.tensorrt_backend import TensorRtGraphRunner
+
+    return TensorRtGraphRunner(path, expected=expected)
+
+
+def create_whisper(
+    bundle: Bundle,
+    *,
+    backend: str = "onnxruntime",
+    device: str = "cpu",
+    precision: str = "int8",
+    language: str = "en",
+    encode_real_length: bool = False,
+    threads: int = 2,
+    model: str = "whisper-base",
+) -> WhisperEngine:
+    _check_choice("backend", backend, BACKENDS, "asr.backend")
+    _check_choice("device", device, DEVICES, "asr.device")
+    _check_choice("precision", precision, PRECISIONS, "asr.precision")
+    _check_choice("model", model, MODELS, "asr.model")
+    if threads < 1:
+        raise BackendUnavailable(f"asr.threads must be at least 1 (got {threads})", fix="set asr.threads = 2")
+    policy = REAL_LENGTH_POLICY if encode_real_length else FULL_WINDOW_POLICY
+    if backend == "tensorrt":
+        missing = [name for name in ("tensorrt", "pycuda") if importlib.util.find_spec(name) is None]
+        if missing:
+            raise BackendUnavailable(
+                f"ASR backend 'tensorrt' needs {' and '.join(missing)}, which this machine lacks",
+                fix='on a Jetson install them with JetPack and pip install -e ".[jetson]"; '
+                'elsewhere set asr.backend = "onnxruntime"',
+            )
+        if device != "cuda":
+            raise BackendUnavailable(
+                "ASR backend 'tensorrt' runs on the GPU only",
+                fix='set asr.device = "cuda" or asr.backend = "onnxruntime"',
+            )
+        if precision == "int8":
+            raise BackendUnavailable(
+                "the TensorRT Whisper plans are built in fp16 or fp32, not int8",
+                fix='set asr.precision = "fp16"',
+            )
+        files = WhisperFiles(
+            config=bundle.path(f"asr/{model}/onnx/config"),
+            tokenizer=bundle.path(f"asr/{model}/onnx/tokenizer"),
+            encoder=bundle.path(plan_artifact(model, "encoder", precision)),
+            decoder=bundle.path(plan_artifact(model, "decoder", precision)),
+        )
+        plan = bundle.manifest.get(plan_artifact(model, "encoder", precision))
+        built_for = plan.build if plan else {}
+        expected: dict[str, Any] = {
+            k: built_for[k] for k in ("tensorrt", "gpu", "compute_capability") if k in built_for
+        }
+        runner = partial(_tensorrt_runner, expected=expected)
+        return WhisperEngine(files, runner, language=language, policy=policy)
+    files = WhisperFiles(
+        config=bundle.path(f"asr/{model}/onnx/config"),
+        tokenizer=bundle.path(f"asr/{model}/onnx/tokenizer"),
+        encoder=bundle.path(onnx_artifact(model, "encoder", precision)),
+        decoder=bundle.path(onnx_artifact(model, "decoder", precision)),
+    )
+    factory = partial(_onnxruntime_runner, device=device, threads=threads)
+    return WhisperEngine(files, factory, language=language, policy=policy)

@@ -1,0 +1,69 @@
+"""ONNX Runtime graph runner: CPU, or the CUDA execution provider (``onnxruntime-gpu``)."""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from engines.errors import BackendUnavailable, ModelFileError
+
+log = logging.getLogger(__name__)
+
+_ORT_TYPES = {"tensor(float)": np.float32, "tensor(float16)": np.float16, "tensor(int64)": np.int64}
+
+
+def _import_onnxruntime() -> Any:
+    try:
+        import onnxruntime
+    except ImportError as err:
+        raise BackendUnavailable(
+            "ASR backend 'onnxruntime' needs the onnxruntime package",
+            fix='pip install -e ".[cpu]" (or onnxruntime-gpu for device = "cuda")',
+        ) from err
+    return onnxruntime
+
+
+class OrtGraphRunner:
+    def __init__(self, path: Path, *, device: str = "cpu", threads: int = 2) -> None:
+        ort = _import_onnxruntime()
+        if device == "cuda":
+            if "CUDAExecutionProvider" not in ort.get_available_providers():
+                raise BackendUnavailable(
+                    "ONNX Runtime has no CUDA execution provider on this machine "
+                    f"(available: {', '.join(ort.get_available_providers())})",
+                    fix='install onnxruntime-gpu with a matching CUDA, or set asr.device = "cpu"',
+                )
+            providers: list[str] = ["CUDAExecutionProvider", "CPUExecutionProvider"]
+        else:
+            providers = ["CPUExecutionProvider"]
+        options = ort.SessionOptions()
+        options.intra_op_num_threads = threads
+        options.inter_op_num_threads = 1
+        options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+        options.log_severity_level = 3
+        try:
+            self._session = ort.InferenceSession(str(path), sess_options=options, providers=providers)
+        except Exception as err:  # onnxruntime raises its own untyped exceptions for bad files
+            raise ModelFileError(
+                f"ONNX Runtime cannot load {path}: {err}",
+                fix="re-export the model: python -m build_scripts bundle --out DIR",
+            ) from err
+        self.name = path.name
+        self._types = {
+            i.name: np.dtype(_ORT_TYPES.get(i.type, np.float32)) for i in self._session.get_inputs()
+        }
+        self._outputs = [o.name for o in self._session.get_outputs()]
+        log.debug("%s on %s", self.name, self._session.get_providers()[0])
+
+    def input_dtype(self, name: str) -> np.dtype:
+        return self._types[name]
+
+    def run(self, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        values = self._session.run(self._outputs, inputs)
+        return dict(zip(self._outputs, values, strict=True))
+
+    def close(self) -> None:
+        self._session = None

