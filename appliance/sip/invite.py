@@ -25,6 +25,8 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
+MAX_FINAL_RETRANSMITTERS = 64
+
 
 class InviteMixin:
     if TYPE_CHECKING:
@@ -78,7 +80,7 @@ class InviteMixin:
                     session_version=0,
                     codecs=self.config.codecs,
                 )
-            except (SdpError, UnicodeDecodeError) as err:
+            except SdpError as err:
                 log.info("SIP: INVITE from %s:%d refused: %s", *source, err)
                 self.send_final_failure(
                     invite, source, 488, headers=(("Warning", f'304 appliance "{err}"'[:200]),)
@@ -168,7 +170,7 @@ class InviteMixin:
                     session_version=call.session_version,
                     codecs=self.config.codecs,
                 )
-            except (SdpError, UnicodeDecodeError) as err:
+            except SdpError as err:
                 log.info("call %s: unusable SDP answer in the ACK (%s); hanging up", call.call_id, err)
                 self._spawn(self.end_call(call, "unusable SDP answer", send_bye=True))
                 return
@@ -211,7 +213,7 @@ class InviteMixin:
                     session_version=call.session_version,
                     codecs=self.config.codecs,
                 )
-            except (SdpError, UnicodeDecodeError) as err:
+            except SdpError as err:
                 call.session_version -= 1
                 self.respond(invite, source, 488, headers=(("Warning", f'304 appliance "{err}"'[:200]),))
                 return
@@ -255,6 +257,9 @@ class InviteMixin:
         old = self._final_retx.pop(key, None)
         if old is not None:
             old.stop()
+        if len(self._final_retx) >= MAX_FINAL_RETRANSMITTERS:
+            self._send(data, source)  # under a flood, answer once and do not repeat (no amplification)
+            return
         self._final_retx[key] = Retransmitter(
             lambda: self._send(data, source), lambda: self._forget_final(key)
         )

@@ -53,7 +53,10 @@ class AudioAnswer:
 
 
 def parse_sdp(data: bytes | str) -> SessionDescription:
-    text = data.decode("utf-8") if isinstance(data, bytes) else data
+    try:
+        text = data.decode("utf-8") if isinstance(data, bytes) else data
+    except UnicodeDecodeError as err:
+        raise SdpError(f"session description is not UTF-8 (byte {err.start})") from err
     session = SessionDescription()
     current: MediaSection | None = None
     for raw in text.replace("\r\n", "\n").split("\n"):

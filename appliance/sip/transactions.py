@@ -16,6 +16,7 @@ log = logging.getLogger(__name__)
 T1_S = 0.5
 T2_S = 4.0
 TRANSACTION_TIMEOUT_S = 64 * T1_S
+MAX_CACHED_RESPONSES = 4096
 
 
 def transaction_key(request: SipRequest, method: str | None = None) -> tuple[str, ...]:
@@ -59,6 +60,8 @@ class ResponseCache:
         now = self._clock()
         if len(self._entries) > 256:
             self._entries = {k: e for k, e in self._entries.items() if e.expires_s > now}
+        while len(self._entries) >= MAX_CACHED_RESPONSES:  # a flood: forget the oldest first
+            del self._entries[next(iter(self._entries))]
         self._entries[key] = _Entry(data, address, now + self._lifetime_s)
 
     def lookup(self, key: tuple[str, ...]) -> _Entry | None:
