@@ -159,11 +159,12 @@ class Turn:
                 lambda: engines.llm.stream(messages, cancel=self._llm_cancel, stats=self.stats),
                 cancel=self._llm_cancel,
             )
-            async for piece in pieces:
-                self.trace.mark("llm_first_token")
-                self._reply_parts.append(piece)
-                for clause in splitter.push(piece):
-                    await self._put_clause(clause, clauses)
+            async with contextlib.aclosing(pieces):
+                async for piece in pieces:
+                    self.trace.mark("llm_first_token")
+                    self._reply_parts.append(piece)
+                    for clause in splitter.push(piece):
+                        await self._put_clause(clause, clauses)
         except Exception as err:
             raise TurnFailed(Stage.LLM, err) from err
         for clause in splitter.flush():
@@ -196,10 +197,11 @@ class Turn:
             audio = self.engines.tts_worker.stream(
                 lambda: tts.synthesize(clause, sample_rate_hz=rate), cancel=threading.Event()
             )
-            async for chunk in audio:
-                self.trace.mark("tts_first_audio")
-                self.clause_samples[index] += len(chunk)
-                await chunks.put((index, chunk))
+            async with contextlib.aclosing(audio):
+                async for chunk in audio:
+                    self.trace.mark("tts_first_audio")
+                    self.clause_samples[index] += len(chunk)
+                    await chunks.put((index, chunk))
         except Exception as err:
             raise TurnFailed(Stage.TTS, err) from err
 
@@ -223,9 +225,10 @@ class Turn:
                 lambda: self.engines.tts.synthesize(text, sample_rate_hz=self.player.rate),
                 cancel=threading.Event(),
             )
-            async for chunk in chunks:
-                await self._confirmed.wait()
-                await self.player.play(chunk, len(self.clauses))
+            async with contextlib.aclosing(chunks):
+                async for chunk in chunks:
+                    await self._confirmed.wait()
+                    await self.player.play(chunk, len(self.clauses))
             await self.player.drain()
         except Exception:
             log.exception("turn %s: the fallback reply could not be spoken either", self.trace.turn_id)

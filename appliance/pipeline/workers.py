@@ -6,7 +6,7 @@ import asyncio
 import contextlib
 import logging
 import threading
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncGenerator, Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
 
@@ -35,12 +35,13 @@ class EngineWorker:
         *,
         cancel: threading.Event,
         max_pending: int = 8,
-    ) -> AsyncIterator[T]:
+    ) -> AsyncGenerator[T, None]:
         """Iterate ``produce()`` on the worker thread, handing items to the loop.
 
-        At most ``max_pending`` items wait for the consumer (the thread blocks beyond that). Leaving
-        the ``async for`` early, or being cancelled, sets ``cancel``: the thread stops before its next
-        item (the engine itself checks ``cancel`` too, e.g. between LLM tokens).
+        At most ``max_pending`` items wait for the consumer (the thread blocks beyond that). Closing
+        the generator (``contextlib.aclosing`` around an ``async for`` that may break) or cancelling
+        its consumer sets ``cancel``: the thread stops before its next item (the engine itself checks
+        ``cancel`` too, e.g. between LLM tokens).
         """
         loop = asyncio.get_running_loop()
         queue: asyncio.Queue[tuple[str, Any]] = asyncio.Queue()
@@ -53,6 +54,8 @@ class EngineWorker:
         def run() -> None:
             items: Iterator[T] | None = None
             try:
+                if cancel.is_set():  # cancelled while queued behind another call: do not start
+                    return
                 items = produce()
                 for item in items:
                     while not room.acquire(timeout=_POLL_S):
