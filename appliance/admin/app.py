@@ -14,6 +14,7 @@ from appliance.admin.ratelimit import LoginRateLimiter
 from appliance.admin.routes_api import api_router, metrics_router, probe_router
 from appliance.admin.routes_auth import auth_router
 from appliance.admin.routes_pages import mount_static, page_router
+from appliance.admin.schemas import ErrorBody
 from appliance.admin.security import AuthContext
 from appliance.admin.sessions import SessionStore
 from appliance.admin.users import UserDirectory
@@ -51,6 +52,10 @@ def create_app(
         docs_url=None,
         redoc_url=None,
         openapi_url=None,  # served by page_router, behind the login, from local assets only
+        responses={
+            400: {"model": ErrorBody, "description": "a body that is not valid JSON"},
+            413: {"model": ErrorBody, "description": f"a body over {MAX_BODY_BYTES} bytes"},
+        },
     )
     app.state.backend = backend
     app.state.auth = AuthContext(
