@@ -12,6 +12,7 @@ from provisioning.cli import main
 from provisioning.signing import generate_keypair, sign_bundle
 
 
+@pytest.mark.slow
 def test_self_test_turn_on_the_real_bundle(bundle: Bundle, tmp_path: Path) -> None:
     # The device's bundle folder points at the real bundle (1.6 GB, not copied); its signature is
     # kept outside it, since the real bundle folder is never written to.
