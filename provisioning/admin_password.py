@@ -13,6 +13,7 @@ from pathlib import Path
 
 from appliance.auth.passwords import PasswordError, PasswordFileError, read_password_file, write_password_file
 from provisioning.context import ProvisioningContext
+from provisioning.files import give_to_service_user
 from provisioning.framework import StepFailed, StepOutcome
 
 FIX_NO_SOURCE = "pass --admin-password-stdin (and pipe it in), or --admin-password-file FILE, or run the tool in a terminal"
@@ -53,6 +54,7 @@ def run_admin_password(ctx: ProvisioningContext) -> StepOutcome:
         from_file=ctx.password_file_in, from_stdin=ctx.password_stdin, interactive=ctx.interactive
     )
     set_password(ctx.password_file, password)
+    give_to_service_user(ctx.password_file, ctx.system_root)  # the admin page reads it
     return StepOutcome(
         f"admin password set ({ctx.password_file}, scrypt, mode 0600)",
         {"path": str(ctx.password_file), "kdf": "scrypt", "mode": "0600"},

@@ -13,8 +13,9 @@ Target = Literal["jetson", "cpu"]
 TARGETS: tuple[str, ...] = ("jetson", "cpu")
 
 # Where things live on the device (inside --system-root, which is "/" on a real device).
+DEVICE_STATE_DIR = "/var/lib/appliance"  # StateDirectory=appliance
 DEVICE_BUNDLE_DIR = "/var/lib/appliance/bundle"
-DEVICE_CONFIG_FILE = "/etc/appliance/appliance.toml"
+DEVICE_CONFIG_FILE = "/var/lib/appliance/appliance.toml"
 DEVICE_PASSWORD_FILE = "/var/lib/appliance/admin-password"
 DEVICE_TRUSTED_KEY = "/etc/appliance/bundle-signing.pub"
 DEVICE_TRACE_DB = "/var/lib/appliance/turns.sqlite3"

@@ -1,4 +1,6 @@
-"""Step 4: write the site configuration (/etc/appliance/appliance.toml), validated by the schema.
+"""Step 4: write the site configuration (/var/lib/appliance/appliance.toml), validated by the schema.
+
+It lives in the daemon's own state folder because the admin page changes it (atomically) at run time.
 
 The file starts from ``--site-file`` (any keys of the appliance's configuration), then the flags
 (site name, device id, language, persona, audio devices, SIP), then what provisioning knows best:
@@ -17,7 +19,7 @@ from typing import Any
 
 from appliance.config import ConfigError, load_settings
 from provisioning.context import DEVICE_BUNDLE_DIR, DEVICE_TRACE_DB, ProvisioningContext, SiteOptions
-from provisioning.files import atomic_write_text
+from provisioning.files import atomic_write_text, give_to_service_user
 from provisioning.framework import StepFailed, StepOutcome
 
 if sys.version_info >= (3, 11):
@@ -138,6 +140,7 @@ def run_site_config(ctx: ProvisioningContext) -> StepOutcome:
         ) from err
     validate(text, ctx.config_file)
     atomic_write_text(ctx.config_file, text, mode=0o644)
+    give_to_service_user(ctx.config_file, ctx.system_root)  # the admin page edits it
     sip = data.get("sip", {})
     audio = data.get("audio", {})
     outputs = {

@@ -13,6 +13,7 @@ from provisioning.bundle_import import (
 )
 from provisioning.context import ProvisioningContext
 from provisioning.engine_build import run_engine_build
+from provisioning.files import give_to_service_user
 from provisioning.framework import StateStore, Step, StepFailed, StepOutcome
 from provisioning.preflight import run_preflight
 from provisioning.report import run_report
@@ -42,6 +43,7 @@ def run_bundle_import(ctx: ProvisioningContext) -> StepOutcome:
         )
     except ImportRefused as err:
         raise StepFailed(err.message, fix=err.fix) from err
+    give_to_service_user(ctx.bundle_dir, ctx.system_root)  # the engines unit adds TensorRT plans to it
     how = "copied and verified" if result.copied else "already installed and intact"
     outputs = {
         "media": str(ctx.media_dir),

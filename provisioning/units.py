@@ -14,8 +14,8 @@ import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
-from provisioning.context import ProvisioningContext
-from provisioning.files import atomic_write_text
+from provisioning.context import DEVICE_STATE_DIR, ProvisioningContext
+from provisioning.files import SERVICE_USER, atomic_write_text, give_to_service_user, under_root
 from provisioning.framework import StepFailed, StepOutcome
 
 UNITS_SOURCE_DIR = Path(__file__).resolve().parents[1] / "systemd"
@@ -115,8 +115,11 @@ def run_units(ctx: ProvisioningContext) -> StepOutcome:
                 fix="run it by hand to see why (as root), then: python -m provisioning run --from units",
                 outputs={"installed": [str(p) for p in installed], "log": log_lines},
             )
+    state_root = under_root(ctx.system_root, DEVICE_STATE_DIR)
+    owned = give_to_service_user(state_root, ctx.system_root)
     outputs = {
         "installed": [str(p) for p in installed] + [str(sysusers)],
+        "state_owned_by": SERVICE_USER if owned else None,
         "exec_prefix": str(ctx.python_prefix),
         "verify": "passed",
         "exposure": {"score": score[0], "rating": score[1], "goal": EXPOSURE_GOAL} if score else None,

@@ -105,7 +105,7 @@ def test_signed_bundle_provisions_every_step_and_reports(
     # the site configuration is the appliance's own schema, pointing at the device paths
     from appliance.config import load_settings
 
-    settings = load_settings(site.root / "etc/appliance/appliance.toml")
+    settings = load_settings(site.root / "var/lib/appliance/appliance.toml")
     assert settings.agent.site_name == "Plant 3 reception"
     assert settings.agent.device_id == "kiosk-07"
     assert str(settings.bundle.dir) == "/var/lib/appliance/bundle"
@@ -119,10 +119,19 @@ def test_signed_bundle_provisions_every_step_and_reports(
 
     # the units: rendered for this virtual environment, verified, enabled offline
     unit = (site.root / "etc/systemd/system/appliance.service").read_text()
-    assert f"ExecStart={sys.prefix}/bin/appliance run --config /etc/appliance/appliance.toml" in unit
+    assert f"ExecStart={sys.prefix}/bin/appliance run --config /var/lib/appliance/appliance.toml" in unit
     assert (site.root / "etc/systemd/system/multi-user.target.wants/appliance.service").is_symlink()
     assert "appliance:x:" in (site.root / "etc/passwd").read_text()
     assert steps["units"]["outputs"]["exposure"]["score"] <= 3.0
+
+    # everything under the state folder belongs to the daemon's user (it edits the configuration)
+    passwd_line = next(
+        line for line in (site.root / "etc/passwd").read_text().splitlines() if line.startswith("appliance:")
+    )
+    uid = int(passwd_line.split(":")[2])
+    state_root = site.root / "var/lib/appliance"
+    for path in [state_root, password_path, state_root / "appliance.toml", *site.device_bundle.rglob("*")]:
+        assert path.stat().st_uid == uid, path
 
     # the report: JSON and text, every step with its outcome and, where it failed, the fix
     report = json.loads((site.state / "report.json").read_text())
@@ -362,7 +371,7 @@ def test_invalid_site_settings_are_listed_with_the_fix(site: Site) -> None:
     assert main(site.args("--sip-port", "70000", "--only", "preflight", "--only", "site-config")) == 1
     step = site.steps()["site-config"]
     assert "sip.port" in step["error"] and "65535" in step["error"]
-    assert not (site.root / "etc/appliance/appliance.toml").exists()
+    assert not (site.root / "var/lib/appliance/appliance.toml").exists()
 
 
 def test_keys_and_signatures_from_the_command_line(tmp_path: Path, site: Site) -> None:

@@ -57,6 +57,9 @@ def test_self_test_turn_on_the_real_bundle(bundle: Bundle, tmp_path: Path) -> No
 
 @pytest.fixture(autouse=True)
 def _real_bundle_is_untouched(bundle: Bundle) -> object:
-    before = sorted(p.name for p in bundle.root.iterdir())
+    def snapshot() -> list[tuple[str, int, int]]:
+        return sorted((p.name, p.stat().st_uid, p.stat().st_mode) for p in bundle.root.rglob("*"))
+
+    before = snapshot()
     yield
-    assert sorted(p.name for p in bundle.root.iterdir()) == before
+    assert snapshot() == before  # nothing added, re-owned or re-moded in the real bundle
