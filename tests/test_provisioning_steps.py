@@ -15,7 +15,7 @@ from appliance.config import load_settings
 from provisioning.admin_password import run_admin_password
 from provisioning.bundle_import import previous_dir, recover_interrupted_swap, staging_dir
 from provisioning.context import ProvisioningContext, SiteOptions
-from provisioning.engine_build import FIX_NO_TENSORRT, build_device_engines
+from provisioning.engine_build import FIX_NO_TENSORRT, build_device_engines, find_plan_builder
 from provisioning.framework import StateStore, Step, StepFailed, StepOutcome, run_steps
 from provisioning.preflight import run_preflight
 from provisioning.preflight_audio import RECORD_S, check_audio, record_and_play
@@ -156,6 +156,11 @@ def test_engines_are_not_built_on_cpu_and_a_gpu_without_tensorrt_fails_with_the_
     with pytest.raises(StepFailed, match=r"TensorRT \(with pycuda\) is not installed on this device") as err:
         build_device_engines("jetson", tmp_path)
     assert err.value.fix == FIX_NO_TENSORRT
+
+
+def test_the_release_has_a_tensorrt_plan_builder_for_the_engines_step() -> None:
+    """The engines step builds plans through the ASR build code; a rename there must fail here."""
+    assert find_plan_builder() is not None
 
 
 def test_admin_password_needs_a_source_and_a_good_password(tmp_path: Path) -> None:
