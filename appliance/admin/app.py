@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
-
-from fastapi import FastAPI, Request, Response
+from fastapi import FastAPI
 
 from appliance import __version__
 from appliance.admin.backend import AdminBackend
-from appliance.admin.errors import error_response, install_error_handlers
+from appliance.admin.errors import install_error_handlers
 from appliance.admin.metrics import TraceMetrics
+from appliance.admin.middleware import HeadersAndLimits
 from appliance.admin.ratelimit import LoginRateLimiter
 from appliance.admin.routes_api import api_router, metrics_router, probe_router
 from appliance.admin.routes_auth import auth_router
@@ -68,18 +67,7 @@ def create_app(
     app.state.refresh_s = admin.refresh_s
     install_error_handlers(app)
 
-    @app.middleware("http")
-    async def _headers(request: Request, call_next: Callable[[Request], Awaitable[Response]]) -> Response:
-        length = request.headers.get("content-length")
-        if length is not None and (not length.isdigit() or int(length) > MAX_BODY_BYTES):
-            return error_response(413, "too_large", f"request body over {MAX_BODY_BYTES} bytes")
-        response = await call_next(request)
-        for name, value in SECURITY_HEADERS.items():
-            response.headers.setdefault(name, value)
-        if request.url.path.startswith("/api/"):
-            response.headers["Cache-Control"] = "no-store"
-        return response
-
+    app.add_middleware(HeadersAndLimits, headers=SECURITY_HEADERS, max_body_bytes=MAX_BODY_BYTES)
     app.include_router(probe_router())
     app.include_router(metrics_router(app.state.metrics, public=admin.metrics_public))
     app.include_router(auth_router())

@@ -3,7 +3,7 @@
 The daemon implements it with :class:`appliance.admin.local.LocalBackend` (the turn trace store, the
 configuration file, and a :class:`LiveRegistry` that the pipeline keeps up to date). Every method is
 synchronous and may block briefly (SQLite, /proc, nvidia-smi); the web app calls them from worker
-threads, never on the event loop.
+threads, never on the event loop, except ``health`` (liveness), which must not block.
 """
 
 from __future__ import annotations
@@ -25,7 +25,9 @@ from appliance.trace import TurnTrace
 
 
 class AdminBackend(Protocol):
-    def health(self) -> Health: ...
+    def health(self) -> Health:
+        """Called on the event loop itself (liveness): must not block."""
+        ...
 
     def readiness(self) -> Readiness: ...
 

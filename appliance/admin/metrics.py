@@ -110,6 +110,9 @@ class TraceMetrics:
     def take_new_turns(self) -> int:
         """Observe the stored turns not seen before; returns how many."""
         with self._lock:
+            newest = self.backend.recent_traces(1)
+            if not newest or newest[0].turn_id in self._seen:
+                return 0  # nothing new: skip reading the last SCRAPE_TURNS turns
             new = [t for t in self.backend.recent_traces(SCRAPE_TURNS) if t.turn_id not in self._seen]
             for trace in reversed(new):  # oldest first
                 self.observe(trace)

@@ -48,8 +48,8 @@ def probe_router() -> APIRouter:
     router = APIRouter(tags=["health"])
 
     @router.get("/healthz", response_model=Health)
-    def healthz(backend: BackendDep) -> Health:
-        """Liveness: the daemon answers."""
+    async def healthz(backend: BackendDep) -> Health:
+        """Liveness: the daemon's event loop answers (this handler runs on it)."""
         return backend.health()
 
     @router.get("/readyz", response_model=Readiness, responses={503: {"model": Readiness}})
