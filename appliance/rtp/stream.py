@@ -51,6 +51,7 @@ class StreamStats:
     packets_sent: int = 0
     bad_packets: int = 0
     foreign_packets: int = 0
+    rtcp_packets: int = 0
     unknown_payload: int = 0
     frames_dropped: int = 0
     digits: list[str] = field(default_factory=list)
@@ -149,6 +150,7 @@ class RtpStream(asyncio.DatagramProtocol):
             self.stats.foreign_packets += 1
             return
         if looks_like_rtcp(data):
+            self.stats.rtcp_packets += 1
             return
         try:
             packet = parse_rtp(data)
