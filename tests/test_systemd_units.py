@@ -96,7 +96,9 @@ def test_daemon_unit_is_notify_with_watchdog_and_sandbox() -> None:
     assert int(unit["WatchdogSec"][0]) >= 10
     assert "char-alsa rw" in unit["DeviceAllow"]
     assert any(d.startswith("/dev/nvmap") for d in unit["DeviceAllow"])
-    assert unit["ExecStart"][0].startswith("/opt/appliance/venv/bin/appliance run --config /var/lib/appliance/")
+    assert unit["ExecStart"][0].startswith(
+        "/opt/appliance/venv/bin/appliance run --config /var/lib/appliance/"
+    )
     assert unit["Requires"] == [ENGINES_UNIT] and ENGINES_UNIT in unit["After"][0]
     engines = _directives(read_unit_sources()[ENGINES_UNIT])
     assert engines["Type"] == ["oneshot"]
