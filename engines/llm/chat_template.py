@@ -79,9 +79,12 @@ class ChatTemplate:
             )
         )
 
-    def split(self, system_prompt: str, history: Sequence[Message]) -> tuple[str, str]:
-        """(system prefix, rest) of the rendered prompt; the prefix depends on ``system_prompt`` only."""
-        prefix = self.system_prefix(system_prompt)
+    def split(
+        self, system_prompt: str, history: Sequence[Message], *, prefix: str | None = None
+    ) -> tuple[str, str]:
+        """(system prefix, rest) of the rendered prompt; the prefix depends on ``system_prompt`` only
+        (pass it when known: ``system_prefix`` renders twice)."""
+        prefix = self.system_prefix(system_prompt) if prefix is None else prefix
         full = self.render([Message("system", system_prompt), *history])
         if not full.startswith(prefix):
             raise ModelFileError(

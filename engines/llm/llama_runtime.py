@@ -8,13 +8,21 @@ from __future__ import annotations
 
 import ctypes
 import logging
+import os
 import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import llama_cpp
+# llama.cpp's CPU backend runs its threads with OpenMP, which by default spin-waits at each of the
+# hundreds of barriers per token. When ASR, TTS or anything else shares the cores, a spinning
+# thread waits for a descheduled one: 2 threads ran 5-10x slower than 1 on a busy 2-core machine.
+# Waiting passively keeps 2 threads fast there. Read once, when libgomp loads; an operator's own
+# setting wins.
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+
+import llama_cpp  # imported after the OpenMP setting above
 
 from engines.errors import BackendUnavailable, ModelFileError
 

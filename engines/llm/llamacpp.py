@@ -58,6 +58,7 @@ class LlamaCppLlm:
         self.seed = seed
         self._runtime: Any = None  # LlamaRuntime once loaded
         self._template: ChatTemplate | None = None
+        self._system_prefix = ""  # the rendered text of the system prefix
         self._system_tokens: list[int] = []
         self._kv_tokens: list[int] = []  # mirror of what the KV cache holds, in order
         self._lock = threading.Lock()
@@ -101,6 +102,7 @@ class LlamaCppLlm:
             runtime.close()
             raise
         self._runtime = runtime
+        self._system_prefix = prefix
         self._system_tokens = tokens
         self._kv_tokens = list(tokens)
         self._warm_up()
@@ -144,7 +146,7 @@ class LlamaCppLlm:
         """The token sequence a turn with ``history`` evaluates (system prefix included)."""
         self._require_loaded()
         assert self._template is not None
-        _, rest = self._template.split(self.system_prompt, history)
+        _, rest = self._template.split(self.system_prompt, history, prefix=self._system_prefix)
         return self._system_tokens + self._runtime.tokenize(rest)
 
     # generation ------------------------------------------------------------------------------
@@ -198,10 +200,14 @@ class LlamaCppLlm:
         started = time.perf_counter()
         runtime = self._runtime
         budget = min(self.context_tokens, runtime.context_tokens) - max_tokens
-        kept, stats.dropped_messages = trim_history(
-            history, lambda messages: len(self.prompt_tokens(messages)) <= budget
-        )
-        prompt = self.prompt_tokens(kept)
+        prompts: list[list[int]] = []
+
+        def fits(messages: Sequence[Message]) -> bool:
+            prompts.append(self.prompt_tokens(messages))
+            return len(prompts[-1]) <= budget
+
+        _, stats.dropped_messages = trim_history(history, fits)
+        prompt = prompts[-1]  # the last call was for the kept messages, and they fitted
         stats.prompt_tokens = len(prompt)
         if stats.dropped_messages:
             log.debug("dropped the %d oldest messages to fit the context", stats.dropped_messages)
