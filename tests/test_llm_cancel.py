@@ -61,3 +61,25 @@ def test_a_turn_abandoned_without_draining_does_not_block_or_corrupt_the_next(
     history = [Message("user", "Where can I park my bicycle?")]
     assert _reply(gemma_llm, history) == _reply(fresh_gemma, history)
     assert list(abandoned) == []  # closed by the next turn
+
+
+def test_turns_from_two_threads_are_serialized_and_each_gets_its_own_reply(
+    gemma_llm: LlamaCppLlm, fresh_gemma: LlamaCppLlm
+) -> None:
+    histories = {
+        "a": [Message("user", "Which bus goes to the airport?")],
+        "b": [Message("user", "How much does a day ticket cost?")],
+    }
+    replies: dict[str, str] = {}
+    start = threading.Barrier(2)
+
+    def run(key: str) -> None:
+        start.wait()
+        replies[key] = _reply(gemma_llm, histories[key])
+
+    workers = [threading.Thread(target=run, args=(key,)) for key in histories]
+    for worker in workers:
+        worker.start()
+    for worker in workers:
+        worker.join(timeout=120)
+    assert replies == {key: _reply(fresh_gemma, history) for key, history in histories.items()}
