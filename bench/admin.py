@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+from fastapi import FastAPI
 
 from appliance.admin import (
     LiveRegistry,
@@ -69,6 +70,29 @@ async def _loop_lag(stop: asyncio.Event) -> list[float]:
         await asyncio.sleep(TIMER_S)
         lags.append((time.perf_counter() - started - TIMER_S) * 1000.0)
     return lags
+
+
+async def _baseline(requests: int) -> dict[str, float]:
+    """The same server and client around an app with one trivial route: what any request costs here."""
+    bare = FastAPI()
+
+    @bare.get("/ping")
+    async def ping() -> dict[str, bool]:
+        return {"ok": True}
+
+    sock = bind_socket("127.0.0.1", 0)
+    started = asyncio.Event()
+    server = asyncio.create_task(serve(bare, "127.0.0.1", 0, sock=sock, started=started))
+    await started.wait()
+    times = []
+    async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{sock.getsockname()[1]}") as client:
+        for _ in range(requests):
+            t0 = time.perf_counter()
+            (await client.get("/ping")).raise_for_status()
+            times.append((time.perf_counter() - t0) * 1000.0)
+    server.cancel()
+    await asyncio.gather(server, return_exceptions=True)
+    return _summary(times)
 
 
 async def _measure(turns: int, requests: int) -> dict[str, Any]:
@@ -132,6 +156,7 @@ async def _measure(turns: int, requests: int) -> dict[str, Any]:
     server.cancel()
     await asyncio.gather(server, return_exceptions=True)
     store.close()
+    results["routes"]["GET /ping (bare FastAPI app, baseline)"] = await _baseline(requests)
     idle_summary, busy_summary = _summary(idle_lag), _summary(busy_lag)
     results["loop_lag_idle"] = idle_summary
     results["loop_lag_under_dashboard_load"] = busy_summary
@@ -160,6 +185,9 @@ def main() -> None:
         f"first /metrics scrape over {results['turns_stored']} turns: {results['first_metrics_scrape_ms']} ms"
     )
     print(f"loop lag p99, busy / idle: {results['loop_lag_p99_ratio_busy_vs_idle']}x")
+    baseline = results["routes"]["GET /ping (bare FastAPI app, baseline)"]["p50_ms"]
+    for name in ("GET /healthz", "GET /api/status", "GET /api/latency?limit=200", "GET /metrics"):
+        print(f"{name} p50 / bare-app p50: {results['routes'][name]['p50_ms'] / baseline:.1f}x")
     RESULTS.mkdir(parents=True, exist_ok=True)
     out = RESULTS / f"admin-{datetime.now(timezone.utc).strftime('%Y%m%dT%H%M%SZ')}.json"
     out.write_text(json.dumps(results, indent=2) + "\n")

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import stat
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -417,3 +418,18 @@ def test_page_assets_name_no_address_outside_the_device(admin_env: AdminEnv) -> 
         text = client.get(path).text
         # Only the SVG namespace URI (an identifier, never fetched) may look like an address.
         assert "http" not in text.replace("http://www.w3.org/2000/svg", ""), path
+
+
+def test_oversized_bodies_are_refused_with_413_with_or_without_a_length(admin_env: AdminEnv) -> None:
+    client = admin_env.client()
+    token = admin_env.login(client)
+
+    def chunks() -> Iterator[bytes]:  # sent chunked: no Content-Length to check up front
+        for _ in range(100):
+            yield b"x" * 1000
+
+    headers = {"X-CSRF-Token": token, "Content-Type": "application/json"}
+    for content in (b"x" * 70_000, chunks()):
+        response = client.put("/api/config", content=content, headers=headers)
+        assert response.status_code == 413 and response.json()["error"] == "too_large"
+    assert client.post("/api/login", content=chunks(), headers=headers).status_code == 413

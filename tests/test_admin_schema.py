@@ -22,7 +22,7 @@ from appliance.admin.security import SESSION_COOKIE
 from appliance.config import Settings
 from tests.fixtures.admin import AdminEnv, make_admin_env, mark_engines_ready, recorded_turn
 
-EXAMPLES_PER_OPERATION = 25
+EXAMPLES_PER_OPERATION = 20
 CHECKS = {
     GenerationMode.POSITIVE: [not_a_server_error, response_schema_conformance, status_code_conformance],
     # Negative cases may drop the session cookie, which the test then adds back (a negative case

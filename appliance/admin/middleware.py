@@ -23,37 +23,48 @@ class HeadersAndLimits:
             return
         length = _header(scope, b"content-length")
         if length is not None and (not length.isdigit() or int(length) > self.max_body_bytes):
-            response = error_response(413, "too_large", f"request body over {self.max_body_bytes} bytes")
-            await response(scope, receive, send)
+            await self._too_large(scope, receive, send)
             return
         extra = list(self.headers)
         if scope["path"].startswith("/api/"):
             extra.append((b"cache-control", b"no-store"))
         received = 0
+        too_large = False
+        replaced = False
 
         async def limited_receive() -> Message:
-            nonlocal received
+            nonlocal received, too_large
             message = await receive()
             if message["type"] == "http.request":
                 received += len(message.get("body", b""))
                 if received > self.max_body_bytes:  # a chunked body without Content-Length
+                    too_large = True
                     raise _TooLarge
             return message
 
         async def send_with_headers(message: Message) -> None:
+            nonlocal replaced
+            if too_large:
+                # The framework turned the aborted read into its own error: answer 413 instead.
+                if not replaced:
+                    replaced = True
+                    await self._too_large(scope, receive, send)
+                return
             if message["type"] == "http.response.start":
                 present = {name.lower() for name, _ in message.get("headers", [])}
-                message = {
-                    **message,
-                    "headers": [*message.get("headers", []), *(h for h in extra if h[0] not in present)],
-                }
+                added = [h for h in extra if h[0] not in present]
+                message = {**message, "headers": [*message.get("headers", []), *added]}
             await send(message)
 
         try:
             await self.app(scope, limited_receive, send_with_headers)
         except _TooLarge:
-            response = error_response(413, "too_large", f"request body over {self.max_body_bytes} bytes")
-            await response(scope, receive, send)
+            if not replaced:
+                await self._too_large(scope, receive, send)
+
+    async def _too_large(self, scope: Scope, receive: Receive, send: Send) -> None:
+        response = error_response(413, "too_large", f"request body over {self.max_body_bytes} bytes")
+        await response(scope, receive, send)
 
 
 class _TooLarge(Exception):
