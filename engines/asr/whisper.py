@@ -46,7 +46,7 @@ class EncodePolicy:
     """
 
     real_length: bool = False
-    pad_s: float = 10.0
+    pad_s: float = 5.0
     min_s: float = 0.0
     fallback: bool = True
     max_compression_ratio: float = 2.4
