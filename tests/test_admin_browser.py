@@ -18,7 +18,7 @@ from appliance.pipeline import SessionConfig, SessionEngines
 from appliance.pipeline.oneshot import one_turn
 from appliance.trace import TurnTrace
 from tests.conftest import REPO
-from tests.fixtures.admin import ADMIN_PASSWORD, ADMIN_USER, AdminEnv
+from tests.fixtures.admin import ADMIN_PASSWORD, ADMIN_USER, VIEWER_PASSWORD, VIEWER_USER, AdminEnv
 
 CHROMIUM = Path("/usr/bin/chromium")
 CHROMIUM_ARGS = [
@@ -132,6 +132,8 @@ def test_dashboard_logs_in_and_plots_a_real_turn_from_the_device_only(
     page.click("#login-button")
     page.wait_for_selector("#login-error:not([hidden])")
     assert "wrong user name or password" in page.inner_text("#login-error")
+    ARTIFACTS.mkdir(exist_ok=True)
+    page.screenshot(path=str(ARTIFACTS / "admin-login.png"))
     page.fill("#password", ADMIN_PASSWORD)
     page.click("#login-button")
     page.wait_for_url(f"{server.base_url}/")
@@ -162,9 +164,17 @@ def test_dashboard_logs_in_and_plots_a_real_turn_from_the_device_only(
     assert page.inner_text("#session-count") == "1"
     assert not page.locator("#config-form").is_hidden()  # the admin may change settings
 
-    ARTIFACTS.mkdir(exist_ok=True)
     page.screenshot(path=str(ARTIFACTS / "admin-dashboard.png"), full_page=True)
     assert (ARTIFACTS / "admin-dashboard.png").stat().st_size > 10_000
+
+    # The admin raises the budget from the page: written to the file, in effect at the next refresh.
+    page.fill("#config-key", "trace.budget_ms")
+    page.fill("#config-value", "60000")
+    page.click("#config-form button[type=submit]")
+    page.wait_for_selector("#config-result:has-text('In effect now: trace.budget_ms')")
+    assert "budget_ms = 60000" in admin_env.config_path.read_text()
+    page.wait_for_selector("#latency-plot text:has-text('budget 60000 ms')")
+    assert page.locator("#turns-table tr.over").count() == 0
 
     # The API page renders from the device's own copy of Swagger UI.
     page.goto(f"{server.base_url}/docs")
@@ -173,6 +183,20 @@ def test_dashboard_logs_in_and_plots_a_real_turn_from_the_device_only(
     page.screenshot(path=str(ARTIFACTS / "admin-api-docs.png"))
 
     context.close()
+
+    # A viewer sees the same page without the settings form.
+    viewer = browser.new_context()  # type: ignore[attr-defined]
+    viewer.on("request", lambda request: requested.append(request.url))
+    viewer_page = viewer.new_page()
+    viewer_page.goto(f"{server.base_url}/login")
+    viewer_page.fill("#username", VIEWER_USER)
+    viewer_page.fill("#password", VIEWER_PASSWORD)
+    viewer_page.click("#login-button")
+    viewer_page.wait_for_selector("#turns-table tbody tr[data-turn-id]")
+    assert viewer_page.inner_text("#whoami") == f"{VIEWER_USER} (viewer)"
+    assert viewer_page.locator("#config-form").is_hidden()
+    viewer.close()
+
     assert requested, "no request was seen"
     outside = [url for url in requested if not url.startswith((server.base_url + "/", *LOCAL_SCHEMES))]
     assert outside == [], f"requests left the device: {outside}"

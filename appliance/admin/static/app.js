@@ -167,12 +167,10 @@ async function start() {
     location.assign("/login");
     return;
   }
-  sessionStorage.setItem("csrf_token", session.csrf_token);
   text("whoami", `${session.username} (${session.role})`);
   text("refresh", String(session.refresh_s));
   document.getElementById("logout").addEventListener("click", async () => {
     try { await api("/api/logout", {method: "POST"}); } catch (err) { /* logged out anyway */ }
-    sessionStorage.removeItem("csrf_token");
     location.assign("/login");
   });
   document.getElementById("config-form").addEventListener("submit", saveConfig);
