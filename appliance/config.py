@@ -113,6 +113,7 @@ class SipConfig(Section):
     answer_delay_s: float = Field(0.0, ge=0.0, le=30.0, description="ringing time before answering")
     codecs: tuple[Literal["PCMU", "PCMA"], ...] = Field(("PCMU", "PCMA"), min_length=1)
     jitter_depth_packets: int = Field(3, ge=0, le=25, description="reordering allowance, 20 ms packets")
+    tcp: bool = Field(True, description="also accept SIP over TCP on the same port")
     user_agent: str = "voice-appliance"
 
     @field_validator("advertise_host")

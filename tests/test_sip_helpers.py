@@ -71,6 +71,7 @@ async def run_sipp(
     local_ip: str = LOOPBACK,
     timeout_s: float = 30.0,
     pause_ms: int = 0,
+    transport: str = "u1",
     workdir: Path,
 ) -> SippResult:
     """One SIPp call as UAC against ``server``; returns SIPp's exit status (0: the scenario passed)."""
@@ -78,7 +79,7 @@ async def run_sipp(
     args = [
         SIPP, "-sf", str(SCENARIOS / scenario), f"{LOOPBACK}:{server.local_port}",
         "-i", local_ip, "-p", str(free_udp_port(local_ip)), "-mp", str(free_udp_port(local_ip)),
-        "-m", "1", "-l", "1", "-d", str(pause_ms), "-nostdin", "-timeout", f"{int(timeout_s)}s", "-timeout_error",
+        "-m", "1", "-l", "1", "-d", str(pause_ms), "-t", transport, "-nostdin", "-timeout", f"{int(timeout_s)}s", "-timeout_error",
         "-trace_err", "-error_file", str(workdir / f"{scenario}.{random.getrandbits(24)}.errors.log"),
     ]  # fmt: skip
     for name, value in (keys or {}).items():

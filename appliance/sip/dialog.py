@@ -158,10 +158,12 @@ class Dialog:
         self.remote_cseq = number
         return True
 
-    def make_request(self, method: str, *, via_host: str, via_port: int, contact: str) -> SipRequest:
+    def make_request(
+        self, method: str, *, via_host: str, via_port: int, contact: str, transport: str = "UDP"
+    ) -> SipRequest:
         self.local_cseq += 1
         request = SipRequest(method=method, uri=self.remote_target)
-        request.add("Via", f"SIP/2.0/UDP {via_host}:{via_port};branch={new_branch()};rport")
+        request.add("Via", f"SIP/2.0/{transport} {via_host}:{via_port};branch={new_branch()};rport")
         request.add("Max-Forwards", "70")
         for route in self.route_set:
             request.add("Route", route)

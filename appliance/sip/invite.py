@@ -36,8 +36,7 @@ class InviteMixin:
         calls: dict[str, Call]
         local_host: str
 
-        @property
-        def contact(self) -> str: ...
+        def contact_for(self, source: tuple[str, int]) -> str: ...
 
         _pending: dict[tuple[str, ...], Call]
         _final_retx: dict[tuple[str, ...], Retransmitter]
@@ -96,7 +95,13 @@ class InviteMixin:
         key = transaction_key(invite)
         self._pending[key] = call
         self.respond(invite, source, 100)
-        self.respond(invite, source, 180, to_tag=call.dialog.local_tag, headers=(("Contact", self.contact),))
+        self.respond(
+            invite,
+            source,
+            180,
+            to_tag=call.dialog.local_tag,
+            headers=(("Contact", self.contact_for(source)),),
+        )
         body, params = self._session(call, offer)
         if params is not None:
             stream.update(params)
@@ -142,7 +147,7 @@ class InviteMixin:
             200,
             to_tag=call.dialog.local_tag,
             headers=(
-                ("Contact", self.contact),
+                ("Contact", self.contact_for(source)),
                 ("Allow", "INVITE, ACK, BYE, CANCEL, OPTIONS, INFO"),
                 ("Server", self.config.user_agent),
             ),
@@ -235,7 +240,9 @@ class InviteMixin:
                 session_id=call.session_id,
                 session_version=call.session_version,
             )
-        data = self.respond(invite, source, 200, headers=(("Contact", self.contact),), body=sdp.encode())
+        data = self.respond(
+            invite, source, 200, headers=(("Contact", self.contact_for(source)),), body=sdp.encode()
+        )
         call.ok_retx = Retransmitter(lambda: self._send(data, source), lambda: self._no_ack(call))
 
     def send_final_failure(

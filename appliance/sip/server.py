@@ -20,9 +20,11 @@ from appliance.rtp.stream import MediaParams, RtpStream
 from appliance.sip.call import HANDLER_GRACE_S, Call, CallHandler, CallState
 from appliance.sip.checks import SUPPORTED_METHODS, check_request
 from appliance.sip.dialog import Dialog, make_response, new_tag
-from appliance.sip.headers import host_is_ip, parse_uri, parse_via
+from appliance.sip.headers import parse_via
+from appliance.sip.indialog import InDialogMixin
 from appliance.sip.invite import InviteMixin
 from appliance.sip.message import SipRequest, SipResponse, SipSyntaxError, parse_message
+from appliance.sip.tcp import SipTcpConnection
 from appliance.sip.transactions import ResponseCache, Retransmitter, transaction_key
 
 log = logging.getLogger(__name__)
@@ -34,6 +36,7 @@ _RESPONSE_FIELDS = ("Via", "From", "To", "Call-ID", "CSeq")
 @dataclass
 class ServerStats:
     datagrams: int = 0
+    stream_messages: int = 0
     malformed: int = 0
     rejected: int = 0
     forbidden: int = 0
@@ -43,7 +46,7 @@ class ServerStats:
     internal_errors: int = 0
 
 
-class SipServer(asyncio.DatagramProtocol, InviteMixin):
+class SipServer(asyncio.DatagramProtocol, InviteMixin, InDialogMixin):
     def __init__(self, config: SipConfig, handler: CallHandler) -> None:
         self.config = config
         self.handler = handler
@@ -56,6 +59,8 @@ class SipServer(asyncio.DatagramProtocol, InviteMixin):
         self._final_retx: dict[tuple[str, ...], Retransmitter] = {}  # non-2xx INVITE responses
         self._client_retx: dict[str, Retransmitter] = {}  # our BYEs, by branch
         self._tasks: set[asyncio.Task[None]] = set()
+        self._tcp_server: asyncio.AbstractServer | None = None
+        self._tcp_connections: dict[tuple[str, int], SipTcpConnection] = {}
         self._watcher: asyncio.Task[None] | None = None
         self._next_rtp_port = config.rtp_port_min
         self.local_host = config.advertise_host or config.bind_host
@@ -70,11 +75,21 @@ class SipServer(asyncio.DatagramProtocol, InviteMixin):
         )
         assert self._transport is not None
         self.local_port = int(self._transport.get_extra_info("sockname")[1])
+        if self.config.tcp:
+            try:
+                self._tcp_server = await loop.create_server(
+                    lambda: SipTcpConnection(self._on_stream_message, self._tcp_connections),
+                    self.config.bind_host,
+                    self.local_port,
+                )
+            except OSError as err:
+                log.warning("SIP over TCP not available on port %d (%s); UDP only", self.local_port, err)
         self._watcher = loop.create_task(self._watch_calls(), name="sip-watch")
         log.info(
-            "SIP listening on udp:%s:%d (max %d calls)",
+            "SIP listening on %s:%d (UDP%s, max %d calls)",
             self.config.bind_host,
             self.local_port,
+            ", TCP" if self._tcp_server is not None else "",
             self.config.max_calls,
         )
 
@@ -90,12 +105,17 @@ class SipServer(asyncio.DatagramProtocol, InviteMixin):
         await asyncio.gather(
             *self._tasks, *([self._watcher] if self._watcher else []), return_exceptions=True
         )
+        if self._tcp_server is not None:
+            self._tcp_server.close()
+            for connection in list(self._tcp_connections.values()):
+                connection.close()
         if self._transport is not None:
             self._transport.close()
 
-    @property
-    def contact(self) -> str:
-        return f"<sip:appliance@{self.local_host}:{self.local_port}>"
+    def contact_for(self, source: tuple[str, int]) -> str:
+        """Our Contact for a peer: with ``transport=tcp`` when it talks to us over TCP."""
+        tcp = ";transport=tcp" if source in self._tcp_connections else ""
+        return f"<sip:appliance@{self.local_host}:{self.local_port}{tcp}>"
 
     # --- datagrams -------------------------------------------------------------------------------------
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -106,10 +126,11 @@ class SipServer(asyncio.DatagramProtocol, InviteMixin):
 
     def datagram_received(self, data: bytes, addr: tuple[str | int, ...]) -> None:
         self.stats.datagrams += 1
-        source = (str(addr[0]), int(addr[1]))
-        task = asyncio.get_running_loop().create_task(self._handle_datagram(data, source))
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
+        self._spawn(self._handle_datagram(data, (str(addr[0]), int(addr[1]))))
+
+    def _on_stream_message(self, data: bytes, source: tuple[str, int]) -> None:
+        self.stats.stream_messages += 1
+        self._spawn(self._handle_datagram(data, source))
 
     async def _handle_datagram(self, data: bytes, source: tuple[str, int]) -> None:
         if not data.strip(b"\r\n \t\x00"):
@@ -154,6 +175,10 @@ class SipServer(asyncio.DatagramProtocol, InviteMixin):
             self._send(make_response(message, err.status, reason, source=source).to_bytes(), source)
 
     def _send(self, data: bytes, address: tuple[str, int]) -> None:
+        connection = self._tcp_connections.get(address)
+        if connection is not None:
+            connection.write(data)
+            return
         if self._transport is not None and not self._transport.is_closing():
             self._transport.sendto(data, address)
 
@@ -203,19 +228,19 @@ class SipServer(asyncio.DatagramProtocol, InviteMixin):
         if request.method == "INVITE":
             await self.on_invite(request, source)
         elif request.method == "CANCEL":
-            self._on_cancel(request, source)
+            self.on_cancel(request, source)
         elif request.method == "BYE":
-            await self._on_bye(request, source)
+            await self.on_bye(request, source)
         elif request.method == "OPTIONS":
-            self.respond(request, source, 200, headers=self._capabilities())
+            self.respond(request, source, 200, headers=self._capabilities(source))
         elif request.method == "INFO":
-            self._on_info(request, source)
+            self.on_info(request, source)
 
-    def _capabilities(self) -> list[tuple[str, str]]:
+    def _capabilities(self, source: tuple[str, int]) -> list[tuple[str, str]]:
         return [
             ("Allow", ", ".join(SUPPORTED_METHODS)),
             ("Accept", "application/sdp"),
-            ("Contact", self.contact),
+            ("Contact", self.contact_for(source)),
             ("Server", self.config.user_agent),
         ]
 
@@ -237,39 +262,6 @@ class SipServer(asyncio.DatagramProtocol, InviteMixin):
         call = self.find_call(ack)
         if call is not None:
             self.on_dialog_ack(call, ack)
-
-    def _on_cancel(self, cancel: SipRequest, source: tuple[str, int]) -> None:
-        invite_key = transaction_key(cancel, "INVITE")
-        call = self._pending.get(invite_key)
-        if call is None:
-            self.respond(cancel, source, 481)
-            return
-        self.respond(cancel, source, 200)
-        if call.state is CallState.RINGING and call.invite is not None:
-            self._pending.pop(invite_key, None)
-            self.send_final_failure(call.invite, source, 487, to_tag=call.dialog.local_tag)
-            self._spawn(self.end_call(call, "cancelled by the caller", send_bye=False))
-
-    async def _on_bye(self, bye: SipRequest, source: tuple[str, int]) -> None:
-        call = self.find_call(bye)
-        if call is None:
-            self.respond(bye, source, 481)
-            return
-        self.respond(bye, source, 200)
-        await self.end_call(call, "caller hung up", send_bye=False)
-
-    def _on_info(self, info: SipRequest, source: tuple[str, int]) -> None:
-        call = self.find_call(info)
-        if call is None:
-            self.respond(info, source, 481)
-            return
-        if (info.get("Content-Type") or "").lower().startswith("application/dtmf-relay"):
-            for line in info.body.decode("utf-8", "replace").splitlines():
-                key, _, value = line.partition("=")
-                if key.strip().lower() == "signal" and value.strip():
-                    call.stream.stats.digits.append(value.strip())
-                    log.info("call %s: DTMF %s (SIP INFO)", call.call_id, value.strip())
-        self.respond(info, source, 200)
 
     def _on_response(self, response: SipResponse) -> None:
         hops = response.get_list("Via")
@@ -298,41 +290,13 @@ class SipServer(asyncio.DatagramProtocol, InviteMixin):
         if call.answer_task is not None and call.answer_task is not current:
             call.answer_task.cancel()
         if send_bye and was in (CallState.ANSWERED, CallState.ESTABLISHED):
-            self._send_bye(call)
+            self.send_bye(call)
         await call.stream.close()
         self.stats.calls_ended += 1
         log.info("call %s ended: %s (%s)", call.call_id, reason, _stream_summary(call))
         task = call.handler_task
         if task is not None and task is not current and not task.done():
             self._spawn(_cancel_after(task, HANDLER_GRACE_S))
-
-    def _send_bye(self, call: Call) -> None:
-        bye = call.dialog.make_request(
-            "BYE", via_host=self.local_host, via_port=self.local_port, contact=self.contact
-        )
-        bye.add("User-Agent", self.config.user_agent)
-        data = bye.to_bytes()
-        destination = self._destination(call)
-        branch = parse_via(bye.get("Via") or "").branch or ""
-        self._client_retx[branch] = Retransmitter(
-            lambda: self._send(data, destination),
-            lambda: self._forget_client(branch),
-            timeout_s=4.0,
-        )
-
-    def _forget_client(self, branch: str) -> None:
-        self._client_retx.pop(branch, None)
-
-    def _destination(self, call: Call) -> tuple[str, int]:
-        """In-dialog requests go to the next hop if it is an IP address, else where the INVITE came from
-        (no name resolution: the appliance makes no DNS queries)."""
-        try:
-            uri = parse_uri(call.dialog.next_hop_uri(), "next hop")
-        except ValueError:
-            return call.peer
-        if uri.host and host_is_ip(uri.host):
-            return uri.host.strip("[]"), uri.port or 5060
-        return call.peer
 
     async def _watch_calls(self) -> None:
         loop = asyncio.get_running_loop()
