@@ -52,6 +52,13 @@ class VadConfig(Section):
     threshold: float = Field(0.5, gt=0.0, lt=1.0)
     threshold_while_playing: float = Field(0.85, gt=0.0, le=1.0)
     gate_while_playing: bool = False
+    threads: int | None = Field(
+        None,
+        ge=1,
+        le=64,
+        description="onnxruntime: intra-op threads (unset = 1); torch: its process-wide thread count "
+        "(unset = left as it is; 1 is fastest for this tiny model on a busy CPU)",
+    )
 
 
 class EndpointerConfig(Section):

@@ -38,6 +38,7 @@ def test_json_gives_one_object_per_file(
     assert noise["segments"] == [] and noise["speech_s"] == 0.0
 
 
+@pytest.mark.usefixtures("torch_one_thread")
 def test_text_output_and_the_torch_backend(data_dir: Path, capsys: pytest.CaptureFixture[str]) -> None:
     wav = data_dir / "vad/noisy_speech/voicebank_demand_p232_113.wav"  # 48 kHz speech in noise
     assert main(["vad", "--backend", "torch", str(wav)]) == 0

@@ -62,7 +62,9 @@ def handle(args: argparse.Namespace) -> int:
         return EXIT_USAGE
     try:
         bundle = Bundle.open(settings.bundle.dir, verify=settings.bundle.verify_on_start, full=False)
-        engine = create_vad(bundle, backend=args.backend or settings.vad.backend)
+        engine = create_vad(
+            bundle, backend=args.backend or settings.vad.backend, threads=settings.vad.threads
+        )
         engine.load()
     except EngineError as err:
         print(f"error: {err}", file=sys.stderr)
