@@ -11,6 +11,8 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
+import psutil
+
 from appliance import __version__
 from appliance.admin.backend import ConfigNotWritable, LiveRegistry
 from appliance.admin.config_file import apply_changes, environment_overrides
@@ -106,7 +108,8 @@ class LocalBackend:
         self.config_path = config_path
         self.live_keys = frozenset(live_keys) | ADMIN_LIVE_KEYS
         self._on_apply = on_apply
-        self.started_at = time.time() if started_at is None else started_at
+        # The daemon's uptime: from the process start unless told otherwise.
+        self.started_at = psutil.Process().create_time() if started_at is None else started_at
         self._started_monotonic = time.monotonic() - (time.time() - self.started_at)
         self._probe = HostProbe(settings.trace.db_path.parent)
         self._runtimes = dict(runtime_versions())
