@@ -156,25 +156,16 @@ def test_titles_are_spoken_with_the_name(piper_tts: TtsEngine) -> None:
     assert len(list(piper_tts.synthesize("Dr. Smith is here."))) == 1
 
 
-def test_length_scale_slows_speech(bundle: Bundle) -> None:
+def test_length_scale_slows_speech(bundle: Bundle, piper_tts: TtsEngine) -> None:
+    text = "The red button stops the conveyor belt."
     slow = create_tts(bundle, length_scale=1.6)
     slow.load()
     try:
-        text = "The red button stops the conveyor belt."
-        normal_s = sum(c.size for c in create_and_speak(bundle, text)) / 22050
         slow_s = sum(c.size for c in slow.synthesize(text)) / 22050
     finally:
         slow.close()
+    normal_s = sum(c.size for c in piper_tts.synthesize(text)) / 22050
     assert slow_s > 1.3 * normal_s
-
-
-def create_and_speak(bundle: Bundle, text: str) -> list[np.ndarray]:
-    engine = create_tts(bundle)
-    engine.load()
-    try:
-        return list(engine.synthesize(text))
-    finally:
-        engine.close()
 
 
 @pytest.mark.parametrize("text", ["", "   ", "... !!"])
