@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Iterator, Sequence
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -12,6 +14,7 @@ from appliance.audio import ArraySource, MemorySink
 from appliance.pipeline import Session, SessionConfig, SessionEngines
 from appliance.trace import TIMESTAMPS, TraceStore
 from engines.audio import load_audio_16k, resample
+from engines.llm import LlmEngine, Message
 from tests.fixtures.pipeline import ReactiveSource, english_words, silence
 
 QUESTION = "speech/en/google_audio.wav"  # "how old is the Brooklyn Bridge"
@@ -93,3 +96,47 @@ def test_speech_during_the_reply_interrupts_it_and_history_keeps_what_was_heard(
         assert roles[1] == ("assistant", trace.played_reply)
     else:
         assert len(roles) == 1
+
+
+class _BrokenLlm:
+    """The real language model's interface with a decode failure on its first reply."""
+
+    def __init__(self, inner: LlmEngine) -> None:
+        self.inner = inner
+        self.failures = 1
+
+    def load(self) -> None:
+        return None
+
+    def stream(self, history: Sequence[Message], **kwargs: Any) -> Iterator[str]:
+        if self.failures:
+            self.failures -= 1
+            raise RuntimeError("llama_decode returned -3 (injected)")
+        return self.inner.stream(history, **kwargs)
+
+    def close(self) -> None:
+        return None
+
+
+def test_an_engine_failure_is_answered_with_the_spoken_fallback(
+    real_engines: SessionEngines, data_dir: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    engines = SessionEngines.create(
+        vad=real_engines.vad, asr=real_engines.asr, llm=_BrokenLlm(real_engines.llm), tts=real_engines.tts
+    )
+    question = load_audio_16k(data_dir / QUESTION)
+    source = ArraySource(np.concatenate([silence(0.3), question, silence(1.5)]), realtime=False)
+    sink = MemorySink(real_engines.tts.sample_rate_hz)
+    session = Session(engines=engines, source=source, sink=sink)
+    asyncio.run(asyncio.wait_for(session.run(), 300))
+    for _engine, worker in engines.pairs().values():
+        worker.shutdown()
+
+    (trace,) = session.traces
+    assert trace.error is not None and trace.error.startswith("llm-failed")
+    assert f"turn {trace.turn_id}" in caplog.text
+    heard = _transcribe(real_engines, sink.audio, sink.sample_rate_hz).lower()
+    assert "sorry" in heard and "again" in heard, (
+        heard
+    )  # "Sorry, something went wrong. Please say that again."
+    assert session.conversation.messages == ()
