@@ -5,7 +5,7 @@
 The same spoken questions (../shared/data) go through the same pipeline (real VAD, Whisper, LLM,
 Piper, shared engines) three ways: a microphone-like source paced at 32 ms; one SIP call from a
 loopback caller that sends the speech as 20 ms G.711 RTP; two such calls at once. The caller speaks,
-waits until the reply has played and gone quiet for a second, then asks the next question.
+waits until the reply has played and gone quiet for 3 s, then asks the next question.
 
 Turn latency is measured from outside, at the caller: from the moment the audio carrying the last
 voiced sample of the question was delivered (mic frame / RTP packet) to the first reply audio that
@@ -50,7 +50,7 @@ QUESTIONS = (
     "speech/en/pocketsphinx_forever_input_2_16k.wav",
 )
 LOUD_RMS = 0.01
-QUIET_AFTER_REPLY_S = 1.0
+QUIET_AFTER_REPLY_S = 3.0  # TTS gaps between clauses must not read as the end of the reply
 REPLY_TIMEOUT_S = 60.0
 LOOPBACK = "127.0.0.1"
 

@@ -34,6 +34,7 @@ class InviteMixin:
         handler: CallHandler
         stats: ServerStats
         calls: dict[str, Call]
+        _reserved_calls: int
         local_host: str
 
         def contact_for(self, source: tuple[str, int]) -> str: ...
@@ -60,7 +61,7 @@ class InviteMixin:
         if ";tag=" in (invite.get("To") or "").replace(" ", ""):
             await self._on_reinvite(invite, source)
             return
-        if len(self.calls) >= self.config.max_calls:
+        if len(self.calls) + self._reserved_calls >= self.config.max_calls:
             self.stats.busy += 1
             log.info(
                 "SIP: INVITE from %s:%d refused: %d calls already (sip.max_calls)", *source, len(self.calls)
@@ -86,7 +87,11 @@ class InviteMixin:
                 )
                 return
         label = f"call {invite.get('Call-ID')}"
-        stream = await self.open_stream(MediaParams(source[0], 0, "PCMU", 0), label)
+        self._reserved_calls += 1  # hold the slot while the port opens: a second INVITE must see it
+        try:
+            stream = await self.open_stream(MediaParams(source[0], 0, "PCMU", 0), label)
+        finally:
+            self._reserved_calls -= 1
         if stream is None:
             log.warning("SIP: no free RTP port in sip.rtp_port_min..rtp_port_max; INVITE refused with 503")
             self.send_final_failure(invite, source, 503, headers=(("Retry-After", "5"),))
@@ -154,7 +159,9 @@ class InviteMixin:
             body=sdp.encode(),
         )
         call.stream.start()
-        call.ok_retx = Retransmitter(lambda: self._send(data, source), lambda: self._no_ack(call))
+        call.ok_retx = Retransmitter(
+            lambda: self._send(data, source), lambda: self._no_ack(call), already_sent=True
+        )
         log.info("call %s answered (%s from %s:%d)", call.call_id, call.caller, *source)
 
     def _no_ack(self, call: Call) -> None:
@@ -243,7 +250,9 @@ class InviteMixin:
         data = self.respond(
             invite, source, 200, headers=(("Contact", self.contact_for(source)),), body=sdp.encode()
         )
-        call.ok_retx = Retransmitter(lambda: self._send(data, source), lambda: self._no_ack(call))
+        call.ok_retx = Retransmitter(
+            lambda: self._send(data, source), lambda: self._no_ack(call), already_sent=True
+        )
 
     def send_final_failure(
         self,

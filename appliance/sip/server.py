@@ -52,6 +52,7 @@ class SipServer(asyncio.DatagramProtocol, InviteMixin, InDialogMixin):
         self.handler = handler
         self.stats = ServerStats()
         self.calls: dict[str, Call] = {}  # by local tag
+        self._reserved_calls = 0
         self._allowed = [ipaddress.ip_network(net, strict=False) for net in config.allow_from]
         self._transport: asyncio.DatagramTransport | None = None
         self._cache: ResponseCache | None = None

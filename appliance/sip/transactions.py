@@ -84,11 +84,14 @@ class Retransmitter:
         *,
         timeout_s: float = TRANSACTION_TIMEOUT_S,
         max_sends: int | None = None,
+        already_sent: bool = False,
     ) -> None:
         self._send = send
         self._on_timeout = on_timeout
         self._timeout_s = timeout_s
         self._max_sends = max_sends
+        if not already_sent:
+            self._send()  # the first copy goes now, even if the caller stops the repeats at once
         self._task = asyncio.get_running_loop().create_task(self._run(), name="sip-retransmit")
 
     def stop(self) -> None:
@@ -101,18 +104,18 @@ class Retransmitter:
     async def _run(self) -> None:
         loop = asyncio.get_running_loop()
         deadline = loop.time() + self._timeout_s
-        interval, sends = T1_S, 0
-        while True:
-            self._send()
-            sends += 1
-            if self._max_sends is not None and sends >= self._max_sends:
-                return
+        interval, sends = T1_S, 1
+        while self._max_sends is None or sends < self._max_sends:
             wait = min(interval, deadline - loop.time())
             if wait <= 0:
                 break
             await asyncio.sleep(wait)
             if loop.time() >= deadline:
                 break
+            self._send()
+            sends += 1
             interval = min(interval * 2, T2_S)
+        if self._max_sends is not None and sends >= self._max_sends:
+            return
         if self._on_timeout is not None:
             self._on_timeout()

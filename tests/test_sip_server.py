@@ -1,0 +1,135 @@
+"""Server behaviour over raw UDP on loopback (no SIPp): retransmissions, races, shutdown."""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+
+from appliance.sip import CallAudio, SipServer
+from appliance.sip.message import SipRequest, SipResponse, parse_message
+from appliance.sip.transactions import Retransmitter
+from tests.test_sip_helpers import LOOPBACK, free_udp_port, running_server
+
+
+class Phone:
+    """A bare UDP endpoint that sends SIP requests and collects whatever comes back."""
+
+    def __init__(self) -> None:
+        self.sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        self.sock.bind((LOOPBACK, 0))
+        self.sock.setblocking(False)
+        self.port = self.sock.getsockname()[1]
+
+    def invite(self, call_id: str, branch: str) -> bytes:
+        sdp = f"v=0\r\no=p 1 1 IN IP4 {LOOPBACK}\r\ns=-\r\nc=IN IP4 {LOOPBACK}\r\nt=0 0\r\nm=audio {free_udp_port()} RTP/AVP 0\r\n"
+        return (
+            f"INVITE sip:appliance@{LOOPBACK} SIP/2.0\r\nVia: SIP/2.0/UDP {LOOPBACK}:{self.port};branch={branch}\r\n"
+            f"From: <sip:phone@{LOOPBACK}>;tag={call_id}-tag\r\nTo: <sip:appliance@{LOOPBACK}>\r\nCall-ID: {call_id}\r\n"
+            f"CSeq: 1 INVITE\r\nContact: <sip:phone@{LOOPBACK}:{self.port}>\r\nContent-Type: application/sdp\r\n"
+            f"Content-Length: {len(sdp)}\r\n\r\n{sdp}"
+        ).encode()
+
+    async def send(self, data: bytes, port: int) -> None:
+        await asyncio.get_running_loop().sock_sendto(self.sock, data, (LOOPBACK, port))
+
+    async def collect(self, seconds: float) -> list[SipRequest | SipResponse]:
+        loop = asyncio.get_running_loop()
+        messages: list[SipRequest | SipResponse] = []
+        deadline = loop.time() + seconds
+        while (left := deadline - loop.time()) > 0:
+            try:
+                messages.append(parse_message(await asyncio.wait_for(loop.sock_recv(self.sock, 65535), left)))
+            except asyncio.TimeoutError:
+                break
+        return messages
+
+    def close(self) -> None:
+        self.sock.close()
+
+
+async def _hold(call: CallAudio) -> None:
+    async for _ in call.frames():
+        pass
+
+
+def _statuses(messages: list[SipRequest | SipResponse]) -> list[int]:
+    return [m.status for m in messages if isinstance(m, SipResponse)]
+
+
+def test_retransmitter_backs_off_and_times_out() -> None:
+    async def scenario() -> tuple[list[float], bool, int, int]:
+        loop = asyncio.get_running_loop()
+        start = loop.time()
+        sent: list[float] = []
+        timed_out = asyncio.Event()
+        Retransmitter(lambda: sent.append(loop.time() - start), timed_out.set, timeout_s=2.0)
+        stopped: list[float] = []
+        Retransmitter(lambda: stopped.append(0.0)).stop()
+        once: list[float] = []
+        Retransmitter(lambda: once.append(0.0), max_sends=1)
+        await asyncio.wait_for(timed_out.wait(), 3.0)
+        return sent, timed_out.is_set(), len(stopped), len(once)
+
+    sent, timed_out, stopped, once = asyncio.run(scenario())
+    assert [round(t, 1) for t in sent] == [0.0, 0.5, 1.5]  # T1, then 2*T1
+    assert timed_out and stopped == 1 and once == 1
+
+
+def test_two_invites_at_once_for_the_last_slot_get_one_answer_and_one_486() -> None:
+    async def scenario() -> tuple[list[int], list[int], int]:
+        async with running_server(_hold, max_calls=1) as server:
+            first, second = Phone(), Phone()
+            await asyncio.gather(
+                first.send(first.invite("race-1", "z9hG4bKrace1"), server.local_port),
+                second.send(second.invite("race-2", "z9hG4bKrace2"), server.local_port),
+            )
+            replies = await asyncio.gather(first.collect(0.4), second.collect(0.4))
+            calls = len(server.calls)
+            first.close()
+            second.close()
+            return _statuses(replies[0]), _statuses(replies[1]), calls
+
+    one, two, calls = asyncio.run(scenario())
+    finals = sorted([s for s in one + two if s >= 200])
+    assert finals[0] == 200 and 486 in finals and 200 not in finals[1:]
+    assert calls == 1
+
+
+def test_retransmitted_invite_gets_the_same_answer_and_200_repeats_until_ack() -> None:
+    async def scenario() -> tuple[list[int], list[int], int, SipServer]:
+        async with running_server(_hold) as server:
+            phone = Phone()
+            invite = phone.invite("retx", "z9hG4bKretx")
+            await phone.send(invite, server.local_port)
+            first = await phone.collect(1.2)  # 100, 180, 200 and its repeat at T1
+            await phone.send(invite, server.local_port)  # a retransmission: not a second call
+            again = await phone.collect(0.2)
+            calls = len(server.calls)
+            phone.close()
+            return _statuses(first), _statuses(again), calls, server
+
+    first, again, calls, server = asyncio.run(scenario())
+    assert first[:3] == [100, 180, 200] and first.count(200) >= 2
+    assert 200 in again
+    assert calls == 1 and server.stats.calls_started == 1
+
+
+def test_stop_sends_bye_to_every_call() -> None:
+    async def scenario() -> list[str]:
+        phone = Phone()
+        async with running_server(_hold) as server:
+            await phone.send(phone.invite("stop", "z9hG4bKstop"), server.local_port)
+            replies = await phone.collect(0.3)
+            ok = next(m for m in replies if isinstance(m, SipResponse) and m.status == 200)
+            ack = (
+                f"ACK sip:appliance@{LOOPBACK}:{server.local_port} SIP/2.0\r\n"
+                f"Via: SIP/2.0/UDP {LOOPBACK}:{phone.port};branch=z9hG4bKack\r\n"
+                f"From: <sip:phone@{LOOPBACK}>;tag=stop-tag\r\nTo: {ok.get('To')}\r\nCall-ID: stop\r\nCSeq: 1 ACK\r\n\r\n"
+            ).encode()
+            await phone.send(ack, server.local_port)
+            await asyncio.sleep(0.1)
+        requests = [m.method for m in await phone.collect(0.3) if isinstance(m, SipRequest)]
+        phone.close()
+        return requests
+
+    assert asyncio.run(scenario()) == ["BYE"]
