@@ -66,7 +66,7 @@ def quantize(
         source_info = read_gguf(gguf)
         origin["input_sha256"] = sha256_of(gguf)
         origin["input_file_type"] = source_info.file_type_name
-        if source_info.file_type_name not in _UNQUANTIZED:
+        if source_info.file_type_name not in _UNQUANTIZED and file_type not in _UNQUANTIZED:
             log.warning(
                 "%s is already quantized (%s): re-quantizing to %s loses more precision than "
                 "quantizing from f16",

@@ -136,3 +136,21 @@ def test_engine_refuses_a_truncated_bundle_model_before_llama_cpp_sees_it(
     engine = LlamaCppLlm(cut, system_prompt="x")
     with pytest.raises(ModelFileError, match="truncated"):
         engine.load()
+
+
+def test_f16_gguf_quantizes_to_the_default_q4_k_m_with_a_record_beside_it(
+    bundle: Bundle, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # An f16 GGUF made by dequantizing the bundled model with the same quantizer.
+    f16 = quantize(bundle.path("llm/gemma-270m"), tmp_path / "gemma-f16.gguf", file_type="F16").path
+    assert read_gguf(f16).file_type_name == "F16"
+    out = tmp_path / "gemma-q4_k_m.gguf"
+    assert build_main(["quantize", str(f16), "--out", str(out)]) == 0
+    assert "Q4_K_M" in capsys.readouterr().out
+    info = read_gguf(out)
+    assert info.file_type_name == "Q4_K_M" and info.architecture == "gemma3"
+    assert info.file_size_bytes < f16.stat().st_size / 2
+    record = json.loads(out.with_name(out.name + ".json").read_text())
+    assert record["build"]["file_type"] == "Q4_K_M"
+    assert record["source"]["input_file_type"] == "F16"
+    assert record["size_bytes"] == info.file_size_bytes
