@@ -4,6 +4,7 @@ tool parsing, the accounts file, and the `appliance admin` command."""
 from __future__ import annotations
 
 import io
+import os
 import stat
 import sys
 from pathlib import Path
@@ -225,3 +226,15 @@ def test_admin_command_without_a_terminal_asks_for_password_stdin(
     monkeypatch.setattr("sys.stdin", io.StringIO(""))
     code = main(["admin", "passwd", "--user", "x", "--role", "admin", "--users-file", str(tmp_path / "u")])
     assert code == 2 and "--password-stdin" in capsys.readouterr().err
+
+
+def test_users_file_written_by_root_belongs_to_the_folders_owner(tmp_path: Path) -> None:
+    if os.geteuid() != 0:
+        pytest.skip("needs root: it is what `sudo appliance admin passwd` does on a device")
+    folder = tmp_path / "state"
+    folder.mkdir()
+    os.chown(folder, 4242, 4243)  # the daemon's user on a device
+    set_password(folder / "users", "tech", "admin", "long enough secret")
+    owner = (folder / "users").stat()
+    assert (owner.st_uid, owner.st_gid) == (4242, 4243)
+    assert stat.S_IMODE(owner.st_mode) == 0o600

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import functools
 import logging
+import os
 import re
 import threading
 from dataclasses import dataclass
@@ -91,6 +92,11 @@ def write_users(path: Path, users: dict[str, User]) -> None:
     lines += [f"{u.name} {u.role} {u.password_hash}" for u in sorted(users.values(), key=lambda u: u.name)]
     path.parent.mkdir(parents=True, exist_ok=True)
     write_atomically(path, "\n".join(lines) + "\n", mode=USERS_FILE_MODE)
+    if os.geteuid() == 0:
+        # Root (a technician with sudo) writing into the daemon's state folder: the file must stay
+        # readable by the daemon's own user, who owns that folder.
+        folder = path.parent.stat()
+        os.chown(path, folder.st_uid, folder.st_gid)
 
 
 def set_password(path: Path, name: str, role: str, password: str) -> User:
