@@ -13,6 +13,11 @@ came out (mic: the sink's first loud write; call: the first loud RTP packet at t
 includes the endpointer's end-of-speech wait (end_silence_ms). The session's own trace figure
 (speech_end -> playback_start) is printed beside it. p50/p95/p99 and ratios; results are written to
 bench/results/sip-<time>.json. Figures, not assertions.
+
+``--edge`` measures only what the call path itself adds, without the engines: the appliance echoes
+each call (``EchoHandler``) and the caller times 100 ms tone bursts from the packet that starts one
+to the first loud packet of its echo (RTP in, jitter buffer, G.711, 8 -> 16 kHz, 512-sample frames,
+16 -> 8 kHz, 20 ms pacing), for 1 and 2 concurrent calls. The microphone path has none of these steps.
 """
 
 from __future__ import annotations
@@ -36,6 +41,7 @@ from appliance.engine_set import build_engines, load_engines, open_bundle
 from appliance.pipeline.session import Session, SessionConfig, SessionEngines
 from appliance.rtp import g711
 from appliance.rtp.packet import RtpPacket, parse_rtp
+from appliance.sip.handlers import EchoHandler
 from appliance.sip.message import SipResponse, parse_message
 from appliance.sip.server import SipServer
 from engines.audio import load_audio_16k, resample
@@ -268,6 +274,58 @@ async def run_calls(
     return Run(f"{calls} call{'s' if calls > 1 else ''}", latencies, _trace_latencies(traces))
 
 
+class EchoTimer(Caller):
+    """Tone bursts every 600 ms; times each burst's echo."""
+
+    def __init__(self, bursts: int) -> None:
+        super().__init__([], 8000)
+        self.bursts = bursts
+        self._sent = 0
+        self._burst_at: float | None = None
+        self._echoed = False
+        self._next_at = 0.0
+        self._phase = 0
+
+    def next_chunk(self, samples: int, now: float) -> np.ndarray:
+        if self._next_at == 0.0:
+            self._next_at = now + 0.5
+        if self._sent >= self.bursts and now > self._next_at:
+            self.done = True
+        if self._burst_at is None and now >= self._next_at and self._sent < self.bursts:
+            self._burst_at, self._echoed, self._phase = now, False, 0
+            self._sent += 1
+            self._next_at = now + 0.6
+        if self._burst_at is not None and self._phase < 5:  # 5 packets = 100 ms
+            t = (np.arange(samples) + self._phase * samples) / 8000
+            self._phase += 1
+            return (0.4 * np.sin(2 * np.pi * 700 * t)).astype(np.float32)
+        return np.zeros(samples, dtype=np.float32)
+
+    def on_output(self, audio: np.ndarray, now: float) -> None:
+        if self._burst_at is None or self._echoed or float(np.sqrt(np.mean(np.square(audio)))) < 0.05:
+            return
+        self._echoed = True
+        self.latencies_s.append(now - self._burst_at)
+        self._burst_at = None
+
+
+async def run_edge(calls: int, bursts: int) -> Run:
+    base = 31000 + secrets.randbelow(1000) * 2
+    server = SipServer(
+        SipConfig(enabled=True, port=0, max_calls=calls, rtp_port_min=base, rtp_port_max=base + 20),
+        EchoHandler(),
+    )
+    await server.start()
+    timers = [EchoTimer(bursts) for _ in range(calls)]
+    try:
+        await asyncio.gather(*(PhoneCaller(t).run(server.local_port) for t in timers))
+    finally:
+        await server.stop()
+    return Run(
+        f"edge, {calls} call{'s' if calls > 1 else ''}", [v for t in timers for v in t.latencies_s], []
+    )
+
+
 def _trace_latencies(traces: list[Any]) -> list[float]:
     return [
         t.playback_start - t.speech_end
@@ -289,6 +347,9 @@ def _percentiles(values: list[float]) -> dict[str, float]:
 
 
 async def main_async(args: argparse.Namespace) -> dict[str, Any]:
+    if args.edge:
+        runs = [await run_edge(1, args.bursts), await run_edge(2, args.bursts)]
+        return {run.name: {"caller_ms": _percentiles(run.latencies_s)} for run in runs}
     settings: Settings = load_settings(None)
     llm = settings.llm.model_copy(update={"model": args.model, "max_reply_tokens": args.reply_tokens})
     settings = settings.model_copy(update={"llm": llm})
@@ -327,9 +388,17 @@ def main() -> None:
         "--turns", type=int, default=len(QUESTIONS), help=f"questions per caller (max {len(QUESTIONS)})"
     )
     parser.add_argument("--reply-tokens", type=int, default=24)
+    parser.add_argument(
+        "--edge", action="store_true", help="only the call path's own delay (echo, no engines)"
+    )
+    parser.add_argument("--bursts", type=int, default=50, help="tone bursts per call with --edge")
     args = parser.parse_args()
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     results = asyncio.run(main_async(args))
+    if args.edge:
+        _print_edge(results)
+        _write(args, results)
+        return
     print(
         f"turn latency, end of caller speech -> first reply audio (ms; includes the {load_settings(None).endpointer.end_silence_ms} ms endpoint wait)"
     )
@@ -341,6 +410,20 @@ def main() -> None:
         print(f"{name:<12} {c['n']:>3} {c['p50']:>7.0f} {c['p95']:>7.0f} {c['p99']:>7.0f}   {t['p50']:>7.0f}")
     mic, one, two = (results[k]["caller_ms"]["p50"] for k in ("microphone", "1 call", "2 calls"))
     print(f"ratios of p50: 1 call / microphone {one / mic:.2f}, 2 calls / 1 call {two / one:.2f}")
+    _write(args, results)
+
+
+def _print_edge(results: dict[str, Any]) -> None:
+    print("call path delay, tone burst sent -> its echo back (ms; RTP in and out, no engines)")
+    print(f"{'path':<14} {'n':>3} {'p50':>7} {'p95':>7} {'p99':>7}")
+    for name, figures in results.items():
+        c = figures["caller_ms"]
+        print(f"{name:<14} {c['n']:>3} {c['p50']:>7.1f} {c['p95']:>7.1f} {c['p99']:>7.1f}")
+    one, two = (results[k]["caller_ms"]["p50"] for k in ("edge, 1 call", "edge, 2 calls"))
+    print(f"ratio of p50: 2 calls / 1 call {two / one:.2f}")
+
+
+def _write(args: argparse.Namespace, results: dict[str, Any]) -> None:
     RESULTS.mkdir(parents=True, exist_ok=True)
     stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
     path = RESULTS / f"sip-{stamp}.json"
