@@ -174,7 +174,8 @@ def test_dashboard_logs_in_and_plots_a_real_turn_from_the_device_only(
     page.wait_for_selector("#config-result:has-text('In effect now: trace.budget_ms')")
     assert "budget_ms = 60000" in admin_env.config_path.read_text()
     page.wait_for_selector("#latency-plot text:has-text('budget 60000 ms')")
-    assert page.locator("#turns-table tr.over").count() == 0
+    still_over = (turn.stage_s("turn_latency") or 0.0) * 1000 > 60000
+    assert page.locator("#turns-table tr.over").count() == int(still_over)
 
     # The API page renders from the device's own copy of Swagger UI.
     page.goto(f"{server.base_url}/docs")
