@@ -9,11 +9,14 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from build_scripts.whisper.__main__ import main as whisper_build_main
 from build_scripts.whisper.export import export_onnx
 from build_scripts.whisper.load import detect_format, load_checkpoint
+from engines.asr import create_asr
 from engines.asr.onnxruntime_backend import OrtGraphRunner
-from engines.errors import ModelFileError
-from engines.manifest import Bundle
+from engines.audio import load_audio_16k
+from engines.errors import BackendUnavailable, ModelFileError
+from engines.manifest import Bundle, Manifest
 
 torch = pytest.importorskip("torch")
 
@@ -45,7 +48,9 @@ def mel() -> np.ndarray:
     return np.random.default_rng(1).normal(0.0, 0.5, (1, 80, 3000)).astype(np.float32)
 
 
-def test_transformers_folder_matches_transformers(bundle: Bundle, tmp_path: Path, mel: np.ndarray) -> None:
+@pytest.fixture(scope="module")
+def hf_model(tmp_path_factory: pytest.TempPathFactory) -> tuple[object, Path]:
+    """A small random-initialised transformers Whisper, saved with save_pretrained."""
     transformers = pytest.importorskip("transformers", reason="the dev extra installs transformers")
     torch.manual_seed(0)
     config = transformers.WhisperConfig(
@@ -62,20 +67,56 @@ def test_transformers_folder_matches_transformers(bundle: Bundle, tmp_path: Path
         max_target_positions=448,
     )
     model = transformers.WhisperForConditionalGeneration(config).eval()
-    folder = tmp_path / "hf"
+    folder = tmp_path_factory.mktemp("hf")
     model.save_pretrained(folder)
+    return model, folder
+
+
+def test_transformers_folder_matches_transformers(
+    bundle: Bundle, hf_model: tuple[object, Path], tmp_path: Path, mel: np.ndarray
+) -> None:
+    model, folder = hf_model
     assert detect_format(folder) == "transformers"
     ckpt = load_checkpoint(folder)
     assert ckpt.dims.n_text_layer == 3 and ckpt.dims.n_audio_state == 64
     export_onnx(ckpt, bundle.path("asr/whisper-base/onnx/tokenizer"), tmp_path / "onnx", precisions=("fp32",))
     tokens = PROMPT + CONTINUATION
     with torch.no_grad():
-        expected = model(
+        expected = model(  # type: ignore[operator]
             input_features=torch.from_numpy(mel), decoder_input_ids=torch.tensor([tokens])
         ).logits[0, len(PROMPT) - 1 :]
     ours = _onnx_logits(tmp_path / "onnx", mel, tokens)
     np.testing.assert_allclose(ours, expected.numpy(), atol=1e-3, rtol=1e-3)
     assert (ours.argmax(-1) == expected.numpy().argmax(-1)).all()
+
+
+def test_export_command_adds_a_model_to_a_bundle(
+    bundle: Bundle, hf_model: tuple[object, Path], tmp_path: Path, data_dir: Path
+) -> None:
+    root = tmp_path / "bundle"
+    root.mkdir()
+    Manifest().write(root)
+    tokenizer = bundle.path("asr/whisper-base/onnx/tokenizer")
+    argv = [
+        "export",
+        str(hf_model[1]),
+        "--model",
+        "tiny",
+        "--bundle",
+        str(root),
+        "--tokenizer",
+        str(tokenizer),
+    ]
+    assert whisper_build_main(argv) == 0
+    small = Bundle.open(root)
+    assert small.manifest.artifacts["asr/tiny/onnx/decoder-int8"].source["format"] == "transformers"
+    engine = create_asr(small, model="tiny", precision="int8")
+    engine.load()
+    transcript = engine.transcribe(load_audio_16k(data_dir / "speech/en/google_audio.wav"))
+    assert transcript.audio_s == pytest.approx(1.811, abs=0.01)  # random weights: any text, but it runs
+    engine.close()
+    with pytest.raises(BackendUnavailable, match="has: tiny"):
+        create_asr(small, model="distil-small.en")
 
 
 def test_openai_checkpoint_matches_openai_whisper(bundle: Bundle, tmp_path: Path, mel: np.ndarray) -> None:

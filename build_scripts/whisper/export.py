@@ -23,7 +23,7 @@ from engines.errors import BackendUnavailable
 
 log = logging.getLogger(__name__)
 
-EXPORTER_VERSION = 1
+EXPORTER_VERSION = 2
 OPSET = 17
 
 
@@ -125,7 +125,40 @@ def _quantize_int8(fp32: dict[str, Path], out_dir: Path) -> dict[str, Path]:
             weight_type=QuantType.QInt8,
         )
         result[f"{part}-int8"] = target
+    _share_quantized_embedding(result["decoder-int8"])
     return result
+
+
+def _share_quantized_embedding(path: Path, name: str = "embedding_t") -> None:
+    """Let the token lookup read the int8 copy of the embedding that the output projection uses.
+
+    Quantization leaves the float32 [state, vocab] matrix for the Gather (100 MB for Whisper base)
+    next to its int8 copy; gathering int8 rows and dequantizing them makes the float copy unused.
+    """
+    import onnx
+    from onnx import helper
+
+    model = onnx.load(str(path))
+    graph = model.graph
+    initializers = {init.name: init for init in graph.initializer}
+    if f"{name}_quantized" not in initializers or name not in initializers:
+        return
+    for index, node in enumerate(graph.node):
+        if node.op_type == "Gather" and node.input[0] == name:
+            gathered = node.output[0]
+            node.input[0] = f"{name}_quantized"
+            node.output[0] = f"{gathered}_int8"
+            dequantize = helper.make_node(
+                "DequantizeLinear",
+                [node.output[0], f"{name}_scale", f"{name}_zero_point"],
+                [gathered],
+                name=f"{node.name}_dequantize",
+            )
+            graph.node.insert(index + 1, dequantize)
+            break
+    if not any(name in node.input for node in graph.node):
+        graph.initializer.remove(initializers[name])
+    onnx.save(model, str(path))
 
 
 def export_onnx(

@@ -1,13 +1,19 @@
-"""Bundle step: export the bundle's CTranslate2 Whisper to ONNX (fp32, fp16, int8) and record it."""
+"""Bundle steps: export a Whisper checkpoint to ONNX (fp32, fp16, int8) into the bundle and record it.
+
+The default bundle's step exports the packaged CTranslate2 Whisper base; ``python -m build_scripts.whisper
+export`` adds any other checkpoint (e.g. a distil-whisper transformers folder) under its own model name.
+"""
 
 from __future__ import annotations
 
 import logging
 import shutil
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 
 from build_scripts.bundle import BuildContext
+from build_scripts.whisper.checkpoint import WhisperCheckpoint
 from build_scripts.whisper.export import EXPORTER_VERSION, OPSET, export_onnx
 from engines.asr.config import PRECISIONS
 
@@ -15,26 +21,22 @@ log = logging.getLogger(__name__)
 
 MODEL = "whisper-base"
 CT2_PREFIX = f"asr/{MODEL}/ct2"
-ONNX_PREFIX = f"asr/{MODEL}/onnx"
-ONNX_DIR = f"asr/{MODEL}-onnx"
 
 
-def _outputs() -> dict[str, tuple[str, str]]:
+def onnx_outputs(model: str) -> dict[str, tuple[str, str]]:
     """artifact name -> (file name, kind)"""
+    prefix = f"asr/{model}/onnx"
     outputs = {
-        f"{ONNX_PREFIX}/config": ("config.json", "whisper-onnx-config"),
-        f"{ONNX_PREFIX}/tokenizer": ("tokenizer.json", "whisper-tokenizer"),
+        f"{prefix}/config": ("config.json", "whisper-onnx-config"),
+        f"{prefix}/tokenizer": ("tokenizer.json", "whisper-tokenizer"),
     }
     for precision in PRECISIONS:
         for part in ("encoder", "decoder"):
-            outputs[f"{ONNX_PREFIX}/{part}-{precision}"] = (
-                f"{part}-{precision}.onnx",
-                f"whisper-onnx-{part}",
-            )
+            outputs[f"{prefix}/{part}-{precision}"] = (f"{part}-{precision}.onnx", f"whisper-onnx-{part}")
     return outputs
 
 
-def _build_parameters() -> dict[str, object]:
+def build_parameters() -> dict[str, object]:
     import torch
 
     return {
@@ -46,6 +48,31 @@ def _build_parameters() -> dict[str, object]:
     }
 
 
+def export_into_bundle(
+    ctx: BuildContext,
+    model: str,
+    load: Callable[[], WhisperCheckpoint],
+    tokenizer_json: Path,
+    source: dict[str, str],
+) -> None:
+    """Export unless every output is recorded with this source and build; then record each file."""
+    build = build_parameters()
+    outputs = onnx_outputs(model)
+    if all(ctx.is_current(name, source=source, build=build) for name in outputs):
+        log.info("whisper onnx (%s): up to date", model)
+        return
+    target_dir = ctx.out / f"asr/{model}-onnx"
+    target_dir.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(prefix=".whisper-onnx-", dir=ctx.out) as tmp:
+        staging = Path(tmp)
+        export_onnx(load(), tokenizer_json, staging)
+        for name, (file_name, kind) in outputs.items():
+            target = target_dir / file_name
+            shutil.move(str(staging / file_name), target)
+            ctx.record(name, target, kind, source=source, build=build)
+    log.info("whisper onnx (%s): %s written", model, target_dir)
+
+
 def export_whisper_onnx(ctx: BuildContext) -> None:
     from build_scripts.whisper.ct2 import load_ct2_folder
 
@@ -55,22 +82,8 @@ def export_whisper_onnx(ctx: BuildContext) -> None:
         log.warning("whisper onnx: the CTranslate2 Whisper is not in the bundle; skipping the export")
         return
     source = {"from": CT2_PREFIX, "model.bin sha256": weights.sha256, "tokenizer sha256": tokenizer.sha256}
-    build = _build_parameters()
-    outputs = _outputs()
-    if all(ctx.is_current(name, source=source, build=build) for name in outputs):
-        log.info("whisper onnx: up to date")
-        return
     ct2_dir = (ctx.out / weights.path).parent
-    target_dir = ctx.out / ONNX_DIR
-    target_dir.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory(prefix=".whisper-onnx-", dir=ctx.out) as tmp:
-        staging = Path(tmp)
-        export_onnx(load_ct2_folder(ct2_dir), ctx.out / tokenizer.path, staging)
-        for name, (file_name, kind) in outputs.items():
-            target = target_dir / file_name
-            shutil.move(str(staging / file_name), target)
-            ctx.record(name, target, kind, source=source, build=build)
-    log.info("whisper onnx: %s written", target_dir)
+    export_into_bundle(ctx, MODEL, lambda: load_ct2_folder(ct2_dir), ctx.out / tokenizer.path, source)
 
 
 def build_whisper_tensorrt_plans(ctx: BuildContext) -> None:

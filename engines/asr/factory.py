@@ -13,7 +13,6 @@ from engines.asr.whisper import EncodePolicy, WhisperEngine, WhisperFiles
 from engines.errors import BackendUnavailable
 from engines.manifest import Bundle
 
-MODELS = ("whisper-base",)
 # Real-length encoding: the audio plus 5 s of silence, and a full-window retry on degenerate text
 # (token limit, repetition). On the test recordings this scored better than 10 s of padding or a fixed
 # minimum length (see bench/asr.py and the figures in README.md).
@@ -62,7 +61,15 @@ def create_whisper(
     _check_choice("backend", backend, BACKENDS, "asr.backend")
     _check_choice("device", device, DEVICES, "asr.device")
     _check_choice("precision", precision, PRECISIONS, "asr.precision")
-    _check_choice("model", model, MODELS, "asr.model")
+    if bundle.manifest.get(f"asr/{model}/onnx/config") is None:
+        known = sorted(
+            name.split("/")[1] for name in bundle.manifest.artifacts if name.endswith("/onnx/config")
+        )
+        raise BackendUnavailable(
+            f"the bundle has no Whisper model {model!r} (has: {', '.join(known) or 'none'})",
+            fix="set asr.model to one of those, or add it: python -m build_scripts.whisper export "
+            f"CHECKPOINT --model {model} --bundle {bundle.root}",
+        )
     if threads < 1:
         raise BackendUnavailable(f"asr.threads must be at least 1 (got {threads})", fix="set asr.threads = 2")
     policy = REAL_LENGTH_POLICY if encode_real_length else FULL_WINDOW_POLICY
