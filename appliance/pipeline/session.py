@@ -23,7 +23,7 @@ import time
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -36,6 +36,9 @@ from appliance.trace.record import TurnTrace, new_turn_id
 from appliance.trace.store import TraceStore
 from engines.vad import VadEngine
 from engines.vad.endpointer import Endpointer, EndpointerParams, EndpointEvent, EventKind
+
+if TYPE_CHECKING:
+    from appliance.config import Settings
 
 log = logging.getLogger(__name__)
 
@@ -65,8 +68,8 @@ class SessionConfig:
     drain_timeout_s: float = 300.0  # how long a turn may still run after the source ended
 
     @classmethod
-    def from_settings(cls, settings: Any) -> SessionConfig:
-        """From ``appliance.config.Settings`` (typed loosely so sessions stay usable without it)."""
+    def from_settings(cls, settings: Settings) -> SessionConfig:
+        """The endpointer, echo gate, turn and history settings of the appliance's configuration."""
         ep, vad, agent = settings.endpointer, settings.vad, settings.agent
         return cls(
             endpointer=EndpointerParams(
