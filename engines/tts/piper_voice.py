@@ -56,6 +56,9 @@ class PiperTts:
         options.intra_op_num_threads = self.threads
         options.inter_op_num_threads = 1
         options.log_severity_level = 3
+        # The appliance runs several engines on shared cores: idle threads that spin for work steal
+        # CPU from the others (measured on a busy 2-core machine: 1.61 s -> 1.19 s for one sentence).
+        options.add_session_config_entry("session.intra_op.allow_spinning", "0")
         try:
             config = PiperConfig.from_dict(json.loads(self.config_path.read_text(encoding="utf-8")))
             session = ort.InferenceSession(str(self.model_path), options, providers=["CPUExecutionProvider"])
