@@ -29,6 +29,7 @@ PACKET_SAMPLES = 160  # 20 ms at 8 kHz
 PACKET_S = 0.020
 CLOCK_RATE_HZ = 8000
 _MAX_BEHIND_S = 0.2
+MAX_DIGITS_KEPT = 1000
 
 
 @dataclass(frozen=True)
@@ -181,7 +182,8 @@ class RtpStream(asyncio.DatagramProtocol):
             log.info("%s: dropped a bad telephone-event packet: %s", self.label, err)
             return
         for digit in digits:
-            self.stats.digits.append(digit.name)
+            if len(self.stats.digits) < MAX_DIGITS_KEPT:
+                self.stats.digits.append(digit.name)
             log.info("%s: DTMF %s (%.0f ms)", self.label, digit.name, digit.duration_s * 1000)
 
     def _on_payloads(self, payloads: list[bytes | None]) -> None:
