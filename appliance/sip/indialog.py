@@ -33,7 +33,10 @@ class InDialogMixin:
             source: tuple[str, int],
             status: int,
             reason: str | None = None,
-            **kwargs: object,
+            *,
+            to_tag: str | None = None,
+            headers: tuple[tuple[str, str], ...] | list[tuple[str, str]] = (),
+            body: bytes = b"",
         ) -> bytes: ...
         def find_call(self, request: SipRequest) -> Call | None: ...
         def send_final_failure(

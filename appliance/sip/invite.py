@@ -48,7 +48,10 @@ class InviteMixin:
             source: tuple[str, int],
             status: int,
             reason: str | None = None,
-            **kwargs: object,
+            *,
+            to_tag: str | None = None,
+            headers: tuple[tuple[str, str], ...] | list[tuple[str, str]] = (),
+            body: bytes = b"",
         ) -> bytes: ...
         def find_call(self, request: SipRequest) -> Call | None: ...
         def new_call(self, invite: SipRequest, stream: RtpStream, source: tuple[str, int]) -> Call: ...

@@ -189,9 +189,15 @@ class SipServer(asyncio.DatagramProtocol, InviteMixin, InDialogMixin):
         source: tuple[str, int],
         status: int,
         reason: str | None = None,
-        **kwargs: object,
+        *,
+        to_tag: str | None = None,
+        headers: tuple[tuple[str, str], ...] | list[tuple[str, str]] = (),
+        body: bytes = b"",
     ) -> bytes:
-        response = make_response(request, status, reason, source=source, **kwargs)  # type: ignore[arg-type]
+        """Answer ``request`` to where it came from, and remember the answer for retransmissions."""
+        response = make_response(
+            request, status, reason, to_tag=to_tag, source=source, headers=headers, body=body
+        )
         data = response.to_bytes()
         self._send(data, source)
         assert self._cache is not None
