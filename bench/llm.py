@@ -2,7 +2,7 @@
 prefill of only the new tokens; decode speed. Both bundle models by default.
 
     .venv/bin/python -m bench.llm [--models gemma-270m qwen-1.5b] [--repeats 3] [--threads 2]
-                                  [--gpu-layers 0] [--reply-tokens 32]
+                                  [--gpu-layers 0] [--reply-tokens 32] [--site-facts]
 
 For each model the engine (system prompt cached at load) and a second, bare llama.cpp context on
 the same GGUF are loaded. Every prompt is a first turn of a new conversation; the variants run
@@ -45,6 +45,16 @@ PROMPTS = (
     "Is the north car park full right now, and where else can I park?",
     "I have a delivery for the warehouse manager, who should I call?",
     "What should I do if the fire alarm goes off while I am in the workshop?",
+)
+
+# What a site adds to the persona (--site-facts): the system prompt a real device carries.
+SITE_FACTS = (
+    " Site facts: the depot is open from 6 am to 10 pm on weekdays and 8 am to 6 pm at weekends."
+    " The canteen is on the first floor and opens at 7 am. Loading bays one to six are on the east"
+    " side; bay four is reserved for refrigerated goods. Visitors park in the north car park;"
+    " staff park in the south car park. The warehouse manager is Dana Ortiz, extension 2145."
+    " In a fire alarm, leave by the nearest green exit and gather at assembly point B by the gate."
+    " Lost badges are replaced at reception, which is staffed from 7 am to 7 pm."
 )
 
 log = logging.getLogger("bench.llm")
@@ -213,6 +223,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--gpu-layers", type=int, default=0, help="-1 = all layers on the GPU")
     parser.add_argument("--context-tokens", type=int, default=2048)
     parser.add_argument("--reply-tokens", type=int, default=32)
+    parser.add_argument(
+        "--site-facts", action="store_true", help="append a block of site facts to the persona"
+    )
     parser.add_argument("--out", type=Path, default=None, help="results JSON (default bench/results/)")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
@@ -220,6 +233,8 @@ def main(argv: list[str] | None = None) -> int:
     settings = load_settings(None)
     agent = settings.agent
     system_prompt = agent.persona.replace("{site_name}", agent.site_name)
+    if args.site_facts:
+        system_prompt += SITE_FACTS
     bundle = Bundle.open(settings.bundle.dir)
     load_before = os.getloadavg()
     results = [bench_model(bundle, model, system_prompt, args) for model in args.models]
