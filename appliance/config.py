@@ -69,11 +69,16 @@ class EndpointerConfig(Section):
 
 
 class AsrConfig(Section):
+    model: str = Field(
+        "whisper-base", min_length=1, description="Whisper model in the bundle (asr/<model>/onnx)"
+    )
     backend: Literal["onnxruntime", "tensorrt"] = "onnxruntime"
     device: Literal["cpu", "cuda"] = "cpu"
     precision: Literal["fp32", "fp16", "int8"] = "int8"
     language: str = Field("en", min_length=2, max_length=3)
-    encode_real_length: bool = False
+    # Encode the audio plus 5 s instead of a 30 s window (full-window retry on degenerate text):
+    # 0.24x faster-whisper's latency at the same WER on the test recordings (bench/asr.py).
+    encode_real_length: bool = True
     threads: int = Field(2, ge=1, le=64)
 
 

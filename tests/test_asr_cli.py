@@ -31,7 +31,7 @@ def test_transcribe_json_lines_and_bad_files(
     assert [line["file"] for line in lines] == [str(f) for f in files]
     phone, bad_empty, bad_text, cards = lines
     assert set(phone) == {"file", "text", "audio_s", "asr_s"}
-    assert "all year" in normalize_text(phone["text"])
+    assert normalize_text(phone["text"]).startswith("she had")
     assert phone["audio_s"] == pytest.approx(2.925, abs=0.01)
     assert phone["asr_s"] > 0
     assert normalize_text(cards["text"]).startswith("four queen")

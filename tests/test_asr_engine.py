@@ -9,6 +9,7 @@ import pytest
 import soundfile as sf
 
 from engines.asr import AsrEngine, create_asr
+from engines.asr.decoding import repeating_tail
 from engines.asr.text import normalize_text, word_error_rate
 from engines.audio import load_audio_16k, resample
 from engines.errors import BackendUnavailable, InputError
@@ -147,3 +148,22 @@ def test_unknown_language_lists_the_languages(bundle: Bundle) -> None:
 def test_transcribe_before_load_says_so(bundle: Bundle) -> None:
     with pytest.raises(RuntimeError, match="call load"):
         create_asr(bundle).transcribe(np.zeros(16000, dtype=np.float32))
+
+
+def test_real_length_loop_falls_back_to_the_full_window(
+    asr_int8: AsrEngine, asr_int8_real_length: AsrEngine, data_dir: Path
+) -> None:
+    # Whisper base loops on this 3 s recording when it sees only its real length plus padding.
+    audio = load_audio_16k(data_dir / "speech/en/speechcommands_right_left_up.wav")
+    real = asr_int8_real_length.transcribe(audio)
+    assert real.text == asr_int8.transcribe(audio).text
+    assert len(real.tokens) < 20
+
+
+def test_repeating_tail_flags_loops_not_speech() -> None:
+    assert repeating_tail([11, 12, 13] * 6)
+    assert repeating_tail([7] * 16)
+    assert repeating_tail([1, 2, 3, 4, 5, 6, 7, 8, 9, 10] * 4)
+    assert not repeating_tail(list(range(40)))
+    assert not repeating_tail([5, 6] * 7)  # "no no no..." seven times is still speech
+    assert not repeating_tail([3, 4, 4, 4, 5, 6, 7])

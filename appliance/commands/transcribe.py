@@ -50,6 +50,7 @@ def handle(args: argparse.Namespace) -> int:
             language=asr.language,
             encode_real_length=real_length,
             threads=asr.threads,
+            model=asr.model,
         )
         engine.load()
     except EngineError as err:

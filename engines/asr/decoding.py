@@ -44,8 +44,19 @@ class GreedyDecoder:
         empty = np.zeros(shape, dtype=self._cache_dtype)
         return {f"self_{kind}_{i}": empty for i in range(self.n_layer) for kind in ("k", "v")}
 
-    def decode(self, cross: dict[str, np.ndarray], prompt: list[int], max_new_tokens: int = 224) -> Decoded:
-        """``cross``: the encoder's outputs (cross_k_i / cross_v_i) for one utterance."""
+    def decode(
+        self,
+        cross: dict[str, np.ndarray],
+        prompt: list[int],
+        max_new_tokens: int = 224,
+        *,
+        stop_on_loop: bool = False,
+    ) -> Decoded:
+        """``cross``: the encoder's outputs (cross_k_i / cross_v_i) for one utterance.
+
+        ``stop_on_loop``: give up as soon as the text repeats itself (``repeating_tail``), reported like
+        reaching the token limit, so a caller with a fallback does not pay for 224 looping steps.
+        """
         limit = min(max_new_tokens, self.n_text_ctx - len(prompt))
         caches = self.empty_cache()
         step_tokens = np.asarray([prompt], dtype=np.int64)
@@ -58,6 +69,8 @@ class GreedyDecoder:
             if token == self.eot:
                 return Decoded(tuple(generated), hit_token_limit=False)
             generated.append(token)
+            if stop_on_loop and repeating_tail(generated):
+                return Decoded(tuple(generated), hit_token_limit=True)
             caches = {name: outputs[f"new_{name}"] for name in caches}
             step_tokens = np.asarray([[token]], dtype=np.int64)
         return Decoded(tuple(generated), hit_token_limit=True)
@@ -67,3 +80,19 @@ def compression_ratio(text: str) -> float:
     """Bytes of text over bytes compressed: repetition loops compress far better than speech."""
     data = text.encode("utf-8")
     return len(data) / max(1, len(zlib.compress(data)))
+
+
+def repeating_tail(
+    tokens: list[int], *, min_repeats: int = 4, min_tokens: int = 16, max_period: int = 12
+) -> bool:
+    """True when the sequence ends in one pattern of up to ``max_period`` tokens repeated back to back
+    at least ``min_repeats`` times over at least ``min_tokens`` tokens: Whisper's repetition loop."""
+    for period in range(1, max_period + 1):
+        span = max(period * min_repeats, min_tokens)
+        span -= span % period
+        if len(tokens) < span:
+            continue
+        tail = tokens[-span:]
+        if all(tail[i] == tail[i % period] for i in range(span)):
+            return True
+    return False

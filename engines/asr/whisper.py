@@ -164,7 +164,8 @@ class WhisperEngine:
 
     def _decode(self, mel: LogMel, frames: int, max_new_tokens: int) -> Decoded:
         cross = self.encode(pad_frames(mel, frames))
-        return _loaded(self._greedy).decode(cross, self._prompt, max_new_tokens)
+        stop_on_loop = frames < CHUNK_FRAMES and self.policy.fallback
+        return _loaded(self._greedy).decode(cross, self._prompt, max_new_tokens, stop_on_loop=stop_on_loop)
 
     def _degenerate(self, decoded: Decoded, text: str) -> bool:
         return decoded.hit_token_limit or compression_ratio(text) > self.policy.max_compression_ratio
