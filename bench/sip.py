@@ -370,7 +370,7 @@ async def main_async(args: argparse.Namespace) -> dict[str, Any]:
         ]
     finally:
         await engines.close()
-    return {
+    return {"end_silence_ms": settings.endpointer.end_silence_ms} | {
         run.name: {
             "caller_ms": _percentiles(run.latencies_s),
             "trace_ms": _percentiles(run.trace_latencies_s),
@@ -395,12 +395,12 @@ def main() -> None:
     args = parser.parse_args()
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     results = asyncio.run(main_async(args))
+    _write(args, results)  # first: the figures are kept even if printing fails
     if args.edge:
         _print_edge(results)
-        _write(args, results)
         return
     print(
-        f"turn latency, end of caller speech -> first reply audio (ms; includes the {load_settings(None).endpointer.end_silence_ms} ms endpoint wait)"
+        f"turn latency, end of caller speech -> first reply audio (ms; includes the {results.pop('end_silence_ms')} ms endpoint wait)"
     )
     print(
         f"{'path':<12} {'n':>3} {'p50':>7} {'p95':>7} {'p99':>7}   trace p50 (speech_end -> playback_start)"
@@ -410,7 +410,6 @@ def main() -> None:
         print(f"{name:<12} {c['n']:>3} {c['p50']:>7.0f} {c['p95']:>7.0f} {c['p99']:>7.0f}   {t['p50']:>7.0f}")
     mic, one, two = (results[k]["caller_ms"]["p50"] for k in ("microphone", "1 call", "2 calls"))
     print(f"ratios of p50: 1 call / microphone {one / mic:.2f}, 2 calls / 1 call {two / one:.2f}")
-    _write(args, results)
 
 
 def _print_edge(results: dict[str, Any]) -> None:
