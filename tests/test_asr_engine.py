@@ -77,7 +77,14 @@ def test_real_length_encoding_keeps_short_sentences(
 def test_same_text_as_faster_whisper_on_the_same_weights(
     asr_fp32: AsrEngine, faster_whisper_fp32: object, data_dir: Path
 ) -> None:
-    names = [JFK, "speech/en/speechbrain_spk2_snt5.wav", "speech/en/pocketsphinx_cards_005.wav"]
+    # Files where padding the 30 s window with anything but faster-whisper's zeros changes the text.
+    names = [
+        JFK,
+        "speech/en/speechbrain_spk2_snt3.wav",
+        "speech/en/deepspeech_LDC93S1.wav",
+        "speech/en/pocketsphinx_cards_001.wav",
+        "speech/en/speechcommands_yes_no_go_stop.wav",
+    ]
     for name in names:
         audio = load_audio_16k(data_dir / name)
         segments, _ = faster_whisper_fp32.transcribe(  # type: ignore[attr-defined]

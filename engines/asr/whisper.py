@@ -51,6 +51,9 @@ class EncodePolicy:
     fallback: bool = True
     max_compression_ratio: float = 2.4
     max_new_tokens: int = 224
+    # The value that fills a 30 s window: 0.0 as faster-whisper pads its features (what Whisper base
+    # transcribes best padded to 30 s); None for the silence floor, which real-length padding always uses.
+    full_window_fill: float | None = 0.0
 
     def frames_for(self, content_frames: int) -> int:
         if not self.real_length:
@@ -163,7 +166,8 @@ class WhisperEngine:
         return list(decoded.tokens), text
 
     def _decode(self, mel: LogMel, frames: int, max_new_tokens: int) -> Decoded:
-        cross = self.encode(pad_frames(mel, frames))
+        fill = self.policy.full_window_fill if frames == CHUNK_FRAMES else None
+        cross = self.encode(pad_frames(mel, frames, fill))
         stop_on_loop = frames < CHUNK_FRAMES and self.policy.fallback
         return _loaded(self._greedy).decode(cross, self._prompt, max_new_tokens, stop_on_loop=stop_on_loop)
 
