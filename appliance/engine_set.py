@@ -36,9 +36,10 @@ def build_engines(settings: Settings, bundle: Bundle) -> SessionEngines:
     from engines.tts import create_tts
     from engines.vad import create_vad
 
-    vad = create_vad(bundle, backend=settings.vad.backend)
+    vad = create_vad(bundle, backend=settings.vad.backend, threads=settings.vad.threads)
     asr = create_asr(
         bundle,
+        model=settings.asr.model,
         backend=settings.asr.backend,
         device=settings.asr.device,
         precision=settings.asr.precision,
