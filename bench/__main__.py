@@ -1,4 +1,42 @@
+"""python -m bench NAME [ARGS...]: run one engine or subsystem benchmark.
+
+The end-to-end turn latency suite is not part of this build yet; each benchmark below prints its
+figures and writes a JSON result under bench/results/.
+"""
+
+from __future__ import annotations
+
+import runpy
 import sys
 
-print("python -m bench: not available yet: the benchmark suite is not part of this build.", file=sys.stderr)
-sys.exit(3)
+BENCHMARKS = {
+    "asr": "Whisper on ONNX Runtime vs faster-whisper, same weights (latency, WER)",
+    "llm": "first token with the cached system prompt vs cold vs raw llama.cpp; decode speed",
+    "vad": "Silero per-frame cost, torch vs ONNX Runtime",
+    "tts": "Piper first chunk vs whole reply, 1-4 sentences",
+    "sip": "turn latency on a call vs the microphone, 1 vs 2 calls",
+    "admin": "admin page request latency and event-loop lag",
+}
+
+
+def usage() -> str:
+    lines = ["usage: python -m bench NAME [ARGS...]   (python -m bench NAME --help for its options)", ""]
+    lines += [f"  {name:<6} {what}" for name, what in BENCHMARKS.items()]
+    return "\n".join(lines)
+
+
+def main(argv: list[str]) -> int:
+    if not argv or argv[0] in {"-h", "--help"}:
+        print(usage())
+        return 0 if argv else 2
+    name, rest = argv[0], argv[1:]
+    if name not in BENCHMARKS:
+        print(f"unknown benchmark {name!r}\n\n{usage()}", file=sys.stderr)
+        return 2
+    sys.argv = [f"python -m bench {name}", *rest]
+    runpy.run_module(f"bench.{name}", run_name="__main__")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

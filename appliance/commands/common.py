@@ -11,7 +11,6 @@ from appliance.config import ConfigError, Settings, load_settings
 EXIT_OK = 0
 EXIT_FAILED = 1
 EXIT_USAGE = 2
-EXIT_NOT_BUILT = 3
 
 
 def add_config_option(parser: argparse.ArgumentParser) -> None:
@@ -25,11 +24,3 @@ def settings_or_exit(args: argparse.Namespace) -> Settings | None:
     except ConfigError as err:
         print(f"error: {err}", file=sys.stderr)
         return None
-
-
-def not_built(command: str, what: str) -> int:
-    print(
-        f"appliance {command}: not available yet: {what} is not part of this build.",
-        file=sys.stderr,
-    )
-    return EXIT_NOT_BUILT
