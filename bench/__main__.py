@@ -1,7 +1,8 @@
-"""python -m bench NAME [ARGS...]: run one engine or subsystem benchmark.
+"""python -m bench [--llm NAME...] [--turns N] [--out DIR]: the end-to-end turn latency suite.
+python -m bench NAME [ARGS...]: run one engine or subsystem benchmark.
 
-The end-to-end turn latency suite is not part of this build yet; each benchmark below prints its
-figures and writes a JSON result under bench/results/.
+Each benchmark prints its figures and writes a JSON result under bench/results/ (the end-to-end
+suite: a folder bench/results/<time>/ with result.json and PNG plots).
 """
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ import runpy
 import sys
 
 BENCHMARKS = {
+    "e2e": "turn latency through the real pipeline vs floor vs sequential, cold start, RSS, plots (default)",
     "asr": "Whisper on ONNX Runtime vs faster-whisper, same weights (latency, WER)",
     "llm": "first token with the cached system prompt vs cold vs raw llama.cpp; decode speed",
     "vad": "Silero per-frame cost, torch vs ONNX Runtime",
@@ -20,15 +22,21 @@ BENCHMARKS = {
 
 
 def usage() -> str:
-    lines = ["usage: python -m bench NAME [ARGS...]   (python -m bench NAME --help for its options)", ""]
+    lines = [
+        "usage: python -m bench [--llm NAME...] [--turns N] [--out DIR]   (the e2e suite)",
+        "       python -m bench NAME [ARGS...]   (python -m bench NAME --help for its options)",
+        "",
+    ]
     lines += [f"  {name:<6} {what}" for name, what in BENCHMARKS.items()]
     return "\n".join(lines)
 
 
 def main(argv: list[str]) -> int:
-    if not argv or argv[0] in {"-h", "--help"}:
+    if argv and argv[0] in {"-h", "--help"}:
         print(usage())
-        return 0 if argv else 2
+        return 0
+    if not argv or argv[0].startswith("-"):
+        argv = ["e2e", *argv]  # no NAME: the end-to-end suite with these options
     name, rest = argv[0], argv[1:]
     if name not in BENCHMARKS:
         print(f"unknown benchmark {name!r}\n\n{usage()}", file=sys.stderr)

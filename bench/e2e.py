@@ -1,0 +1,254 @@
+"""End-to-end turn latency: real speech through the real pipeline in real time, side by side with the
+processing floor and a sequential pipeline, per LLM; cold start and peak RSS; JSON and PNG plots.
+
+    .venv/bin/python -m bench [--llm gemma-270m qwen-1.5b] [--turns 8] [--out DIR]
+
+For each LLM the engines are loaded once; each turn feeds a real recording (../shared/data/speech/en)
+through ``one_turn`` at microphone pace, then measures the floor and the sequential baseline on the same
+engines (bench/e2e_turns.py). Cold start runs in a subprocess (bench/e2e_cold.py). Prints p50/p95/p99
+of ``speech_end -> playback_start``, the stage breakdown, latency/floor, latency - floor and the speed-up
+vs sequential, and writes result.json plus PNGs to bench/results/<time>/. Figures, not assertions.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import csv
+import json
+import logging
+import os
+import resource
+import subprocess
+import sys
+import time
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+from bench.e2e_turns import Utterance, run_turn
+
+REPO = Path(__file__).resolve().parents[1]
+RESULTS = REPO / "bench" / "results"
+DEFAULT_DATA = REPO.parent / "shared" / "data"
+SCHEMA_VERSION = 1
+MIN_UTTERANCE_S, MAX_UTTERANCE_S, MIN_WORDS = 1.5, 5.0, 4
+
+log = logging.getLogger("bench.e2e")
+
+
+def load_utterances(data_dir: Path) -> list[Utterance]:
+    """The short English sentences with a full transcript, in file order."""
+    manifest = data_dir / "MANIFEST.tsv"
+    if not manifest.is_file():
+        raise SystemExit(f"error: {manifest} not found (fix: pass --data DIR with the shared test data)")
+    found: list[Utterance] = []
+    with manifest.open(encoding="utf-8", newline="") as handle:
+        for row in csv.DictReader(handle, delimiter="\t"):
+            text = row["transcript"]
+            if not row["file"].startswith("speech/en/") or text == "-" or text.startswith("[partial]"):
+                continue
+            seconds = float(row["seconds"])
+            if MIN_UTTERANCE_S <= seconds <= MAX_UTTERANCE_S and len(text.split()) >= MIN_WORDS:
+                found.append(Utterance(data_dir / row["file"], seconds, text))
+    return sorted(found, key=lambda u: u.path.name)
+
+
+def summary(values: list[float]) -> dict[str, float] | None:
+    from appliance.trace.stats import percentile
+
+    if not values:
+        return None
+    return {
+        "count": len(values),
+        "p50": round(percentile(values, 50), 3),
+        "p95": round(percentile(values, 95), 3),
+        "p99": round(percentile(values, 99), 3),
+        "max": round(max(values), 3),
+    }
+
+
+def summarize_model(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    from appliance.trace.record import STAGES
+
+    good = [r for r in rows if r.get("latency_ms") is not None and not r.get("error")]
+    stages = {
+        s: summary([r["stages_ms"][s] for r in good if r["stages_ms"].get(s) is not None]) for s in STAGES
+    }
+    floor_keys = (
+        "asr_ms",
+        "llm_first_clause_ms",
+        "tts_first_chunk_ms",
+        "floor_ms",
+        "llm_total_ms",
+        "tts_whole_ms",
+    )
+    return {
+        "turns_ok": len(good),
+        "turns_failed": len(rows) - len(good),
+        "turn_latency_ms": summary([r["latency_ms"] for r in good]),
+        "stages_ms": stages,
+        "floor_ms": {k: summary([r["floor"][k] for r in good]) for k in floor_keys},
+        "sequential_ms": summary([r["floor"]["sequential_ms"] for r in good]),
+        "latency_over_floor": summary([r["latency_over_floor"] for r in good]),
+        "latency_minus_floor_ms": summary([r["latency_minus_floor_ms"] for r in good]),
+        "speedup_vs_sequential": summary([r["speedup_vs_sequential"] for r in good]),
+    }
+
+
+def cold_start(llm: str) -> dict[str, Any]:
+    """Process start -> engines loaded and warm, in a fresh interpreter; with its peak RSS."""
+    command = [sys.executable, "-m", "bench.e2e_cold", "--llm", llm, "--started-at", repr(time.time())]
+    done = subprocess.run(command, cwd=REPO, capture_output=True, text=True, timeout=600, check=False)
+    if done.returncode != 0:
+        return {"error": f"exit {done.returncode}: {done.stderr.strip()[-500:]}"}
+    return dict(json.loads(done.stdout.strip().splitlines()[-1]))
+
+
+async def bench_model(llm: str, utterances: list[Utterance]) -> dict[str, Any]:
+    from appliance.config import load_settings
+    from appliance.engine_set import build_engines, load_engines, open_bundle
+    from appliance.pipeline.session import SessionConfig
+
+    settings = load_settings(None)
+    settings = settings.model_copy(update={"llm": settings.llm.model_copy(update={"model": llm})})
+    engines = build_engines(settings, open_bundle(settings, full=False))
+    config = SessionConfig.from_settings(settings)
+    rows: list[dict[str, Any]] = []
+    try:
+        load_s = await load_engines(engines)
+        for index, utterance in enumerate(utterances, 1):
+            row = await run_turn(engines, utterance, config)
+            rows.append(row)
+            log.info(
+                "%s turn %d/%d %s: latency %s ms, floor %s ms, sequential %s ms",
+                llm,
+                index,
+                len(utterances),
+                utterance.path.name,
+                row.get("latency_ms"),
+                row.get("floor", {}).get("floor_ms"),
+                row.get("floor", {}).get("sequential_ms"),
+            )
+    finally:
+        await engines.close()
+    return {
+        "llm": llm,
+        "settings": {
+            "end_silence_ms": settings.endpointer.end_silence_ms,
+            "first_clause_words": settings.tts.first_clause_words,
+            "max_reply_tokens": settings.llm.max_reply_tokens,
+            "temperature": settings.llm.temperature,
+            "asr_model": settings.asr.model,
+            "tts_voice": settings.tts.voice,
+            "threads": {
+                "asr": settings.asr.threads,
+                "llm": settings.llm.threads,
+                "vad": settings.vad.threads,
+            },
+        },
+        "engine_load_s": {k: round(v, 3) for k, v in load_s.items()},
+        "summary": summarize_model(rows),
+        "bench_process_peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0, 1),
+        "turns": rows,
+    }
+
+
+def _fmt(stats: dict[str, float] | None, unit: str = "") -> str:
+    if not stats:
+        return "n/a"
+    return f"p50 {stats['p50']:.1f}{unit}  p95 {stats['p95']:.1f}{unit}  p99 {stats['p99']:.1f}{unit}"
+
+
+def describe(result: dict[str, Any]) -> str:
+    lines = [
+        f"machine: {result['machine']['cpu_model']}, {result['machine']['cpu_cores_logical']} cores, GPU {result['machine']['gpu']}"
+    ]
+    for model in result["models"]:
+        s = model["summary"]
+        cold = model["cold_start"]
+        lines += [
+            "",
+            f"== {model['llm']}: {s['turns_ok']} turns ok, {s['turns_failed']} failed",
+            f"turn latency (speech_end -> playback_start) ms: {_fmt(s['turn_latency_ms'])}",
+            f"floor (ASR + LLM first clause + TTS first chunk) ms: {_fmt(s['floor_ms']['floor_ms'])}",
+            f"sequential (endpoint + ASR + whole reply + whole synthesis) ms: {_fmt(s['sequential_ms'])}",
+            f"latency / floor: {_fmt(s['latency_over_floor'], 'x')}   (goal: latency <= floor + 50 ms)",
+            f"latency - floor ms: {_fmt(s['latency_minus_floor_ms'])}",
+            f"speed-up vs sequential: {_fmt(s['speedup_vs_sequential'], 'x')}   (goal >= 3x)",
+        ]
+        for stage, stats in s["stages_ms"].items():
+            lines.append(f"  stage {stage:<16} {_fmt(stats)}")
+        lines.append(
+            f"cold start: {cold.get('ready_s', 'n/a')} s to engines ready, peak RSS {cold.get('peak_rss_mb', 'n/a')} MB"
+            + (f" ({cold['error']})" if "error" in cold else "")
+        )
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m bench", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument(
+        "--llm", nargs="+", default=None, help="LLM models (default: every one in the bundle)"
+    )
+    parser.add_argument("--turns", type=int, default=8, help="utterances per LLM (default 8)")
+    parser.add_argument(
+        "--out", type=Path, default=None, help="result folder (default bench/results/<time>/)"
+    )
+    parser.add_argument(
+        "--data", type=Path, default=Path(os.environ.get("APPLIANCE_TEST_DATA", DEFAULT_DATA))
+    )
+    parser.add_argument("--no-cold-start", action="store_true", help="skip the cold-start subprocess")
+    parser.add_argument("--no-plots", action="store_true", help="JSON only")
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    if args.turns < 1:
+        parser.error(f"--turns must be >= 1, got {args.turns}")
+
+    from appliance.config import load_settings
+    from appliance.engine_set import open_bundle
+    from bench.machine import describe_machine
+    from engines.llm import available_models
+
+    bundle_models = available_models(open_bundle(load_settings(None), full=False))
+    models = args.llm or bundle_models
+    unknown = [m for m in models if m not in bundle_models]
+    if unknown:
+        parser.error(f"unknown LLM {', '.join(unknown)}; the bundle has: {', '.join(bundle_models)}")
+    pool = load_utterances(args.data)
+    if not pool:
+        parser.error(f"no short English sentences found in {args.data}/MANIFEST.tsv")
+    utterances = [pool[i % len(pool)] for i in range(args.turns)]
+
+    stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
+    out = args.out or RESULTS / stamp
+    out.mkdir(parents=True, exist_ok=True)
+    result: dict[str, Any] = {
+        "schema_version": SCHEMA_VERSION,
+        "benchmark": "e2e",
+        "started_utc": stamp,
+        "command": " ".join(["python -m bench", *(argv if argv is not None else sys.argv[1:])]),
+        "machine": describe_machine(),
+        "turns_per_model": args.turns,
+        "models": [],
+        "plots": [],
+    }
+    for llm in models:
+        model = asyncio.run(bench_model(llm, utterances))
+        model["cold_start"] = {"skipped": True} if args.no_cold_start else cold_start(llm)
+        result["models"].append(model)
+    if not args.no_plots:
+        from bench.plots import write_plots
+
+        result["plots"] = [path.name for path in write_plots(result, out)]
+    path = out / "result.json"
+    path.write_text(json.dumps(result, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+    print(describe(result))
+    print(f"\nwrote {path}" + (f" and {', '.join(result['plots'])}" if result["plots"] else ""))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
