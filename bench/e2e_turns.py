@@ -8,7 +8,8 @@
   synthesis), then play; latency to first audio = endpoint wait + ASR + whole reply + whole synthesis.
 
 Floor and sequential come from one pass over the engines (the first-clause time is read off the same
-stream that then runs to the end). The LLM samples at the configured temperature, so its reply there may
+stream that then runs to the end), after the LLM's cache of the turn's prompt is evicted so that the pass
+evaluates the same prompt tokens as the pipeline turn. The LLM samples at the configured temperature, so its reply there may
 differ from the pipeline's reply; both replies are recorded.
 """
 
@@ -42,6 +43,7 @@ def _engine_pass(engines: SessionEngines, audio_16k: np.ndarray, first_clause_wo
     transcript = engines.asr.transcribe(audio_16k).text.strip()
     asr_ms = (time.perf_counter() - started) * 1000.0
 
+    _evict_turn_prefix(engines)
     splitter = ClauseSplitter(first_clause_words=first_clause_words)
     stats = GenerationStats()
     first_clause: str | None = None
@@ -70,6 +72,8 @@ def _engine_pass(engines: SessionEngines, audio_16k: np.ndarray, first_clause_wo
         "reply": reply,
         "first_clause": first_clause,
         "llm_tokens": stats.generated_tokens,
+        "llm_prompt_tokens": stats.prompt_tokens,
+        "llm_evaluated_prompt_tokens": stats.evaluated_prompt_tokens,
         "asr_ms": asr_ms,
         "llm_first_clause_ms": first_clause_ms,
         "llm_total_ms": llm_total_ms,
@@ -77,6 +81,19 @@ def _engine_pass(engines: SessionEngines, audio_16k: np.ndarray, first_clause_wo
         "tts_whole_ms": tts_whole_ms,
         "reply_audio_s": reply_samples / engines.tts.sample_rate_hz,
     }
+
+
+def _evict_turn_prefix(engines: SessionEngines) -> None:
+    """One token for an unrelated message, so the LLM's KV cache no longer holds the pipeline turn's
+    prompt: the bare pass then evaluates its prompt past the system prefix, as the pipeline turn did
+    (reusing the turn's cached prompt would make the floor and the baseline look faster than they are)."""
+    import threading
+
+    from engines.llm import Message
+
+    cancel = threading.Event()
+    for _ in engines.llm.stream([Message("user", "OK.")], cancel=cancel):
+        cancel.set()
 
 
 def _first_chunk_ms(engines: SessionEngines, text: str) -> float:
@@ -130,7 +147,17 @@ async def run_turn(engines: SessionEngines, utterance: Utterance, config: Sessio
         "sequential_ms": _r(sequential_ms),
         "sequential_endpoint_wait_ms": _r(endpoint_wait_ms),
     }
-    row["bare_engines"] = {k: bare[k] for k in ("transcript", "reply", "first_clause", "llm_tokens")}
+    row["bare_engines"] = {
+        k: bare[k]
+        for k in (
+            "transcript",
+            "reply",
+            "first_clause",
+            "llm_tokens",
+            "llm_prompt_tokens",
+            "llm_evaluated_prompt_tokens",
+        )
+    }
     row["bare_engines"]["reply_audio_s"] = round(bare["reply_audio_s"], 3)
     if latency_ms is not None:
         row["latency_ms"] = latency_ms
