@@ -59,7 +59,7 @@ def plot_vs_sequential(result: dict[str, Any], out: Path) -> Path:
         ax.bar(x, [r["latency_ms"] for r in rows], width, label="pipeline turn latency")
         ax.bar([i + width for i in x], [r["floor"]["sequential_ms"] for r in rows], width, label="sequential")
         ax.set_xticks(
-            x, [r["file"].rsplit(".", 1)[0][-18:] for r in rows], rotation=40, ha="right", fontsize=7
+            x, [r["file"].rsplit(".", 1)[0][:22] for r in rows], rotation=40, ha="right", fontsize=7
         )
         ax.set_ylabel("ms, end of speech -> first audio")
         ax.set_title(f"{model['llm']}: pipeline vs floor vs sequential")
@@ -75,8 +75,9 @@ def plot_vs_sequential(result: dict[str, Any], out: Path) -> Path:
 def plot_cdf(result: dict[str, Any], out: Path) -> Path:
     plt = _pyplot()
     fig, ax = plt.subplots(figsize=(7, 4.5))
-    for model in result["models"]:
+    for index, model in enumerate(result["models"]):
         rows = _rows(model)
+        color = f"C{index}"  # one colour per LLM: solid pipeline, dashed sequential
         for label, values, style in (
             ("turn latency", [r["latency_ms"] for r in rows], "-"),
             ("sequential", [r["floor"]["sequential_ms"] for r in rows], "--"),
@@ -85,7 +86,7 @@ def plot_cdf(result: dict[str, Any], out: Path) -> Path:
             if not ordered:
                 continue
             fractions = [(i + 1) / len(ordered) for i in range(len(ordered))]
-            ax.step(ordered, fractions, style, where="post", label=f"{model['llm']} {label}")
+            ax.step(ordered, fractions, style, color=color, where="post", label=f"{model['llm']} {label}")
     ax.set_xlabel("ms, end of speech -> first audio")
     ax.set_ylabel("fraction of turns")
     ax.set_title("CDF of turn latency")
