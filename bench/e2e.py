@@ -18,7 +18,6 @@ import csv
 import json
 import logging
 import os
-import resource
 import subprocess
 import sys
 import time
@@ -27,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.e2e_turns import Utterance, run_turn
+from bench.machine import peak_rss_mb
 
 REPO = Path(__file__).resolve().parents[1]
 RESULTS = REPO / "bench" / "results"
@@ -96,9 +96,11 @@ def summarize_model(rows: list[dict[str, Any]]) -> dict[str, Any]:
     }
 
 
-def cold_start(llm: str) -> dict[str, Any]:
-    """Process start -> engines loaded and warm, in a fresh interpreter; with its peak RSS."""
-    command = [sys.executable, "-m", "bench.e2e_cold", "--llm", llm, "--started-at", repr(time.time())]
+def cold_start(llm: str, wav: Path) -> dict[str, Any]:
+    """Process start -> engines loaded and warm, in a fresh interpreter; its peak RSS then and after one
+    turn from ``wav``."""
+    command = [sys.executable, "-m", "bench.e2e_cold", "--llm", llm, "--wav", str(wav)]
+    command += ["--started-at", repr(time.time())]
     done = subprocess.run(command, cwd=REPO, capture_output=True, text=True, timeout=600, check=False)
     if done.returncode != 0:
         return {"error": f"exit {done.returncode}: {done.stderr.strip()[-500:]}"}
@@ -149,7 +151,7 @@ async def bench_model(llm: str, utterances: list[Utterance]) -> dict[str, Any]:
         },
         "engine_load_s": {k: round(v, 3) for k, v in load_s.items()},
         "summary": summarize_model(rows),
-        "bench_process_peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0, 1),
+        "bench_process_peak_rss_mb": peak_rss_mb(),
         "turns": rows,
     }
 
@@ -181,6 +183,7 @@ def describe(result: dict[str, Any]) -> str:
             lines.append(f"  stage {stage:<16} {_fmt(stats)}")
         lines.append(
             f"cold start: {cold.get('ready_s', 'n/a')} s to engines ready, peak RSS {cold.get('peak_rss_mb', 'n/a')} MB"
+            f" ready, {cold.get('peak_rss_after_turn_mb', 'n/a')} MB after one turn (fresh process)"
             + (f" ({cold['error']})" if "error" in cold else "")
         )
     return "\n".join(lines)
@@ -237,7 +240,7 @@ def main(argv: list[str] | None = None) -> int:
     }
     for llm in models:
         model = asyncio.run(bench_model(llm, utterances))
-        model["cold_start"] = {"skipped": True} if args.no_cold_start else cold_start(llm)
+        model["cold_start"] = {"skipped": True} if args.no_cold_start else cold_start(llm, utterances[0].path)
         result["models"].append(model)
     if not args.no_plots:
         from bench.plots import write_plots

@@ -76,3 +76,18 @@ def describe_machine() -> dict[str, Any]:
         "python": sys.version.split()[0],
         "versions": _versions(),
     }
+
+
+def peak_rss_mb() -> float:
+    """This process's peak resident memory. Linux: ``VmHWM`` of /proc/self/status, which starts afresh at
+    exec (``getrusage``'s ``ru_maxrss`` carries the parent's peak over fork and exec, so a child started
+    by a big benchmark process would report the parent's peak)."""
+    try:
+        for line in Path("/proc/self/status").read_text(encoding="utf-8").splitlines():
+            if line.startswith("VmHWM:"):
+                return round(int(line.split()[1]) / 1024.0, 1)  # kB
+    except (OSError, ValueError, IndexError):
+        pass
+    import resource
+
+    return round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0, 1)  # KiB on Linux

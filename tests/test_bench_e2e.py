@@ -65,7 +65,7 @@ def test_two_turn_run_writes_a_result_with_the_full_schema(data_dir: Path, tmp_p
     assert set(model["engine_load_s"]) == {"vad", "asr", "llm", "tts"}
     cold = model["cold_start"]
     assert "error" not in cold, cold
-    assert cold["ready_s"] > 0 and cold["peak_rss_mb"] > 100
+    assert cold["ready_s"] > 0 and 100 < cold["peak_rss_mb"] <= cold["peak_rss_after_turn_mb"]
     assert model["bench_process_peak_rss_mb"] > 100
 
     summary = model["summary"]
