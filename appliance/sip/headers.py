@@ -9,7 +9,7 @@ import ipaddress
 import re
 from dataclasses import dataclass, field
 
-from appliance.sip.message import is_token
+from appliance.sip.message import is_token, split_outside_quotes
 
 MAX_CSEQ = 2**31 - 1
 _SCHEME = re.compile(r"^[A-Za-z][A-Za-z0-9+\-.]*$")
@@ -31,7 +31,7 @@ def parse_params(text: str, where: str) -> dict[str, str | None]:
         return params
     if not text.startswith(";"):
         raise HeaderError(f"{where}: unexpected {text[:20]!r} before the parameters")
-    for piece in _split_outside_quotes(text[1:], ";"):
+    for piece in split_outside_quotes(text[1:], ";"):
         name, equals, value = piece.partition("=")
         name, value = name.strip(), value.strip()
         if not name or not is_token(name):
@@ -215,26 +215,3 @@ def _closing_quote(text: str) -> int:
 
 def _is_quoted(text: str) -> bool:
     return text.startswith('"') and _closing_quote(text) == len(text) - 1
-
-
-def _split_outside_quotes(text: str, separator: str) -> list[str]:
-    parts: list[str] = []
-    current: list[str] = []
-    quoted = escaped = False
-    for char in text:
-        if quoted:
-            if escaped:
-                escaped = False
-            elif char == "\\":
-                escaped = True
-            elif char == '"':
-                quoted = False
-        elif char == '"':
-            quoted = True
-        elif char == separator:
-            parts.append("".join(current))
-            current = []
-            continue
-        current.append(char)
-    parts.append("".join(current))
-    return parts

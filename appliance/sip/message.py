@@ -105,13 +105,13 @@ def is_token(text: str) -> bool:
     return bool(_TOKEN.match(text))
 
 
-def split_list(value: str) -> list[str]:
-    """Split a header value at commas outside quoted strings and <...>; elements are stripped."""
+def split_outside_quotes(text: str, separator: str, *, angle_brackets: bool = False) -> list[str]:
+    """Split at ``separator`` outside quoted strings (and outside <...> when ``angle_brackets``)."""
     parts: list[str] = []
     current: list[str] = []
     quoted = escaped = False
     angle = 0
-    for char in value:
+    for char in text:
         if quoted:
             if escaped:
                 escaped = False
@@ -121,17 +121,22 @@ def split_list(value: str) -> list[str]:
                 quoted = False
         elif char == '"':
             quoted = True
-        elif char == "<":
+        elif angle_brackets and char == "<":
             angle += 1
-        elif char == ">":
+        elif angle_brackets and char == ">":
             angle = max(0, angle - 1)
-        elif char == "," and angle == 0:
-            parts.append("".join(current).strip())
+        elif char == separator and angle == 0:
+            parts.append("".join(current))
             current = []
             continue
         current.append(char)
-    parts.append("".join(current).strip())
+    parts.append("".join(current))
     return parts
+
+
+def split_list(value: str) -> list[str]:
+    """Split a header value at commas outside quoted strings and <...>; elements are stripped."""
+    return [part.strip() for part in split_outside_quotes(value, ",", angle_brackets=True)]
 
 
 @dataclass
