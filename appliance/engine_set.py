@@ -28,6 +28,30 @@ def open_bundle(settings: Settings, *, full: bool | None = None) -> Bundle:
     return Bundle.open(settings.bundle.dir, verify=True, full=check_sums)
 
 
+LLAMA_FIX = (
+    "install a llama-cpp-python built for this processor: in a checkout run ./scripts/setup, which "
+    "rebuilds it with a portable profile when a build crashes (README: Supported machines)"
+)
+
+
+def check_llm_runs(bundle: Bundle) -> None:
+    """Decode a few tokens in a child process before llama.cpp is loaded into the daemon: a build
+    for instructions this processor cannot run kills the process on its first token, and the
+    daemon must say so and stop rather than die on a signal in a restart loop."""
+    from engines.errors import BackendUnavailable
+    from engines.llm.smoke import library_location, run_smoke, smallest_gguf
+
+    model = smallest_gguf(bundle.root)
+    if model is None:
+        return  # no language model at all: the LLM factory names that problem
+    result = run_smoke(model)
+    if not result.ok:
+        raise BackendUnavailable(
+            f"llama.cpp ({library_location()}) cannot run here: {result.detail}", fix=LLAMA_FIX
+        )
+    log.info("llama.cpp runs on this processor (%s in %.1f s)", result.detail, result.seconds)
+
+
 def build_engines(settings: Settings, bundle: Bundle) -> SessionEngines:
     """The four engines, unloaded, each with its worker thread. Raises the factories' errors
     (engines.errors.BackendUnavailable / ModelFileError) for a backend or model that is not there."""

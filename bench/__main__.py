@@ -13,7 +13,9 @@ import sys
 BENCHMARKS = {
     "e2e": "turn latency through the real pipeline vs floor vs sequential, cold start, RSS, plots (default)",
     "asr": "Whisper on ONNX Runtime vs faster-whisper, same weights (latency, WER)",
+    "asr_int8": "Whisper int8 quantization choices: per tensor/channel, 7-bit weights (latency, WER)",
     "llm": "first token with the cached system prompt vs cold vs raw llama.cpp; decode speed",
+    "llama_builds": "prefill and decode speed of llama.cpp builds side by side (portable vs native)",
     "vad": "Silero per-frame cost, torch vs ONNX Runtime",
     "tts": "Piper first chunk vs whole reply, 1-4 sentences",
     "sip": "turn latency on a call vs the microphone, 1 vs 2 calls",
@@ -27,7 +29,7 @@ def usage() -> str:
         "       python -m bench NAME [ARGS...]   (python -m bench NAME --help for its options)",
         "",
     ]
-    lines += [f"  {name:<6} {what}" for name, what in BENCHMARKS.items()]
+    lines += [f"  {name:<12} {what}" for name, what in BENCHMARKS.items()]
     return "\n".join(lines)
 
 

@@ -11,9 +11,20 @@ import soxr
 
 from engines.errors import InputError
 
-__all__ = ["ASR_SAMPLE_RATE_HZ", "load_audio", "load_audio_16k", "resample", "to_mono_float32"]
+__all__ = [
+    "FRAME_S",
+    "FRAME_SAMPLES",
+    "SAMPLE_RATE_HZ",
+    "load_audio",
+    "load_audio_16k",
+    "resample",
+    "to_mono_float32",
+]
 
-ASR_SAMPLE_RATE_HZ = 16000
+# The ground floor: every engine and the pipeline work on 16 kHz mono float32, in VAD frames of 512.
+SAMPLE_RATE_HZ = 16000
+FRAME_SAMPLES = 512
+FRAME_S = FRAME_SAMPLES / SAMPLE_RATE_HZ  # 0.032
 
 log = logging.getLogger(__name__)
 
@@ -86,6 +97,6 @@ def load_audio(path: str | Path) -> tuple[np.ndarray, int]:
 def load_audio_16k(path: str | Path) -> np.ndarray:
     """Read an audio file as float32 mono at 16 kHz (the VAD and ASR rate)."""
     audio, sample_rate_hz = load_audio(path)
-    if sample_rate_hz == ASR_SAMPLE_RATE_HZ:
+    if sample_rate_hz == SAMPLE_RATE_HZ:
         return audio
-    return resample(audio, sample_rate_hz, ASR_SAMPLE_RATE_HZ)
+    return resample(audio, sample_rate_hz, SAMPLE_RATE_HZ)

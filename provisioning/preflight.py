@@ -170,6 +170,28 @@ def check_python(ctx: ProvisioningContext) -> Check:
     return Check("python", FAIL, f"Python {version}", fix="use Python 3.10 (JetPack 6) or 3.11")
 
 
+def check_llama_cpp(ctx: ProvisioningContext) -> Check:
+    """The installed llama.cpp build decodes a few tokens in a child process: a build for
+    instructions this processor cannot run dies on a signal here, not in a systemd restart loop."""
+    from engines.llm.smoke import run_smoke, smallest_gguf
+
+    sources = [d for d in (ctx.media_dir, ctx.bundle_dir) if d is not None]
+    model = next((m for m in map(smallest_gguf, sources) if m is not None), None)
+    if model is None:
+        where = " or ".join(str(d) for d in sources)
+        return Check("llama_cpp", WARN, f"no language model in {where} to check llama.cpp with yet")
+    result = run_smoke(model)
+    if result.ok:
+        return Check("llama_cpp", PASS, f"{result.detail} in {result.seconds:.1f} s")
+    return Check(
+        "llama_cpp",
+        FAIL,
+        result.detail,
+        fix="install a llama-cpp-python built for this processor: from a checkout, ./scripts/setup "
+        "(it rebuilds with a portable profile when a build crashes); see the README, Supported machines",
+    )
+
+
 def check_clock(ctx: ProvisioningContext) -> Check:
     year = time.gmtime().tm_year
     synced = None
@@ -212,6 +234,7 @@ CHECKS: tuple[Callable[[ProvisioningContext], Check], ...] = (
     check_ram,
     check_disk,
     check_python,
+    check_llama_cpp,
     check_clock,
     check_audio,
 )

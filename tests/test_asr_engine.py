@@ -53,7 +53,8 @@ def _wer(engine: AsrEngine, cases: list[SpeechCase]) -> tuple[float, list[str]]:
 def test_jfk_transcript_matches_reference(asr_int8: AsrEngine, data_dir: Path) -> None:
     audio = load_audio_16k(data_dir / JFK)
     transcript = asr_int8.transcribe(audio)
-    assert normalize_text(transcript.text) == normalize_text(JFK_TEXT)  # WER 0
+    # int8 kernels differ a little between processors: at most one word of the 22 may differ.
+    assert word_error_rate([JFK_TEXT], [transcript.text]) <= 0.05, transcript.text
     assert transcript.language == "en"
     assert transcript.audio_s == pytest.approx(11.0)
     assert 0 < transcript.asr_s < 60
@@ -99,7 +100,8 @@ def test_any_rate_and_channel_count(asr_int8: AsrEngine, data_dir: Path, tmp_pat
     stereo_44k = resample(audio, 16000, 44100)
     path = tmp_path / "jfk-44k-stereo.flac"
     sf.write(path, np.stack([stereo_44k, 0.5 * stereo_44k], axis=1), 44100)
-    assert normalize_text(asr_int8.transcribe(load_audio_16k(path)).text) == normalize_text(JFK_TEXT)
+    converted = asr_int8.transcribe(load_audio_16k(path)).text
+    assert word_error_rate([JFK_TEXT], [converted]) <= 0.05, converted
     phone = asr_int8.transcribe(
         load_audio_16k(data_dir / "speech/telephony_8k/deepspeech_LDC93S1_pcms16le_1_8000.wav")
     )

@@ -103,3 +103,24 @@ def test_encoder_accepts_any_even_length(fp32: tuple[OrtGraphRunner, OrtGraphRun
     for frames in (100, 1000, CHUNK_FRAMES):
         cross = fp32[0].run({"mel": pad_frames(mel, frames)[None]})
         assert cross["cross_v_0"].shape[2] == frames // 2
+
+
+@pytest.mark.parametrize("part", ["encoder", "decoder"])
+def test_int8_weights_are_7_bit_so_every_processor_computes_the_same_integers(
+    bundle: Bundle, part: str
+) -> None:
+    """ONNX Runtime multiplies uint8 activations by int8 weights. Without VNNI the x86 kernel sums
+    pairs of products in 16 bits with saturation (vpmaddubsw); 255 * 64 * 2 = 32640 fits, 255 * 127 * 2
+    does not. With every weight within +-64 the integer result is exact on AVX2, AVX-512 and VNNI alike."""
+    from onnx import numpy_helper
+
+    model = onnx.load(str(bundle.path(f"asr/whisper-base/onnx/{part}-int8")))
+    weights = [
+        numpy_helper.to_array(init)
+        for init in model.graph.initializer
+        if init.data_type == onnx.TensorProto.INT8 and init.name.endswith("_quantized")
+    ]
+    assert weights, "no int8 weights in the graph"
+    peak = max(int(np.abs(w.astype(np.int32)).max()) for w in weights)
+    assert peak <= 64, f"int8 weights reach {peak}: products can saturate on processors without VNNI"
+    assert 255 * peak * 2 <= np.iinfo(np.int16).max

@@ -7,6 +7,7 @@ from pathlib import Path
 import pytest
 
 from appliance.cli import main
+from appliance.commands.common import EXIT_CONFIG
 from appliance.config import ConfigError, Settings, default_config_text, load_settings
 
 
@@ -78,7 +79,7 @@ def test_bad_environment_value_is_reported(monkeypatch: pytest.MonkeyPatch) -> N
 def test_config_check_command(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["config", "check"]) == 0
     bad = write(tmp_path, "[llm]\nmodel = 'gpt'\ncontext_tokens = 1\nextra = true\n")
-    assert main(["config", "check", str(bad)]) == 1
+    assert main(["config", "check", str(bad)]) == EXIT_CONFIG == 78
     err = capsys.readouterr().err
     assert "3 problem(s)" in err
     assert "llm.model: Input should be 'gemma-270m' or 'qwen-1.5b'" in err

@@ -19,6 +19,8 @@ import pytest
 
 from appliance.service import Notifier, Service, ServiceControl, WatchdogSettings, start_watchdog
 from appliance.service.notify import socket_send, watchdog_settings
+from appliance.service.runner import EXIT_CANNOT_LOAD
+from engines.errors import BackendUnavailable
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -205,6 +207,21 @@ def test_failed_load_reports_the_error_and_never_says_ready(fake_systemd: FakeSy
         "STATUS=loading and warming the engines",
         "STATUS=failed: bundle /nowhere has no manifest.json",
     ]
+
+
+def test_engines_that_cannot_load_exit_78_so_systemd_does_not_restart(fake_systemd: FakeSystemd) -> None:
+    def load() -> str:
+        raise BackendUnavailable("llama.cpp cannot run here: died on SIGILL", fix="rebuild it")
+
+    async def serve(resources: str, control: ServiceControl) -> None:
+        raise AssertionError("serve must not run")
+
+    service = Service(load, serve, notifier=Notifier(prefer_systemd=False), watchdog=None)
+    assert asyncio.run(service.run()) == EXIT_CANNOT_LOAD == 78
+    fake_systemd.wait_for("failed")
+    assert "SIGILL (fix: rebuild it)" in fake_systemd.messages[-1]
+    unit = (Path(__file__).parents[1] / "systemd" / "appliance.service").read_text()
+    assert "RestartPreventExitStatus=78" in unit.splitlines()
 
 
 def test_a_crashing_daemon_exits_non_zero_so_systemd_restarts_it(fake_systemd: FakeSystemd) -> None:

@@ -9,10 +9,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from engines.audio import load_audio_16k
+from engines.audio import FRAME_SAMPLES, load_audio_16k
 from engines.errors import BackendUnavailable, InputError, ModelFileError
 from engines.manifest import Bundle
-from engines.vad import FRAME_SAMPLES, VadEngine, create_vad
+from engines.vad import VadEngine, create_vad
 from engines.vad.frames import frame_probabilities, iter_frames
 from engines.vad.silero_onnx import OnnxSileroVad
 from engines.vad.silero_torch import TorchSileroVad

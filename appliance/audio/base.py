@@ -7,9 +7,9 @@ from typing import Protocol
 
 import numpy as np
 
-SAMPLE_RATE_HZ = 16000
-FRAME_SAMPLES = 512
-FRAME_S = FRAME_SAMPLES / SAMPLE_RATE_HZ  # 0.032
+from engines.audio import FRAME_S, FRAME_SAMPLES, SAMPLE_RATE_HZ
+
+__all__ = ["FRAME_S", "FRAME_SAMPLES", "SAMPLE_RATE_HZ", "AudioSink", "AudioSource"]
 
 
 class AudioSource(Protocol):

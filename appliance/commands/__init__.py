@@ -5,6 +5,6 @@ from __future__ import annotations
 
 from types import ModuleType
 
-from appliance.commands import admin, bundle, chat, config, run, say, talk, transcribe, vad
+from appliance.commands import admin, bundle, chat, config, doctor, run, say, talk, transcribe, vad
 
-COMMANDS: tuple[ModuleType, ...] = (run, talk, transcribe, say, vad, chat, config, bundle, admin)
+COMMANDS: tuple[ModuleType, ...] = (run, talk, transcribe, say, vad, chat, config, bundle, doctor, admin)

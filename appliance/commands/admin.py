@@ -39,11 +39,10 @@ def _common(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def _users_file(args: argparse.Namespace) -> Path | None:
+def _users_file(args: argparse.Namespace) -> Path:
     if args.users_file is not None:
         return Path(args.users_file)
-    settings = settings_or_exit(args)
-    return None if settings is None else settings.admin.users_file
+    return settings_or_exit(args).admin.users_file
 
 
 def _read_password(from_stdin: bool) -> str | None:
@@ -61,8 +60,6 @@ def _read_password(from_stdin: bool) -> str | None:
 
 def handle_passwd(args: argparse.Namespace) -> int:
     path = _users_file(args)
-    if path is None:
-        return EXIT_FAILED
     password = _read_password(args.password_stdin)
     if password is None:
         return EXIT_USAGE
@@ -83,8 +80,6 @@ def handle_passwd(args: argparse.Namespace) -> int:
 
 def handle_users(args: argparse.Namespace) -> int:
     path = _users_file(args)
-    if path is None:
-        return EXIT_FAILED
     try:
         users = read_users(path)
     except UserFileError as err:
@@ -99,8 +94,6 @@ def handle_users(args: argparse.Namespace) -> int:
 
 def handle_remove(args: argparse.Namespace) -> int:
     path = _users_file(args)
-    if path is None:
-        return EXIT_FAILED
     try:
         removed = remove_user(path, args.user)
     except (UserFileError, OSError) as err:

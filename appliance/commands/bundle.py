@@ -25,8 +25,6 @@ def handle_verify(args: argparse.Namespace) -> int:
     bundle_dir = args.dir
     if bundle_dir is None:
         settings = settings_or_exit(args)
-        if settings is None:
-            return EXIT_FAILED
         bundle_dir = settings.bundle.dir
     try:
         manifest = Manifest.read(bundle_dir)

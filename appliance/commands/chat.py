@@ -32,8 +32,6 @@ def persona(settings: Settings) -> str:
 
 def handle(args: argparse.Namespace) -> int:
     settings = settings_or_exit(args)
-    if settings is None:
-        return EXIT_FAILED
     if not args.text.strip():
         print(
             "error: the text is empty; pass what the person said, e.g. appliance chat 'Hello'",

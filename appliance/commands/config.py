@@ -7,7 +7,7 @@ import json
 import sys
 from pathlib import Path
 
-from appliance.commands.common import EXIT_FAILED, EXIT_OK
+from appliance.commands.common import EXIT_CONFIG, EXIT_OK
 from appliance.config import ConfigError, default_config_text, load_settings
 
 
@@ -31,7 +31,7 @@ def handle_check(args: argparse.Namespace) -> int:
         print(f"{err.source}: {len(err.problems)} problem(s):", file=sys.stderr)
         for problem in err.problems:
             print(f"  - {problem}", file=sys.stderr)
-        return EXIT_FAILED
+        return EXIT_CONFIG
     print(f"{args.file or 'default configuration'}: OK")
     return EXIT_OK
 
@@ -41,6 +41,6 @@ def handle_show(args: argparse.Namespace) -> int:
         settings = load_settings(args.file)
     except ConfigError as err:
         print(f"error: {err}", file=sys.stderr)
-        return EXIT_FAILED
+        return EXIT_CONFIG
     print(json.dumps(settings.model_dump(mode="json"), indent=2))
     return EXIT_OK

@@ -48,8 +48,6 @@ class Daemon:
 
 def handle(args: argparse.Namespace) -> int:
     settings = settings_or_exit(args)
-    if settings is None:
-        return EXIT_FAILED
     from appliance.service import configure_logging, run_service
 
     configure_logging(logging.getLogger().level)
@@ -82,9 +80,11 @@ def handle(args: argparse.Namespace) -> int:
 def _load(settings: Settings, microphone: str | None, reason: str) -> Daemon:
     """Blocking (runs on a worker thread before READY): bundle check, engines loaded and warmed."""
     from appliance.commands.talk import open_store
-    from appliance.engine_set import build_engines, load_engines, open_bundle
+    from appliance.engine_set import build_engines, check_llm_runs, load_engines, open_bundle
 
-    engines = build_engines(settings, open_bundle(settings))
+    bundle = open_bundle(settings)
+    check_llm_runs(bundle)
+    engines = build_engines(settings, bundle)
     try:
         seconds = asyncio.run(load_engines(engines))
     except BaseException:

@@ -32,8 +32,6 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def handle(args: argparse.Namespace) -> int:
     settings = settings_or_exit(args)
-    if settings is None:
-        return EXIT_USAGE
     if args.rate is not None and not 4000 <= args.rate <= 192000:
         print(f"error: --rate must be between 4000 and 192000 Hz, got {args.rate}", file=sys.stderr)
         return EXIT_USAGE

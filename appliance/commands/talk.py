@@ -28,8 +28,6 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def handle(args: argparse.Namespace) -> int:
     settings = settings_or_exit(args)
-    if settings is None:
-        return EXIT_FAILED
     from appliance.audio.files import wav_file_source
     from engines.errors import EngineError
 

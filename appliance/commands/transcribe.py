@@ -12,7 +12,7 @@ import json
 import sys
 from pathlib import Path
 
-from appliance.commands.common import EXIT_FAILED, EXIT_OK, EXIT_USAGE, add_config_option, settings_or_exit
+from appliance.commands.common import EXIT_FAILED, EXIT_OK, add_config_option, settings_or_exit
 from engines.errors import EngineError
 
 
@@ -32,8 +32,6 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def handle(args: argparse.Namespace) -> int:
     settings = settings_or_exit(args)
-    if settings is None:
-        return EXIT_USAGE
     from engines.asr import create_asr
     from engines.audio import load_audio_16k
     from engines.manifest import Bundle

@@ -39,11 +39,9 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def handle(args: argparse.Namespace) -> int:
     settings = settings_or_exit(args)
-    if settings is None:
-        return EXIT_USAGE
-    from engines.audio import load_audio_16k
+    from engines.audio import SAMPLE_RATE_HZ, load_audio_16k
     from engines.manifest import Bundle
-    from engines.vad import SAMPLE_RATE_HZ, create_vad
+    from engines.vad import create_vad
     from engines.vad.endpointer import EndpointerParams
     from engines.vad.frames import frame_probabilities
     from engines.vad.segments import speech_segments

@@ -22,6 +22,7 @@ from typing import Generic, TypeVar
 
 from appliance.service.notify import Notifier, WatchdogSettings, watchdog_settings
 from appliance.service.watchdog import HealthCheck, start_watchdog
+from engines.errors import EngineError
 
 log = logging.getLogger(__name__)
 
@@ -29,6 +30,9 @@ T = TypeVar("T")
 
 EXIT_OK = 0
 EXIT_FAILED = 1
+# sysexits' EX_CONFIG: the engines cannot load and a restart will not change that (a damaged bundle,
+# a llama.cpp build this processor cannot run). The unit's RestartPreventExitStatus= names it.
+EXIT_CANNOT_LOAD = 78
 
 
 @dataclass
@@ -75,6 +79,10 @@ class Service(Generic[T]):
         control.status("loading and warming the engines")
         try:
             resources = await asyncio.to_thread(self.load)
+        except EngineError as err:
+            log.error("the engines cannot load: %s", err)
+            self.notifier.failed(str(err))
+            return EXIT_CANNOT_LOAD
         except Exception as err:
             log.exception("loading the engines failed")
             self.notifier.failed(str(err))

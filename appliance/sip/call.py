@@ -20,9 +20,8 @@ from appliance.rtp.stream import RtpStream
 from appliance.sip.dialog import Dialog
 from appliance.sip.message import SipRequest
 from appliance.sip.transactions import Retransmitter
+from engines.audio import FRAME_SAMPLES, SAMPLE_RATE_HZ
 
-SAMPLE_RATE_HZ = 16000
-FRAME_SAMPLES = 512
 HANDLER_GRACE_S = 2.0
 
 

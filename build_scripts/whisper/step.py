@@ -43,7 +43,7 @@ def build_parameters() -> dict[str, object]:
         "exporter_version": EXPORTER_VERSION,
         "opset": OPSET,
         "precisions": list(PRECISIONS),
-        "int8": "onnxruntime dynamic quantization, MatMul weights, per tensor",
+        "int8": "onnxruntime dynamic quantization, MatMul weights, per channel, 7-bit (reduce_range)",
         "torch": torch.__version__.split("+")[0],
     }
 

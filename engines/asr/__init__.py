@@ -9,8 +9,6 @@ import numpy as np
 
 from engines.manifest import Bundle
 
-SAMPLE_RATE_HZ = 16000
-
 
 @dataclass(frozen=True)
 class Transcript:

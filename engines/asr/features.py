@@ -12,7 +12,8 @@ from functools import lru_cache
 
 import numpy as np
 
-SAMPLE_RATE_HZ = 16000
+from engines.audio import SAMPLE_RATE_HZ
+
 N_FFT = 400
 HOP_SAMPLES = 160
 CHUNK_S = 30

@@ -12,12 +12,13 @@ from typing import TypeVar
 
 import numpy as np
 
-from engines.asr import SAMPLE_RATE_HZ, Transcript
+from engines.asr import Transcript
 from engines.asr.config import WhisperConfig
 from engines.asr.decoding import Decoded, GreedyDecoder, compression_ratio
 from engines.asr.features import CHUNK_FRAMES, HOP_SAMPLES, LogMel, log_mel, pad_frames
 from engines.asr.runner import GraphRunner
 from engines.asr.tokenizer import WhisperTokenizer
+from engines.audio import SAMPLE_RATE_HZ
 from engines.errors import InputError, ModelFileError
 
 log = logging.getLogger(__name__)

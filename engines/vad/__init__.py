@@ -11,9 +11,6 @@ from engines.errors import BackendUnavailable
 if TYPE_CHECKING:
     from engines.manifest import Bundle
 
-SAMPLE_RATE_HZ = 16000
-FRAME_SAMPLES = 512  # 32 ms
-
 BACKENDS = ("onnxruntime", "torch")
 _ARTIFACTS = {"onnxruntime": "vad/silero/onnx", "torch": "vad/silero/torchscript"}
 

@@ -6,12 +6,11 @@ from collections.abc import Iterator
 
 import numpy as np
 
+from engines.audio import FRAME_S, FRAME_SAMPLES, SAMPLE_RATE_HZ
 from engines.errors import InputError
-from engines.vad import FRAME_SAMPLES, SAMPLE_RATE_HZ, VadStream
+from engines.vad import VadStream
 
 __all__ = ["FRAME_S", "check_frame", "frame_probabilities", "iter_frames"]
-
-FRAME_S = FRAME_SAMPLES / SAMPLE_RATE_HZ  # 0.032
 
 
 def check_frame(frame: np.ndarray) -> np.ndarray:

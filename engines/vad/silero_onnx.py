@@ -9,8 +9,8 @@ from typing import Any
 
 import numpy as np
 
+from engines.audio import FRAME_SAMPLES, SAMPLE_RATE_HZ
 from engines.errors import BackendUnavailable, ModelFileError
-from engines.vad import FRAME_SAMPLES, SAMPLE_RATE_HZ
 from engines.vad.frames import check_frame
 
 log = logging.getLogger(__name__)

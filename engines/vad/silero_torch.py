@@ -14,8 +14,8 @@ from typing import Any
 
 import numpy as np
 
+from engines.audio import FRAME_SAMPLES
 from engines.errors import BackendUnavailable, ModelFileError
-from engines.vad import FRAME_SAMPLES
 from engines.vad.frames import check_frame
 from engines.vad.silero_onnx import CONTEXT_SAMPLES, STATE_SHAPE
 

@@ -1,0 +1,69 @@
+"""appliance doctor: can this machine run the appliance as configured? One line per check, with the fix."""
+
+from __future__ import annotations
+
+import argparse
+from dataclasses import dataclass
+
+from appliance.commands.common import EXIT_FAILED, EXIT_OK, add_config_option
+from appliance.config import ConfigError, load_settings
+
+
+@dataclass(frozen=True)
+class Finding:
+    name: str
+    ok: bool
+    detail: str
+    fix: str = ""
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    parser = sub.add_parser(
+        "doctor", help="check the configuration, the bundle and that llama.cpp runs on this processor"
+    )
+    add_config_option(parser)
+    parser.set_defaults(handler=handle)
+
+
+def diagnose(args: argparse.Namespace) -> list[Finding]:
+    try:
+        settings = load_settings(args.config)
+    except ConfigError as err:
+        return [Finding("config", False, str(err), "correct the file: appliance config check FILE")]
+    findings = [Finding("config", True, str(args.config or "the shipped default"))]
+
+    from engines.errors import BundleError
+    from engines.manifest import Manifest
+
+    bundle_dir = settings.bundle.dir
+    try:
+        problems = Manifest.read(bundle_dir).verify(bundle_dir, full=False)
+    except BundleError as err:
+        return [*findings, Finding("bundle", False, str(err))]
+    if problems:
+        listed = "; ".join(map(str, problems))
+        fix = f"rebuild it: python -m build_scripts bundle --out {bundle_dir}"
+        return [*findings, Finding("bundle", False, f"{bundle_dir}: {listed}", fix)]
+    findings.append(
+        Finding("bundle", True, f"{bundle_dir}: every file present (appliance bundle verify hashes them)")
+    )
+
+    from appliance.engine_set import LLAMA_FIX
+    from engines.llm.smoke import library_location, run_smoke, smallest_gguf
+
+    model = smallest_gguf(bundle_dir)
+    if model is None:
+        return [*findings, Finding("llama.cpp", False, f"no language model in {bundle_dir}")]
+    result = run_smoke(model)
+    detail = f"{result.detail} in {result.seconds:.1f} s ({library_location()})"
+    findings.append(Finding("llama.cpp", result.ok, detail, "" if result.ok else LLAMA_FIX))
+    return findings
+
+
+def handle(args: argparse.Namespace) -> int:
+    findings = diagnose(args)
+    for finding in findings:
+        print(f"{'ok' if finding.ok else 'FAIL':>4}  {finding.name}: {finding.detail}")
+        if finding.fix:
+            print(f"      fix: {finding.fix}")
+    return EXIT_OK if all(f.ok for f in findings) else EXIT_FAILED
