@@ -29,5 +29,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
         stream=sys.stderr,
     )
-    code: int = args.handler(args)
+    try:
+        code: int = args.handler(args)
+    except SystemExit as stop:  # settings_or_exit: an invalid configuration (EXIT_CONFIG)
+        if isinstance(stop.code, int):
+            return stop.code
+        raise
     return code

@@ -6,7 +6,6 @@ Environment variables use the prefix ``APPLIANCE_`` and ``__`` between levels, e
 
 from __future__ import annotations
 
-import sys
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
@@ -15,10 +14,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
-if sys.version_info >= (3, 11):
-    import tomllib
-else:  # Python 3.10 (JetPack 6)
-    import tomli as tomllib
+from engines.files import TOMLDecodeError, loads_toml
 
 ENV_PREFIX = "APPLIANCE_"
 DEFAULT_CONFIG_NAME = "default.toml"
@@ -30,7 +26,11 @@ class Section(BaseModel):
 
 class BundleConfig(Section):
     dir: Path = Field(Path("~/.cache/appliance/bundle"), description="Engine bundle folder")
-    verify_on_start: bool = True
+    verify_on_start: bool = Field(
+        True,
+        description="re-hash every bundle file when the daemon starts (false: presence and sizes only, "
+        "as the other commands always do; `appliance bundle verify` re-hashes on demand)",
+    )
 
     @field_validator("dir")
     @classmethod
@@ -44,11 +44,13 @@ class AudioConfig(Section):
     input_device: str | None = Field(None, description="sounddevice name or index; None = default")
     output_device: str | None = None
     device_sample_rate_hz: int = Field(16000, ge=8000, le=192000)
-    frame_ms: Literal[32] = 32
 
 
 class VadConfig(Section):
     backend: Literal["onnxruntime", "torch"] = "onnxruntime"
+    device: Literal["cpu", "cuda"] = Field(
+        "cpu", description="torch backend only; onnxruntime runs on the CPU"
+    )
     threshold: float = Field(0.5, gt=0.0, lt=1.0)
     threshold_while_playing: float = Field(0.85, gt=0.0, le=1.0)
     gate_while_playing: bool = False
@@ -83,7 +85,11 @@ class AsrConfig(Section):
 
 
 class LlmConfig(Section):
-    model: Literal["gemma-270m", "qwen-1.5b"] = "qwen-1.5b"
+    model: str = Field(
+        "qwen-1.5b",
+        min_length=1,
+        description="GGUF in the bundle (llm/<model>): gemma-270m, qwen-1.5b or quantized",
+    )
     gpu_layers: int = Field(0, ge=-1, description="-1 offloads all layers to the GPU")
     context_tokens: int = Field(2048, ge=256, le=131072)
     max_reply_tokens: int = Field(96, ge=1, le=4096)
@@ -96,12 +102,12 @@ class TtsConfig(Section):
     voice: str = "en_US-joe-medium"
     length_scale: float = Field(1.0, gt=0.2, le=3.0)
     first_clause_words: int = Field(4, ge=1, le=20)
+    threads: int = Field(2, ge=1, le=64, description="ONNX Runtime threads for Piper")
 
 
 class AgentConfig(Section):
     site_name: str = "Demo site"
     device_id: str = "appliance-dev"
-    language: str = "en"
     persona: str = (
         "You are a helpful voice assistant on a device at {site_name}. "
         "Answer in one or two short spoken sentences, without lists or markdown."
@@ -254,8 +260,8 @@ def _read_toml(path: Path) -> dict[str, Any]:
     except (OSError, UnicodeDecodeError) as err:
         raise ConfigError(str(path), [ConfigProblem("<file>", f"cannot read: {err}", _MISSING)]) from err
     try:
-        return tomllib.loads(text)
-    except tomllib.TOMLDecodeError as err:
+        return loads_toml(text)
+    except TOMLDecodeError as err:
         raise ConfigError(str(path), [ConfigProblem("<toml>", f"not valid TOML: {err}", _MISSING)]) from err
 
 
@@ -270,10 +276,24 @@ def _problems(err: ValidationError) -> list[ConfigProblem]:
     return problems
 
 
+def override(settings: Settings, **sections: dict[str, Any]) -> Settings:
+    """``settings`` with some keys of some sections replaced (a command's ``--model``, a test's
+    speed trade-off); each changed section is validated again, so a bad value raises ConfigError."""
+    updates: dict[str, Section] = {}
+    for name, values in sections.items():
+        section = getattr(settings, name)
+        try:
+            updates[name] = type(section).model_validate({**section.model_dump(), **values})
+        except ValidationError as err:
+            problems = [ConfigProblem(f"{name}.{p.key}", p.message, p.value) for p in _problems(err)]
+            raise ConfigError("command-line options", problems) from err
+    return settings.model_copy(update=updates)
+
+
 def load_settings(path: Path | None = None) -> Settings:
     """Load the TOML at ``path`` (the shipped default when None) with environment overrides."""
     source = str(path) if path else f"<default {DEFAULT_CONFIG_NAME}>"
-    data = _read_toml(path) if path else tomllib.loads(default_config_text())
+    data = _read_toml(path) if path else loads_toml(default_config_text())
     try:
         return Settings(**data)
     except ValidationError as err:

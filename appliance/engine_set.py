@@ -1,37 +1,145 @@
-"""Builds the four engines from the settings through the engine factories, and loads them.
+"""The one road from settings to engines: each engine built from ``(settings, bundle)``, the bundle
+opened with one meaning of ``bundle.verify_on_start``, and the session configuration.
 
 Engines never see ``Settings``: this module turns the appliance's sections into the factories'
-plain keyword arguments.
+keyword arguments, which have no defaults of their own; every default is in ``appliance/config.py``.
+The daemon, every command and every benchmark build their engines here, so a key such as
+``llm.threads`` goes to exactly one place (``llm_engine``).
 """
 
 from __future__ import annotations
 
 import logging
 
-from appliance.config import Settings
-from appliance.pipeline.session import SessionEngines
+from appliance.agent import system_prompt
+from appliance.config import ConfigProblem, Settings
+from appliance.pipeline.session import EchoGate, SessionConfig, SessionEngines
+from appliance.pipeline.turn import TurnConfig
+from engines.asr import AsrEngine
+from engines.errors import EngineError
+from engines.llm import LlmEngine
 from engines.manifest import Bundle
+from engines.tts import TtsEngine
+from engines.vad import VadEngine
+from engines.vad.endpointer import EndpointerParams
 
 log = logging.getLogger(__name__)
-
-
-def system_prompt(settings: Settings) -> str:
-    """The agent's persona with the site filled in."""
-    agent = settings.agent
-    return agent.persona.replace("{site_name}", agent.site_name).replace("{device_id}", agent.device_id)
-
-
-def open_bundle(settings: Settings, *, full: bool | None = None) -> Bundle:
-    """The configured bundle, checked: file presence and sizes, and checksums when ``full`` (by
-    default ``bundle.verify_on_start``)."""
-    check_sums = settings.bundle.verify_on_start if full is None else full
-    return Bundle.open(settings.bundle.dir, verify=True, full=check_sums)
-
 
 LLAMA_FIX = (
     "install a llama-cpp-python built for this processor: in a checkout run ./scripts/setup, which "
     "rebuilds it with a portable profile when a build crashes (README: Supported machines)"
 )
+
+
+def open_bundle(settings: Settings, *, daemon_start: bool = False) -> Bundle:
+    """The configured bundle, checked: every file present with its recorded size, always; every
+    file re-hashed too when the daemon starts and ``bundle.verify_on_start`` is true. Commands
+    never re-hash 2 GB to transcribe one file: ``appliance bundle verify`` does that on demand."""
+    full = daemon_start and settings.bundle.verify_on_start
+    return Bundle.open(settings.bundle.dir, verify=True, full=full)
+
+
+def bundle_choice_problems(settings: Settings) -> list[ConfigProblem]:
+    """``llm.model``, ``asr.model`` and ``tts.voice`` against what the bundle holds, each problem
+    listing what is there. Nothing to say when the bundle cannot be read: the daemon says that."""
+    from engines.asr.artifacts import whisper_models
+    from engines.llm import available_models
+    from engines.tts import bundled_voices
+
+    try:
+        bundle = Bundle.open(settings.bundle.dir, verify=False)
+    except EngineError:
+        return []
+    whispers = whisper_models(bundle.manifest.artifacts)
+    choices = (
+        ("llm.model", settings.llm.model, available_models(bundle), "python -m build_scripts quantize"),
+        ("asr.model", settings.asr.model, whispers, "python -m build_scripts.whisper export"),
+        ("tts.voice", settings.tts.voice, bundled_voices(bundle), "the bundle build"),
+    )
+    return [
+        ConfigProblem(
+            key,
+            f"not in the bundle {bundle.root}; it has: {', '.join(have) or 'none'} (add one with {how})",
+            value,
+        )
+        for key, value, have, how in choices
+        if value not in have
+    ]
+
+
+def vad_engine(settings: Settings, bundle: Bundle) -> VadEngine:
+    from engines.vad import create_vad
+
+    vad = settings.vad
+    return create_vad(bundle, backend=vad.backend, device=vad.device, threads=vad.threads)
+
+
+def asr_engine(settings: Settings, bundle: Bundle) -> AsrEngine:
+    from engines.asr import create_asr
+
+    asr = settings.asr
+    return create_asr(
+        bundle,
+        model=asr.model,
+        backend=asr.backend,
+        device=asr.device,
+        precision=asr.precision,
+        language=asr.language,
+        encode_real_length=asr.encode_real_length,
+        threads=asr.threads,
+    )
+
+
+def llm_engine(
+    settings: Settings, bundle: Bundle, *, prompt: str | None = None, seed: int | None = None
+) -> LlmEngine:
+    """The configured LLM with the agent's system prompt (``prompt`` replaces it, for benchmarks)."""
+    from engines.llm import create_llm
+
+    llm = settings.llm
+    return create_llm(
+        bundle,
+        model=llm.model,
+        system_prompt=system_prompt(settings.agent) if prompt is None else prompt,
+        gpu_layers=llm.gpu_layers,
+        context_tokens=llm.context_tokens,
+        max_reply_tokens=llm.max_reply_tokens,
+        temperature=llm.temperature,
+        threads=llm.threads,
+        stop=llm.stop,
+        seed=seed,
+    )
+
+
+def tts_engine(settings: Settings, bundle: Bundle) -> TtsEngine:
+    from engines.tts import create_tts
+
+    tts = settings.tts
+    return create_tts(bundle, voice=tts.voice, length_scale=tts.length_scale, threads=tts.threads)
+
+
+def endpointer_params(settings: Settings) -> EndpointerParams:
+    ep = settings.endpointer
+    return EndpointerParams(
+        threshold=settings.vad.threshold,
+        min_speech_s=ep.min_speech_ms / 1000.0,
+        end_silence_s=ep.end_silence_ms / 1000.0,
+        pre_roll_s=ep.pre_roll_ms / 1000.0,
+        max_utterance_s=ep.max_utterance_s,
+    )
+
+
+def session_config(settings: Settings) -> SessionConfig:
+    """The endpointer, echo gate, turn and history settings of every session."""
+    vad, agent = settings.vad, settings.agent
+    return SessionConfig(
+        endpointer=endpointer_params(settings),
+        echo=EchoGate(vad.threshold, vad.threshold_while_playing, vad.gate_while_playing),
+        turn=TurnConfig(
+            first_clause_words=settings.tts.first_clause_words, fallback_reply=agent.fallback_reply
+        ),
+        max_history_messages=agent.max_history_messages,
+    )
 
 
 def check_llm_runs(bundle: Bundle) -> None:
@@ -55,35 +163,12 @@ def check_llm_runs(bundle: Bundle) -> None:
 def build_engines(settings: Settings, bundle: Bundle) -> SessionEngines:
     """The four engines, unloaded, each with its worker thread. Raises the factories' errors
     (engines.errors.BackendUnavailable / ModelFileError) for a backend or model that is not there."""
-    from engines.asr import create_asr
-    from engines.llm import create_llm
-    from engines.tts import create_tts
-    from engines.vad import create_vad
-
-    vad = create_vad(bundle, backend=settings.vad.backend, threads=settings.vad.threads)
-    asr = create_asr(
-        bundle,
-        model=settings.asr.model,
-        backend=settings.asr.backend,
-        device=settings.asr.device,
-        precision=settings.asr.precision,
-        language=settings.asr.language,
-        encode_real_length=settings.asr.encode_real_length,
-        threads=settings.asr.threads,
+    return SessionEngines.create(
+        vad=vad_engine(settings, bundle),
+        asr=asr_engine(settings, bundle),
+        llm=llm_engine(settings, bundle),
+        tts=tts_engine(settings, bundle),
     )
-    llm = create_llm(
-        bundle,
-        model=settings.llm.model,
-        system_prompt=system_prompt(settings),
-        gpu_layers=settings.llm.gpu_layers,
-        context_tokens=settings.llm.context_tokens,
-        max_reply_tokens=settings.llm.max_reply_tokens,
-        temperature=settings.llm.temperature,
-        threads=settings.llm.threads,
-        stop=settings.llm.stop,
-    )
-    tts = create_tts(bundle, voice=settings.tts.voice, length_scale=settings.tts.length_scale)
-    return SessionEngines.create(vad=vad, asr=asr, llm=llm, tts=tts)
 
 
 async def load_engines(engines: SessionEngines) -> dict[str, float]:

@@ -34,6 +34,8 @@ from appliance.admin import (
 )
 from appliance.admin.users import set_password
 from appliance.config import load_settings
+from appliance.daemon import summarize_bundle
+from appliance.engine_set import open_bundle
 from appliance.trace import TIMESTAMPS, TraceStore, TurnTrace, percentile
 
 REPO = Path(__file__).resolve().parents[1]
@@ -109,7 +111,10 @@ async def _measure(turns: int, requests: int) -> dict[str, Any]:
     for state in engine_states(settings):
         registry.set_engine(state)
     set_password(root / "users", USER, "admin", PASSWORD)
-    app = create_app(LocalBackend(settings, store, registry), settings, users=UserDirectory(root / "users"))
+    bundle = summarize_bundle(open_bundle(settings))
+    app = create_app(
+        LocalBackend(settings, store, registry, bundle), settings, users=UserDirectory(root / "users")
+    )
     sock = bind_socket("127.0.0.1", 0)
     started = asyncio.Event()
     server = asyncio.create_task(serve(app, "127.0.0.1", 0, sock=sock, started=started))

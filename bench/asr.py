@@ -67,12 +67,12 @@ def percentile(values: list[float], q: float) -> float:
 
 
 def _ours(precision: str, real_length: bool, threads: int) -> Callable[[np.ndarray], str]:
-    from appliance.config import load_settings
-    from engines.asr import create_asr
-    from engines.manifest import Bundle
+    from appliance.config import load_settings, override
+    from appliance.engine_set import asr_engine, open_bundle
 
-    bundle = Bundle.open(load_settings(None).bundle.dir)
-    engine = create_asr(bundle, precision=precision, encode_real_length=real_length, threads=threads)
+    chosen = {"precision": precision, "encode_real_length": real_length, "threads": threads}
+    settings = override(load_settings(None), asr=chosen)
+    engine = asr_engine(settings, open_bundle(settings))
     engine.load()
     return lambda audio: engine.transcribe(audio).text
 

@@ -61,7 +61,8 @@ def main(argv: list[str] | None = None) -> int:
 
     from appliance.config import load_settings
     from build_scripts.whisper.export import quantize_int8
-    from engines.asr.factory import REAL_LENGTH_POLICY, _onnxruntime_runner, onnx_artifact
+    from engines.asr.artifacts import config_artifact, onnx_artifact, tokenizer_artifact
+    from engines.asr.factory import REAL_LENGTH_POLICY, _onnxruntime_runner
     from engines.asr.whisper import WhisperEngine, WhisperFiles
     from engines.audio import load_audio_16k
     from engines.manifest import Bundle
@@ -75,8 +76,8 @@ def main(argv: list[str] | None = None) -> int:
 
     def engine(encoder: Path, decoder: Path) -> WhisperEngine:
         files = WhisperFiles(
-            config=bundle.path("asr/whisper-base/onnx/config"),
-            tokenizer=bundle.path("asr/whisper-base/onnx/tokenizer"),
+            config=bundle.path(config_artifact("whisper-base")),
+            tokenizer=bundle.path(tokenizer_artifact("whisper-base")),
             encoder=encoder,
             decoder=decoder,
         )

@@ -108,14 +108,12 @@ def cold_start(llm: str, wav: Path) -> dict[str, Any]:
 
 
 async def bench_model(llm: str, utterances: list[Utterance]) -> dict[str, Any]:
-    from appliance.config import load_settings
-    from appliance.engine_set import build_engines, load_engines, open_bundle
-    from appliance.pipeline.session import SessionConfig
+    from appliance.config import load_settings, override
+    from appliance.engine_set import build_engines, load_engines, open_bundle, session_config
 
-    settings = load_settings(None)
-    settings = settings.model_copy(update={"llm": settings.llm.model_copy(update={"model": llm})})
-    engines = build_engines(settings, open_bundle(settings, full=False))
-    config = SessionConfig.from_settings(settings)
+    settings = override(load_settings(None), llm={"model": llm})
+    engines = build_engines(settings, open_bundle(settings))
+    config = session_config(settings)
     rows: list[dict[str, Any]] = []
     try:
         load_s = await load_engines(engines)
@@ -215,7 +213,7 @@ def main(argv: list[str] | None = None) -> int:
     from bench.machine import describe_machine
     from engines.llm import available_models
 
-    bundle_models = available_models(open_bundle(load_settings(None), full=False))
+    bundle_models = available_models(open_bundle(load_settings(None)))
     models = args.llm or bundle_models
     unknown = [m for m in models if m not in bundle_models]
     if unknown:

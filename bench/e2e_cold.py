@@ -32,12 +32,11 @@ def process_age_s(started_at: float | None) -> float:
 
 async def _cold_start(llm_model: str, started_at: float | None, wav: Path | None) -> dict[str, Any]:
     from appliance.config import load_settings
-    from appliance.engine_set import build_engines, load_engines, open_bundle
-    from appliance.pipeline.session import SessionConfig
+    from appliance.engine_set import build_engines, load_engines, open_bundle, session_config
 
     settings = load_settings(None)
     settings = settings.model_copy(update={"llm": settings.llm.model_copy(update={"model": llm_model})})
-    engines = build_engines(settings, open_bundle(settings, full=False))
+    engines = build_engines(settings, open_bundle(settings))
     try:
         load_s = await load_engines(engines)
         result: dict[str, Any] = {
@@ -52,7 +51,7 @@ async def _cold_start(llm_model: str, started_at: float | None, wav: Path | None
 
             source = wav_file_source(wav, realtime=False)
             sink = MemorySink(engines.tts.sample_rate_hz)
-            await one_turn(engines, source, sink, config=SessionConfig.from_settings(settings))
+            await one_turn(engines, source, sink, config=session_config(settings))
             result["peak_rss_after_turn_mb"] = peak_rss_mb()
         return result
     finally:

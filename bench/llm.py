@@ -31,7 +31,10 @@ from typing import Any
 
 import numpy as np
 
-from engines.llm import GenerationStats, Message, create_llm
+from appliance.agent import system_prompt as agent_prompt
+from appliance.config import load_settings, override
+from appliance.engine_set import llm_engine
+from engines.llm import GenerationStats, Message
 from engines.llm.llamacpp import LlamaCppLlm
 from engines.manifest import Bundle
 
@@ -68,17 +71,20 @@ class ModelBench:
     def __init__(self, bundle: Bundle, model: str, *, system_prompt: str, args: argparse.Namespace) -> None:
         from engines.llm.llama_runtime import LlamaRuntime
 
-        engine = create_llm(
-            bundle,
-            model=model,
-            system_prompt=system_prompt,
-            gpu_layers=args.gpu_layers,
-            context_tokens=args.context_tokens,
-            max_reply_tokens=args.reply_tokens,
-            temperature=0.0,
-            threads=args.threads,
-            stop=(),
+        # Greedy, no stop strings and a fixed reply length: every variant times the same tokens.
+        settings = override(
+            load_settings(None),
+            llm={
+                "model": model,
+                "gpu_layers": args.gpu_layers,
+                "context_tokens": args.context_tokens,
+                "max_reply_tokens": args.reply_tokens,
+                "temperature": 0.0,
+                "threads": args.threads,
+                "stop": (),
+            },
         )
+        engine = llm_engine(settings, bundle, prompt=system_prompt)
         assert isinstance(engine, LlamaCppLlm)
         started = time.perf_counter()
         engine.load()
@@ -231,8 +237,7 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
 
     settings = load_settings(None)
-    agent = settings.agent
-    system_prompt = agent.persona.replace("{site_name}", agent.site_name)
+    system_prompt = agent_prompt(settings.agent)
     if args.site_facts:
         system_prompt += SITE_FACTS
     bundle = Bundle.open(settings.bundle.dir)

@@ -37,7 +37,7 @@ import numpy as np
 
 from appliance.audio.call import call_session_kwargs
 from appliance.config import Settings, SipConfig, load_settings
-from appliance.engine_set import build_engines, load_engines, open_bundle
+from appliance.engine_set import build_engines, load_engines, open_bundle, session_config
 from appliance.pipeline.session import Session, SessionConfig, SessionEngines
 from appliance.rtp import g711
 from appliance.rtp.packet import RtpPacket, parse_rtp
@@ -353,9 +353,9 @@ async def main_async(args: argparse.Namespace) -> dict[str, Any]:
     settings: Settings = load_settings(None)
     llm = settings.llm.model_copy(update={"model": args.model, "max_reply_tokens": args.reply_tokens})
     settings = settings.model_copy(update={"llm": llm})
-    engines = build_engines(settings, open_bundle(settings, full=False))
+    engines = build_engines(settings, open_bundle(settings))
     await load_engines(engines)
-    config = SessionConfig.from_settings(settings)
+    config = session_config(settings)
     questions = [load_audio_16k(DATA / name) for name in QUESTIONS][: args.turns]
     questions = [
         np.concatenate([q / max(float(np.abs(q).max()), 1e-6) * 0.5, np.zeros(8000, np.float32)])

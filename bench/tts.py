@@ -87,11 +87,10 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
 
     from appliance.config import load_settings
-    from engines.manifest import Bundle
-    from engines.tts import create_tts
+    from appliance.engine_set import open_bundle, tts_engine
 
     settings = load_settings(None)
-    engine = create_tts(Bundle.open(settings.bundle.dir), voice=settings.tts.voice)
+    engine = tts_engine(settings, open_bundle(settings))
     started = time.perf_counter()
     engine.load()
     load_s = time.perf_counter() - started

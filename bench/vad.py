@@ -75,19 +75,20 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
 
-    from appliance.config import load_settings
+    from appliance.config import load_settings, override
+    from appliance.engine_set import open_bundle, vad_engine
     from engines.audio import load_audio_16k
-    from engines.manifest import Bundle
-    from engines.vad import create_vad
     from engines.vad.frames import iter_frames
 
-    bundle = Bundle.open(load_settings(None).bundle.dir)
+    settings = load_settings(None)
+    bundle = open_bundle(settings)
     audio = load_audio_16k(args.file)[: int(args.seconds * 16000)]
     frames = list(iter_frames(audio))
     engines = {}
     load_s = {}
     for backend in ("onnxruntime", "torch"):
-        engine = create_vad(bundle, backend=backend, threads=args.torch_threads if backend == "torch" else 1)
+        threads = args.torch_threads if backend == "torch" else 1
+        engine = vad_engine(override(settings, vad={"backend": backend, "threads": threads}), bundle)
         started = time.perf_counter()
         engine.load()
         load_s[backend] = time.perf_counter() - started

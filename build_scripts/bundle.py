@@ -12,60 +12,15 @@ import subprocess
 import sys
 import tempfile
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 
+from build_scripts.context import BuildContext
 from build_scripts.packaged_models import DEFAULT_MODELS, PackagedModel
 from engines.errors import BundleError
-from engines.manifest import Artifact, Manifest, sha256_of
+from engines.manifest import Manifest
 
 log = logging.getLogger(__name__)
-
-
-@dataclass(frozen=True)
-class BuildContext:
-    out: Path
-    manifest: Manifest
-    force: bool = False
-    pip_args: tuple[str, ...] = ()
-
-    def save(self) -> None:
-        self.manifest.meta["updated_utc"] = datetime.now(timezone.utc).isoformat(timespec="seconds")
-        self.manifest.write(self.out)
-
-    def is_current(
-        self, name: str, *, source: dict[str, str], build: dict[str, object] | None = None
-    ) -> bool:
-        """True when ``name`` is recorded with this source/build and its file is intact."""
-        if self.force:
-            return False
-        art = self.manifest.get(name)
-        if art is None or art.source != source or (build is not None and art.build != build):
-            return False
-        return not self.manifest.verify_one(self.out, art, full=True)
-
-    def record(
-        self,
-        name: str,
-        path: Path,
-        kind: str,
-        *,
-        source: dict[str, str],
-        build: dict[str, object] | None = None,
-    ) -> Artifact:
-        art = Artifact(
-            name=name,
-            path=path.relative_to(self.out).as_posix(),
-            kind=kind,
-            sha256=sha256_of(path),
-            size_bytes=path.stat().st_size,
-            source=source,
-            build=dict(build or {}),
-        )
-        self.manifest.add(art)
-        self.save()
-        return art
 
 
 Step = Callable[[BuildContext], None]
@@ -127,7 +82,7 @@ def packaged_model_step(model: PackagedModel) -> Step:
 
 def default_steps() -> list[Step]:
     """The default bundle's steps, in order; later build stages append theirs here."""
-    from build_scripts.whisper.step import WHISPER_STEPS  # imports BuildContext from here
+    from build_scripts.whisper.step import WHISPER_STEPS  # imports torch: only when the bundle is built
 
     return [*(packaged_model_step(m) for m in DEFAULT_MODELS), *WHISPER_STEPS]
 

@@ -19,7 +19,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from build_scripts.bundle import BuildContext
+from build_scripts.context import BuildContext
 from engines.errors import BackendUnavailable, BundleError, EngineError, ModelFileError
 from engines.llm import GGUF_KIND
 from engines.llm.chat_template import fallback_template_for

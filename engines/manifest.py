@@ -8,13 +8,12 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
-import tempfile
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
 from engines.errors import BundleError
+from engines.files import atomic_write
 
 MANIFEST_NAME = "manifest.json"
 FORMAT_VERSION = 1
@@ -100,13 +99,7 @@ class Manifest:
             "artifacts": [asdict(a) for a in sorted(self.artifacts.values(), key=lambda a: a.name)],
         }
         target = bundle_dir / MANIFEST_NAME
-        fd, tmp = tempfile.mkstemp(dir=bundle_dir, prefix=".manifest.", suffix=".tmp")
-        with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            json.dump(payload, handle, indent=2)
-            handle.write("\n")
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(tmp, target)
+        atomic_write(target, json.dumps(payload, indent=2) + "\n")
         return target
 
     def add(self, artifact: Artifact) -> None:

@@ -40,7 +40,17 @@ def bundle() -> Bundle:
 
 
 def _loaded(bundle: Bundle, **options: object) -> Iterator[AsrEngine]:
-    engine = create_asr(bundle, **options)  # type: ignore[arg-type]
+    chosen = {
+        "backend": "onnxruntime",
+        "device": "cpu",
+        "precision": "int8",
+        "language": "en",
+        "encode_real_length": False,
+        "threads": 2,
+        "model": "whisper-base",
+        **options,
+    }
+    engine = create_asr(bundle, **chosen)  # type: ignore[arg-type]
     engine.load()
     yield engine
     engine.close()
@@ -68,7 +78,7 @@ def test_tensorrt_plans_match_onnxruntime(bundle: Bundle, cpu_fp32: AsrEngine) -
     for module in ("tensorrt", "pycuda"):
         if importlib.util.find_spec(module) is None:
             pytest.skip(f"{module} is not installed (TensorRT comes with JetPack on the device)")
-    from build_scripts.bundle import BuildContext
+    from build_scripts.context import BuildContext
     from build_scripts.whisper.tensorrt import build_whisper_tensorrt
 
     build_whisper_tensorrt(BuildContext(out=bundle.root, manifest=Manifest.read(bundle.root)))

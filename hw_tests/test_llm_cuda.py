@@ -52,6 +52,8 @@ def cuda_llm(
         context_tokens=CONTEXT_TOKENS,
         max_reply_tokens=REPLY_TOKENS,
         temperature=0.0,
+        threads=2,
+        stop=("\n\n",),
     )
     assert isinstance(engine, LlamaCppLlm)
     caplog_module.clear()

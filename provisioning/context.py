@@ -91,7 +91,3 @@ class ProvisioningContext:
     @property
     def appliance_command(self) -> Path:
         return self.python_prefix / "bin" / "appliance"
-
-    @property
-    def python_command(self) -> Path:
-        return self.python_prefix / "bin" / "python"

@@ -44,7 +44,7 @@ def find_plan_builder() -> PlanBuilder | None:
         return None
 
     def builder(bundle_dir: Path) -> list[str]:
-        from build_scripts.bundle import BuildContext
+        from build_scripts.context import BuildContext
 
         build(BuildContext(out=bundle_dir, manifest=Manifest.read(bundle_dir)))
         plans = Manifest.read(bundle_dir).artifacts.values()

@@ -3,36 +3,19 @@
 from __future__ import annotations
 
 import os
-import tempfile
 from pathlib import Path
+
+from engines.files import atomic_write, fsync_dir
+
+__all__ = ["atomic_write_bytes", "atomic_write_text", "fsync_dir", "give_to_service_user", "under_root"]
 
 
 def atomic_write_bytes(path: Path, data: bytes, *, mode: int = 0o644) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as handle:
-            os.fchmod(handle.fileno(), mode)
-            handle.write(data)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    fsync_dir(path.parent)
+    atomic_write(path, data, mode=mode)
 
 
 def atomic_write_text(path: Path, text: str, *, mode: int = 0o644) -> None:
-    atomic_write_bytes(path, text.encode("utf-8"), mode=mode)
-
-
-def fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
+    atomic_write(path, text, mode=mode)
 
 
 def under_root(root: Path, absolute: str | Path) -> Path:

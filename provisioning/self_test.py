@@ -27,10 +27,6 @@ EXIT_NOT_BUILT = 3
 MIN_WORD_OVERLAP = 0.5  # of the question's words found in the transcript
 
 
-class _Failed(Exception):
-    pass
-
-
 def _words(text: str) -> list[str]:
     return re.findall(r"[a-z0-9']+", text.lower())
 

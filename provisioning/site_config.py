@@ -18,14 +18,15 @@ from pathlib import Path
 from typing import Any
 
 from appliance.config import ConfigError, load_settings
+from engines.files import TOMLDecodeError, loads_toml
 from provisioning.context import DEVICE_BUNDLE_DIR, DEVICE_TRACE_DB, ProvisioningContext, SiteOptions
 from provisioning.files import atomic_write_text, give_to_service_user
 from provisioning.framework import StepFailed, StepOutcome
 
 if sys.version_info >= (3, 11):
-    import tomllib
+    pass
 else:  # Python 3.10 (JetPack 6)
-    import tomli as tomllib
+    pass
 
 DEMO_SITE_NAME = "Demo site"
 JETSON_ENGINES: dict[str, dict[str, Any]] = {
@@ -63,10 +64,10 @@ def to_toml(data: dict[str, dict[str, Any]], header: str = "") -> str:
 
 def _read_site_file(path: Path) -> dict[str, dict[str, Any]]:
     try:
-        data = tomllib.loads(path.read_text(encoding="utf-8"))
+        data = loads_toml(path.read_text(encoding="utf-8"))
     except FileNotFoundError as err:
         raise StepFailed(f"site file {path} not found", fix="pass the path of the site's TOML file") from err
-    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as err:
+    except (OSError, UnicodeDecodeError, TOMLDecodeError) as err:
         raise StepFailed(f"site file {path} is not readable TOML: {err}", fix="correct the file") from err
     return {k: dict(v) if isinstance(v, dict) else v for k, v in data.items()}
 
@@ -85,7 +86,6 @@ def compose(site: SiteOptions, target: str) -> dict[str, dict[str, Any]]:
         "device_id",
         site.device_id or data.get("agent", {}).get("device_id") or platform.node(),
     )
-    _set(data, "agent", "language", site.language)
     _set(data, "asr", "language", site.language)
     _set(data, "agent", "persona", site.persona)
     if site.no_audio:

@@ -14,7 +14,9 @@ import pytest
 from appliance.admin import bind_socket, engine_states, serve
 from appliance.audio import MemorySink
 from appliance.audio.files import wav_file_source
-from appliance.pipeline import SessionConfig, SessionEngines
+from appliance.config import load_settings
+from appliance.engine_set import session_config
+from appliance.pipeline import SessionEngines
 from appliance.pipeline.oneshot import one_turn
 from appliance.trace import TurnTrace
 from tests.conftest import REPO
@@ -97,7 +99,14 @@ def _real_turn(env: AdminEnv, engines: SessionEngines, data_dir: Path) -> None:
     result: list[object] = []
 
     def run() -> None:  # Playwright's sync API owns this thread's event loop
-        turn = one_turn(engines, source, sink, config=SessionConfig(), store=env.store, session_id="mic")
+        turn = one_turn(
+            engines,
+            source,
+            sink,
+            config=session_config(load_settings(None)),
+            store=env.store,
+            session_id="mic",
+        )
         try:
             result.append(asyncio.run(asyncio.wait_for(turn, 300)))
         except BaseException as err:  # reported below, on the test's thread

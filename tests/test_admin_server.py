@@ -81,7 +81,11 @@ def test_a_taken_port_gets_a_clear_error() -> None:
 
 def test_run_admin_page_does_nothing_when_disabled(admin_env: AdminEnv) -> None:
     assert not admin_env.settings.admin.enabled
-    asyncio.run(asyncio.wait_for(run_admin_page(admin_env.settings, admin_env.store, admin_env.registry), 5))
+    asyncio.run(
+        asyncio.wait_for(
+            run_admin_page(admin_env.settings, admin_env.store, admin_env.registry, admin_env.bundle), 5
+        )
+    )
 
 
 def test_run_admin_page_serves_on_the_configured_address(
@@ -95,7 +99,7 @@ def test_run_admin_page_serves_on_the_configured_address(
         env.registry.set_engine(state)
 
     async def probe() -> int:
-        task = asyncio.create_task(run_admin_page(env.settings, env.store, env.registry))
+        task = asyncio.create_task(run_admin_page(env.settings, env.store, env.registry, env.bundle))
         try:
             async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}") as client:
                 for _ in range(200):

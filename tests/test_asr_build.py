@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from build_scripts.bundle import BuildContext
+from build_scripts.context import BuildContext
 from build_scripts.whisper.ct2 import load_ct2_folder, read_model_bin
 from build_scripts.whisper.export import EXPORTER_VERSION
 from build_scripts.whisper.step import export_whisper_onnx

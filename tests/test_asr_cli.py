@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from appliance.cli import main
+from appliance.commands.common import EXIT_CONFIG
 from engines.asr.text import normalize_text
 
 
@@ -49,10 +50,10 @@ def test_transcribe_plain_text_with_real_length(data_dir: Path, capsys: pytest.C
     assert "brooklyn bridge" in normalize_text(out)
 
 
-def test_transcribe_with_a_broken_config_is_a_usage_error(
+def test_transcribe_with_a_broken_config_exits_78_naming_the_key(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     config = tmp_path / "site.toml"
     config.write_text('[asr]\nprecision = "int4"\n')
-    assert main(["transcribe", "x.wav", "--config", str(config)]) == 2
+    assert main(["transcribe", "x.wav", "--config", str(config)]) == EXIT_CONFIG
     assert "asr.precision" in capsys.readouterr().err

@@ -12,11 +12,11 @@ import pytest
 from build_scripts.whisper.__main__ import main as whisper_build_main
 from build_scripts.whisper.export import export_onnx
 from build_scripts.whisper.load import detect_format, load_checkpoint
-from engines.asr import create_asr
 from engines.asr.onnxruntime_backend import OrtGraphRunner
 from engines.audio import load_audio_16k
 from engines.errors import BackendUnavailable, ModelFileError
 from engines.manifest import Bundle, Manifest
+from tests.fixtures import build
 
 torch = pytest.importorskip("torch")
 
@@ -110,13 +110,13 @@ def test_export_command_adds_a_model_to_a_bundle(
     assert whisper_build_main(argv) == 0
     small = Bundle.open(root)
     assert small.manifest.artifacts["asr/tiny/onnx/decoder-int8"].source["format"] == "transformers"
-    engine = create_asr(small, model="tiny", precision="int8")
+    engine = build.asr(small, model="tiny", precision="int8")
     engine.load()
     transcript = engine.transcribe(load_audio_16k(data_dir / "speech/en/google_audio.wav"))
     assert transcript.audio_s == pytest.approx(1.811, abs=0.01)  # random weights: any text, but it runs
     engine.close()
     with pytest.raises(BackendUnavailable, match="has: tiny"):
-        create_asr(small, model="distil-small.en")
+        build.asr(small, model="distil-small.en")
 
 
 def test_openai_checkpoint_matches_openai_whisper(bundle: Bundle, tmp_path: Path, mel: np.ndarray) -> None:

@@ -13,7 +13,9 @@ import pytest
 
 from appliance.audio.base import FRAME_SAMPLES, float32_to_int16
 from appliance.audio.devices import MicrophoneSource, SpeakerSink, probe_device
-from appliance.pipeline import Session, SessionConfig, SessionEngines
+from appliance.config import load_settings
+from appliance.engine_set import session_config
+from appliance.pipeline import Session, SessionEngines
 from appliance.trace import TIMESTAMPS
 from engines.audio import load_audio_16k, resample
 from tests.fixtures.pipeline import PacedSource, english_words, silence
@@ -142,7 +144,10 @@ def test_a_full_turn_through_portaudio_microphone_and_speaker(
     microphone = MicrophoneSource(CAPTURE, device_sample_rate_hz=rate)
     speaker = SpeakerSink(PLAYBACK, device_sample_rate_hz=rate)
     session = Session(
-        engines=real_engines, source=PacedSource(microphone), sink=speaker, config=SessionConfig()
+        engines=real_engines,
+        source=PacedSource(microphone),
+        sink=speaker,
+        config=session_config(load_settings(None)),
     )
 
     async def run() -> None:

@@ -82,6 +82,6 @@ def test_config_check_command(tmp_path: Path, capsys: pytest.CaptureFixture[str]
     assert main(["config", "check", str(bad)]) == EXIT_CONFIG == 78
     err = capsys.readouterr().err
     assert "3 problem(s)" in err
-    assert "llm.model: Input should be 'gemma-270m' or 'qwen-1.5b'" in err
+    assert "llm.model: not in the bundle" in err and "it has: gemma-270m, qwen-1.5b" in err
     assert "llm.context_tokens: Input should be greater than or equal to 256" in err
     assert "llm.extra: unknown key" in err

@@ -11,7 +11,9 @@ import numpy as np
 import pytest
 
 from appliance.audio import ArraySource, MemorySink
-from appliance.pipeline import Session, SessionConfig, SessionEngines
+from appliance.config import load_settings
+from appliance.engine_set import session_config
+from appliance.pipeline import Session, SessionEngines
 from appliance.trace import TIMESTAMPS, TraceStore
 from engines.audio import load_audio_16k, resample
 from engines.llm import LlmEngine, Message
@@ -69,7 +71,7 @@ def test_speech_during_the_reply_interrupts_it_and_history_keeps_what_was_heard(
         engines=real_engines,
         source=source,
         sink=sink,
-        config=SessionConfig(),
+        config=session_config(load_settings(None)),
         on_turn=lambda trace: sink_s_at_end.append(sink.duration_s),
     )
     source.session = session

@@ -12,7 +12,9 @@ import numpy as np
 import pytest
 
 from appliance.audio.call import call_session_kwargs
-from appliance.pipeline import Session, SessionConfig, SessionEngines
+from appliance.config import load_settings
+from appliance.engine_set import session_config
+from appliance.pipeline import Session, SessionEngines
 from appliance.sip import CallAudio
 from appliance.trace import TIMESTAMPS
 from engines.audio import load_audio, resample
@@ -57,7 +59,9 @@ def test_a_call_gets_a_spoken_answer_and_the_appliance_hangs_up(
     sessions: list[Session] = []
 
     async def answer(call: CallAudio) -> None:
-        session = Session(engines=real_engines, config=SessionConfig(), **call_session_kwargs(call))
+        session = Session(
+            engines=real_engines, config=session_config(load_settings(None)), **call_session_kwargs(call)
+        )
         sessions.append(session)
         await session.run(max_turns=1)
         await call.drain()

@@ -13,9 +13,10 @@ import pytest
 from build_scripts.__main__ import main as build_main
 from build_scripts.quantize import quantize, validate_quantized
 from engines.errors import BackendUnavailable, ModelFileError
-from engines.llm import GenerationStats, Message, available_models, create_llm
+from engines.llm import GenerationStats, Message, available_models
 from engines.llm.gguf import read_gguf
 from engines.manifest import Bundle
+from tests.fixtures import build
 
 
 @pytest.fixture(scope="module")
@@ -48,10 +49,10 @@ def test_quantized_model_is_validated_and_recorded(q4_0_bundle: Path, bundle: Bu
 
 
 def test_quantized_model_loads_and_generates(q4_0_bundle: Path) -> None:
-    engine = create_llm(
+    engine = build.llm(
         Bundle.open(q4_0_bundle),
+        prompt="You are a helpful assistant.",
         model="gemma-q4_0",
-        system_prompt="You are a helpful assistant.",
         context_tokens=256,
         max_reply_tokens=8,
         temperature=0.0,
@@ -133,7 +134,16 @@ def test_engine_refuses_a_truncated_bundle_model_before_llama_cpp_sees_it(
     shutil.copyfile(bundle.path("llm/gemma-270m"), cut)
     with cut.open("r+b") as handle:
         handle.truncate(cut.stat().st_size - 1000)
-    engine = LlamaCppLlm(cut, system_prompt="x")
+    engine = LlamaCppLlm(
+        cut,
+        system_prompt="x",
+        gpu_layers=0,
+        context_tokens=256,
+        max_reply_tokens=8,
+        temperature=0.0,
+        threads=1,
+        stop=(),
+    )
     with pytest.raises(ModelFileError, match="truncated"):
         engine.load()
 

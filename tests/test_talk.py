@@ -9,8 +9,8 @@ from typing import Any
 import pytest
 
 from appliance import cli
-from appliance.commands.talk import describe_turn, turn_summary
 from appliance.trace import TIMESTAMPS, TurnTrace
+from appliance.turn_report import describe_turn, turn_summary
 
 
 @pytest.mark.parametrize(

@@ -15,8 +15,9 @@ import pytest
 from engines.audio import resample
 from engines.errors import InputError, ModelFileError
 from engines.manifest import Bundle
-from engines.tts import TtsEngine, bundled_voices, create_tts
+from engines.tts import TtsEngine, bundled_voices
 from engines.tts.piper_voice import PiperTts
+from tests.fixtures import build
 
 SENTENCES = [
     "The museum opens at nine tomorrow morning.",
@@ -158,7 +159,7 @@ def test_titles_are_spoken_with_the_name(piper_tts: TtsEngine) -> None:
 
 def test_length_scale_slows_speech(bundle: Bundle, piper_tts: TtsEngine) -> None:
     text = "The red button stops the conveyor belt."
-    slow = create_tts(bundle, length_scale=1.6)
+    slow = build.tts(bundle, length_scale=1.6)
     slow.load()
     try:
         slow_s = sum(c.size for c in slow.synthesize(text)) / 22050
@@ -177,12 +178,12 @@ def test_nothing_to_speak_is_an_error(piper_tts: TtsEngine, text: str) -> None:
 def test_unknown_voice_names_the_bundled_ones(bundle: Bundle) -> None:
     assert "en_US-joe-medium" in bundled_voices(bundle)
     with pytest.raises(ModelFileError, match=r"'en_GB-alan-low'.*en_US-joe-medium"):
-        create_tts(bundle, voice="en_GB-alan-low")
+        build.tts(bundle, voice="en_GB-alan-low")
 
 
 def test_synthesize_before_load_is_an_error(bundle: Bundle) -> None:
     with pytest.raises(RuntimeError, match="call load"):
-        next(iter(create_tts(bundle).synthesize("Hello.")))
+        next(iter(build.tts(bundle).synthesize("Hello.")))
 
 
 def test_broken_voice_files(bundle: Bundle, tmp_path: Path) -> None:
@@ -190,20 +191,21 @@ def test_broken_voice_files(bundle: Bundle, tmp_path: Path) -> None:
     junk = tmp_path / "voice.onnx"
     junk.write_bytes(b"not a model" * 10)
     with pytest.raises(ModelFileError, match="cannot load Piper voice"):
-        PiperTts(junk, config).load()
+        PiperTts(junk, config, length_scale=1.0, threads=1).load()
     with pytest.raises(ModelFileError, match="missing"):
-        PiperTts(tmp_path / "absent.onnx", config).load()
+        PiperTts(tmp_path / "absent.onnx", config, length_scale=1.0, threads=1).load()
     bad_config = tmp_path / "voice.onnx.json"
     bad_config.write_text("{}", encoding="utf-8")
     with pytest.raises(ModelFileError, match=r"audio\.sample_rate"):
-        PiperTts(junk, bad_config)
+        PiperTts(junk, bad_config, length_scale=1.0, threads=1)
 
 
 def test_factory_imports_no_runtime() -> None:
     code = (
         "import sys; from pathlib import Path; from engines.manifest import Bundle; "
         "from engines.tts import create_tts; "
-        "create_tts(Bundle.open(Path.home() / '.cache/appliance/bundle', verify=False)); "
+        "b = Bundle.open(Path.home() / '.cache/appliance/bundle', verify=False); "
+        "create_tts(b, voice='en_US-joe-medium', length_scale=1.0, threads=1); "
         "print(sorted(m for m in ('piper', 'onnxruntime') if m in sys.modules))"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)

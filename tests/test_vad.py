@@ -16,6 +16,7 @@ from engines.vad import VadEngine, create_vad
 from engines.vad.frames import frame_probabilities, iter_frames
 from engines.vad.silero_onnx import OnnxSileroVad
 from engines.vad.silero_torch import TorchSileroVad
+from tests.fixtures import build
 
 PARITY_FILES = [
     "vad/speech/speechbrain_VAD_valid.wav",
@@ -97,16 +98,16 @@ def test_frame_must_be_512_float_samples(vad_onnx: VadEngine) -> None:
 
 def test_unknown_backend_names_the_allowed_ones(bundle: Bundle) -> None:
     with pytest.raises(BackendUnavailable, match=r"'tensorrt'.*onnxruntime, torch"):
-        create_vad(bundle, backend="tensorrt")
+        create_vad(bundle, backend="tensorrt", device="cpu", threads=None)
 
 
 def test_onnxruntime_backend_refuses_a_gpu_device(bundle: Bundle) -> None:
     with pytest.raises(BackendUnavailable, match="CPU only"):
-        create_vad(bundle, backend="onnxruntime", device="cuda")
+        create_vad(bundle, backend="onnxruntime", device="cuda", threads=None)
 
 
 def test_stream_before_load_is_an_error(bundle: Bundle) -> None:
-    engine = create_vad(bundle)
+    engine = build.vad(bundle)
     with pytest.raises(RuntimeError, match="call load"):
         engine.stream()
 
@@ -126,7 +127,8 @@ def test_factory_imports_no_runtime() -> None:
         "import sys; from pathlib import Path; from engines.manifest import Bundle; "
         "from engines.vad import create_vad; "
         "b = Bundle.open(Path.home() / '.cache/appliance/bundle', verify=False); "
-        "create_vad(b); create_vad(b, backend='torch'); "
+        "create_vad(b, backend='onnxruntime', device='cpu', threads=None); "
+        "create_vad(b, backend='torch', device='cpu', threads=None); "
         "print(sorted(m for m in ('torch', 'onnxruntime') if m in sys.modules))"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)

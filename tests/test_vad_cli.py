@@ -58,4 +58,4 @@ def test_a_high_threshold_finds_less_speech(data_dir: Path, capsys: pytest.Captu
 
 def test_bad_threshold_is_a_usage_error(data_dir: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["vad", "--threshold", "2", str(data_dir / "vad/nonspeech/pyannote_empty.wav")]) == 2
-    assert "threshold must be in (0, 1]" in capsys.readouterr().err
+    assert "vad.threshold: Input should be less than 1" in capsys.readouterr().err

@@ -7,8 +7,6 @@ the same schema as ``appliance config check``. Comments in the file are not kept
 from __future__ import annotations
 
 import os
-import sys
-import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -16,11 +14,7 @@ from pydantic import ValidationError
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource
 
 from appliance.config import ENV_PREFIX, ConfigError, ConfigProblem, Settings, _problems
-
-if sys.version_info >= (3, 11):
-    import tomllib
-else:  # Python 3.10 (JetPack 6)
-    import tomli as tomllib
+from engines.files import TOMLDecodeError, atomic_write, loads_toml
 
 
 class _FileSettings(Settings):
@@ -78,18 +72,38 @@ _ABSENT = object()
 
 
 def validate_file_data(data: dict[str, Any], source: str) -> Settings:
+    """The file's settings, checked by the schema and, for the models and voice, against the bundle."""
+    from appliance.engine_set import bundle_choice_problems
+
     try:
-        return _FileSettings(**data)
+        settings = _FileSettings(**data)
     except ValidationError as err:
-        raise ConfigError(source, _problems(err)) from err
+        problems = _problems(err)
+        try:  # the choices too, so that one answer lists every problem
+            chosen = {
+                s: {k: v for k, v in data.get(s, {}).items() if k in keys} for s, keys in _CHOICES.items()
+            }
+            problems += bundle_choice_problems(
+                _FileSettings.model_validate({s: v for s, v in chosen.items() if v})
+            )
+        except (ValidationError, AttributeError, TypeError):
+            pass
+        raise ConfigError(source, problems) from err
+    problems = bundle_choice_problems(settings)
+    if problems:
+        raise ConfigError(source, problems)
+    return settings
+
+
+_CHOICES = {"bundle": ("dir",), "llm": ("model",), "asr": ("model",), "tts": ("voice",)}
 
 
 def read_file_data(path: Path) -> dict[str, Any]:
     if not path.exists():
         return {}
     try:
-        return tomllib.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as err:
+        return loads_toml(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, TOMLDecodeError) as err:
         raise ConfigError(str(path), [ConfigProblem("<file>", f"cannot read: {err}", None)]) from err
 
 
@@ -130,38 +144,14 @@ def _toml_string(text: str) -> str:
     return f'"{escaped}"'
 
 
-def write_atomically(path: Path, text: str, *, mode: int | None = None) -> None:
-    """Write to a temporary file beside ``path``, fsync, then rename over it.
-
-    The new file gets ``mode``, or the old file's mode, or 0644."""
-    if mode is None:
-        mode = path.stat().st_mode & 0o777 if path.exists() else 0o644
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            handle.write(text)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.chmod(tmp, mode)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    dir_fd = os.open(path.parent, os.O_RDONLY)
-    try:
-        os.fsync(dir_fd)
-    finally:
-        os.close(dir_fd)
-
-
 def apply_changes(path: Path, changes: dict[str, dict[str, Any]]) -> tuple[Settings, list[str]]:
     """Merge ``changes`` into the file at ``path``, validate, write; the file's settings, changed keys."""
     merged, changed = merge_changes(read_file_data(path), changes)
     file_settings = validate_file_data(merged, "changes")
     text = to_toml(merged)
     # What is written must read back as the same settings.
-    if validate_file_data(tomllib.loads(text), str(path)) != file_settings:
+    if validate_file_data(loads_toml(text), str(path)) != file_settings:
         raise ValueError("the configuration did not survive a TOML round trip; nothing was written")
     if changed:
-        write_atomically(path, text)
+        atomic_write(path, text)
     return file_settings, changed

@@ -3,7 +3,7 @@
 ```python
 registry = LiveRegistry()
 registry.expect_engines(["vad", "asr", "llm", "tts"])
-task = asyncio.create_task(run_admin_page(settings, store, registry, config_path=args.config))
+task = asyncio.create_task(run_admin_page(settings, store, registry, bundle, config_path=args.config))
 ...  # after the engines are loaded and warmed:
 for state in engine_states(settings, load_seconds):
     registry.set_engine(state)
@@ -20,7 +20,7 @@ from pathlib import Path
 from appliance.admin.app import create_app
 from appliance.admin.backend import LiveRegistry
 from appliance.admin.local import ApplyHook, LocalBackend
-from appliance.admin.schemas import EngineState
+from appliance.admin.schemas import BundleSummary, EngineState
 from appliance.admin.server import serve
 from appliance.config import Settings
 from appliance.trace import TraceStore
@@ -75,6 +75,7 @@ async def run_admin_page(
     settings: Settings,
     store: TraceStore,
     registry: LiveRegistry,
+    bundle: BundleSummary,
     *,
     config_path: Path | None = None,
     live_keys: Iterable[str] = (),
@@ -86,6 +87,6 @@ async def run_admin_page(
         log.info("admin page disabled (admin.enabled = false)")
         return
     backend = LocalBackend(
-        settings, store, registry, config_path=config_path, live_keys=live_keys, on_apply=on_apply
+        settings, store, registry, bundle, config_path=config_path, live_keys=live_keys, on_apply=on_apply
     )
     await serve(create_app(backend, settings), settings.admin.bind_host, settings.admin.port)

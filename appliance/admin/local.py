@@ -17,7 +17,6 @@ from appliance import __version__
 from appliance.admin.backend import ConfigNotWritable, LiveRegistry
 from appliance.admin.config_file import apply_changes, environment_overrides
 from appliance.admin.schemas import (
-    ArtifactSummary,
     BundleSummary,
     ConfigUpdate,
     ConfigView,
@@ -29,8 +28,6 @@ from appliance.admin.schemas import (
 from appliance.admin.system import HostProbe
 from appliance.config import Settings, load_settings
 from appliance.trace import TraceStore, TurnTrace
-from engines.errors import BundleError
-from engines.manifest import Manifest
 
 log = logging.getLogger(__name__)
 
@@ -64,29 +61,11 @@ def runtime_versions(packages: tuple[str, ...] = RUNTIME_PACKAGES) -> dict[str, 
     return versions
 
 
-def bundle_summary(bundle_dir: Path) -> BundleSummary:
-    try:
-        manifest = Manifest.read(bundle_dir)
-    except BundleError as err:
-        return BundleSummary(path=str(bundle_dir), error=str(err))
-    artifacts = [
-        ArtifactSummary(
-            name=a.name, kind=a.kind, size_bytes=a.size_bytes, sha256_prefix=a.sha256[:12], source=a.source
-        )
-        for a in sorted(manifest.artifacts.values(), key=lambda a: a.name)
-    ]
-    return BundleSummary(
-        path=str(bundle_dir),
-        artifacts=artifacts,
-        total_bytes=sum(a.size_bytes for a in artifacts),
-        meta=manifest.meta,
-    )
-
-
 class LocalBackend:
     """``AdminBackend`` over the daemon's own state.
 
-    ``config_path`` is the file the daemon was started with (None: the shipped default, read-only).
+    ``bundle`` is the daemon's summary of the engine bundle it opened. ``config_path`` is the file the
+    daemon was started with (None: the shipped default, read-only).
     ``live_keys`` are keys the daemon applies without a restart; ``on_apply(settings, keys)`` is called
     (from a worker thread) after a write that changed any of them.
     """
@@ -96,6 +75,7 @@ class LocalBackend:
         settings: Settings,
         store: TraceStore,
         registry: LiveRegistry,
+        bundle: BundleSummary,
         *,
         config_path: Path | None = None,
         live_keys: Iterable[str] = (),
@@ -113,7 +93,7 @@ class LocalBackend:
         self._started_monotonic = time.monotonic() - (time.time() - self.started_at)
         self._probe = HostProbe(settings.trace.db_path.parent)
         self._runtimes = dict(runtime_versions())
-        self._bundle: BundleSummary | None = None
+        self._bundle = bundle  # the daemon's summary of the bundle it opened
         self._config_lock = threading.Lock()
 
     @property
@@ -132,8 +112,6 @@ class LocalBackend:
         return Readiness(ready=bool(engines) and not waiting, engines=engines, waiting_for=waiting)
 
     def status(self) -> StatusReport:
-        if self._bundle is None:
-            self._bundle = bundle_summary(self._settings.bundle.dir)
         readiness = self.readiness()
         return StatusReport(
             version=__version__,

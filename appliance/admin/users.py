@@ -16,7 +16,6 @@ import threading
 from dataclasses import dataclass
 from pathlib import Path
 
-from appliance.admin.config_file import write_atomically
 from appliance.admin.schemas import Role
 from appliance.auth.passwords import (
     PasswordFileError,
@@ -25,6 +24,7 @@ from appliance.auth.passwords import (
     read_password_file,
     verify_password,
 )
+from engines.files import atomic_write
 
 log = logging.getLogger(__name__)
 
@@ -91,7 +91,7 @@ def write_users(path: Path, users: dict[str, User]) -> None:
     lines = ["# Admin page users: NAME ROLE HASH. Change with `appliance admin passwd`."]
     lines += [f"{u.name} {u.role} {u.password_hash}" for u in sorted(users.values(), key=lambda u: u.name)]
     path.parent.mkdir(parents=True, exist_ok=True)
-    write_atomically(path, "\n".join(lines) + "\n", mode=USERS_FILE_MODE)
+    atomic_write(path, "\n".join(lines) + "\n", mode=USERS_FILE_MODE)
     if os.geteuid() == 0:
         # Root (a technician with sudo) writing into the daemon's state folder: the file must stay
         # readable by the daemon's own user, who owns that folder.

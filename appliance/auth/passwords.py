@@ -11,20 +11,17 @@ import base64
 import binascii
 import hashlib
 import hmac
-import os
 import secrets
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
+
+from engines.files import atomic_write
 
 MIN_PASSWORD_CHARS = 10
 MAX_PASSWORD_CHARS = 1024
 SALT_BYTES = 16
 HASH_BYTES = 32
 FILE_MODE = 0o600
-# The admin page's password file: in the daemon's state folder (StateDirectory=appliance), which
-# systemd gives to the service user, so the page can change the password.
-DEFAULT_PASSWORD_FILE = Path("/var/lib/appliance/admin-password")
 
 
 class PasswordError(ValueError):
@@ -127,23 +124,7 @@ def write_password_file(path: Path, password: str, params: ScryptParams = DEFAUL
 
 def write_hash_file(path: Path, encoded: str) -> None:
     _parse(encoded)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")  # mode 0600
-    try:
-        with os.fdopen(fd, "w", encoding="ascii") as handle:
-            os.fchmod(handle.fileno(), FILE_MODE)
-            handle.write(encoded + "\n")
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    dir_fd = os.open(path.parent, os.O_RDONLY)
-    try:
-        os.fsync(dir_fd)  # the rename itself survives a power cut
-    finally:
-        os.close(dir_fd)
+    atomic_write(path, encoded + "\n", mode=FILE_MODE)
 
 
 def read_password_file(path: Path) -> str:

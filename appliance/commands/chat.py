@@ -8,10 +8,10 @@ import sys
 import threading
 
 from appliance.commands.common import EXIT_FAILED, EXIT_OK, add_config_option, settings_or_exit
-from appliance.config import Settings
+from appliance.config import override
+from appliance.engine_set import llm_engine, open_bundle
 from engines.errors import EngineError
-from engines.llm import GenerationStats, Message, create_llm
-from engines.manifest import Bundle
+from engines.llm import GenerationStats, Message
 
 EXIT_INTERRUPTED = 130
 
@@ -25,11 +25,6 @@ def register(sub: argparse._SubParsersAction) -> None:
     parser.set_defaults(handler=handle)
 
 
-def persona(settings: Settings) -> str:
-    agent = settings.agent
-    return agent.persona.replace("{site_name}", agent.site_name).replace("{device_id}", agent.device_id)
-
-
 def handle(args: argparse.Namespace) -> int:
     settings = settings_or_exit(args)
     if not args.text.strip():
@@ -38,20 +33,10 @@ def handle(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
         return EXIT_FAILED
-    llm = settings.llm
+    if args.model:
+        settings = override(settings, llm={"model": args.model})
     try:
-        bundle = Bundle.open(settings.bundle.dir, verify=True, full=False)
-        engine = create_llm(
-            bundle,
-            model=args.model or llm.model,
-            system_prompt=persona(settings),
-            gpu_layers=llm.gpu_layers,
-            context_tokens=llm.context_tokens,
-            max_reply_tokens=llm.max_reply_tokens,
-            temperature=llm.temperature,
-            threads=llm.threads,
-            stop=llm.stop,
-        )
+        engine = llm_engine(settings, open_bundle(settings))
         engine.load()
     except EngineError as err:
         print(f"error: {err}", file=sys.stderr)

@@ -25,11 +25,22 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def handle_check(args: argparse.Namespace) -> int:
+    from appliance.admin.config_file import read_file_data, validate_file_data
+    from appliance.engine_set import bundle_choice_problems
+
+    source = str(args.file or "default configuration")
     try:
-        load_settings(args.file)
+        problems = bundle_choice_problems(load_settings(args.file))
     except ConfigError as err:
-        print(f"{err.source}: {len(err.problems)} problem(s):", file=sys.stderr)
-        for problem in err.problems:
+        source, problems = err.source, err.problems
+        if args.file is not None:  # the file alone: every schema problem and the bundle's choices
+            try:
+                validate_file_data(read_file_data(args.file), source)
+            except ConfigError as whole:
+                problems = whole.problems
+    if problems:
+        print(f"{source}: {len(problems)} problem(s):", file=sys.stderr)
+        for problem in problems:
             print(f"  - {problem}", file=sys.stderr)
         return EXIT_CONFIG
     print(f"{args.file or 'default configuration'}: OK")

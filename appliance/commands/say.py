@@ -47,19 +47,15 @@ def handle(args: argparse.Namespace) -> int:
     import numpy as np
     import soundfile as sf
 
-    from engines.manifest import Bundle
-    from engines.tts import create_tts
+    from appliance.config import ConfigError, override
+    from appliance.engine_set import open_bundle, tts_engine
 
-    tts = settings.tts
+    chosen = {"voice": args.voice, "length_scale": args.length_scale}
     try:
-        bundle = Bundle.open(settings.bundle.dir, verify=settings.bundle.verify_on_start, full=False)
-        engine = create_tts(
-            bundle,
-            voice=args.voice or tts.voice,
-            length_scale=tts.length_scale if args.length_scale is None else args.length_scale,
-        )
+        settings = override(settings, tts={k: v for k, v in chosen.items() if v is not None})
+        engine = tts_engine(settings, open_bundle(settings))
         engine.load()
-    except (EngineError, ValueError) as err:
+    except (EngineError, ConfigError) as err:
         print(f"error: {err}", file=sys.stderr)
         return EXIT_FAILED
     rate_hz = args.rate or engine.sample_rate_hz

@@ -32,24 +32,14 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def handle(args: argparse.Namespace) -> int:
     settings = settings_or_exit(args)
-    from engines.asr import create_asr
+    from appliance.config import override
+    from appliance.engine_set import asr_engine, open_bundle
     from engines.audio import load_audio_16k
-    from engines.manifest import Bundle
 
-    asr = settings.asr
-    real_length = asr.encode_real_length if args.real_length is None else args.real_length == "on"
+    if args.real_length is not None:
+        settings = override(settings, asr={"encode_real_length": args.real_length == "on"})
     try:
-        bundle = Bundle.open(settings.bundle.dir, verify=settings.bundle.verify_on_start, full=False)
-        engine = create_asr(
-            bundle,
-            backend=asr.backend,
-            device=asr.device,
-            precision=asr.precision,
-            language=asr.language,
-            encode_real_length=real_length,
-            threads=asr.threads,
-            model=asr.model,
-        )
+        engine = asr_engine(settings, open_bundle(settings))
         engine.load()
     except EngineError as err:
         print(f"error: {err}", file=sys.stderr)

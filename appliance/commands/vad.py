@@ -39,30 +39,21 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def handle(args: argparse.Namespace) -> int:
     settings = settings_or_exit(args)
+    from appliance.config import ConfigError, override
+    from appliance.engine_set import endpointer_params, open_bundle, vad_engine
     from engines.audio import SAMPLE_RATE_HZ, load_audio_16k
-    from engines.manifest import Bundle
-    from engines.vad import create_vad
-    from engines.vad.endpointer import EndpointerParams
     from engines.vad.frames import frame_probabilities
     from engines.vad.segments import speech_segments
 
-    ep = settings.endpointer
+    chosen = {"threshold": args.threshold, "backend": args.backend}
     try:
-        params = EndpointerParams(
-            threshold=settings.vad.threshold if args.threshold is None else args.threshold,
-            min_speech_s=ep.min_speech_ms / 1000,
-            end_silence_s=ep.end_silence_ms / 1000,
-            pre_roll_s=ep.pre_roll_ms / 1000,
-            max_utterance_s=ep.max_utterance_s,
-        )
-    except ValueError as err:
+        settings = override(settings, vad={k: v for k, v in chosen.items() if v is not None})
+    except ConfigError as err:
         print(f"error: {err}", file=sys.stderr)
         return EXIT_USAGE
+    params = endpointer_params(settings)
     try:
-        bundle = Bundle.open(settings.bundle.dir, verify=settings.bundle.verify_on_start, full=False)
-        engine = create_vad(
-            bundle, backend=args.backend or settings.vad.backend, threads=settings.vad.threads
-        )
+        engine = vad_engine(settings, open_bundle(settings))
         engine.load()
     except EngineError as err:
         print(f"error: {err}", file=sys.stderr)

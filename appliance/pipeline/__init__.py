@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-from appliance.pipeline.history import Conversation, played_text
+from appliance.agent import Conversation
 from appliance.pipeline.playback import Player
+from appliance.pipeline.played import played_text
 from appliance.pipeline.session import EchoGate, Session, SessionConfig, SessionEngines
 from appliance.pipeline.turn import Stage, Turn, TurnConfig, TurnEngines, TurnFailed
 from appliance.pipeline.workers import EngineWorker

@@ -1,5 +1,5 @@
 """Playback: feeds a sink one frame at a time so that a barge-in stops it within one frame, and
-knows how much of each clause has been heard."""
+knows how much has been heard."""
 
 from __future__ import annotations
 
@@ -9,8 +9,7 @@ import time
 import numpy as np
 
 from appliance.audio.base import AudioSink
-
-_FRAME_S = 0.032
+from engines.audio import FRAME_S
 
 
 class Player:
@@ -24,9 +23,8 @@ class Player:
     def __init__(self, sink: AudioSink, *, lead_s: float = 0.064) -> None:
         self.sink = sink
         self.lead_s = lead_s
-        self.frame_samples = max(1, round(sink.sample_rate_hz * _FRAME_S))
+        self.frame_samples = max(1, round(sink.sample_rate_hz * FRAME_S))
         self.written_samples = 0
-        self.clause_written: list[int] = []
         self.started_at: float | None = None
         self._clock_base = 0.0  # monotonic time at which sample 0 was (virtually) heard
         self._stopped = False
@@ -55,8 +53,6 @@ class Player:
 
     async def play(self, audio: np.ndarray, clause_index: int) -> None:
         data = np.asarray(audio, dtype=np.float32).reshape(-1)
-        while len(self.clause_written) <= clause_index:
-            self.clause_written.append(0)
         for offset in range(0, len(data), self.frame_samples):
             if self._stopped:
                 return
@@ -75,7 +71,6 @@ class Player:
                         return
             await self.sink.write(frame)
             self.written_samples += len(frame)
-            self.clause_written[clause_index] += len(frame)
 
     async def drain(self) -> None:
         """Wait until everything written has been heard."""

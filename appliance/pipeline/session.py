@@ -23,12 +23,12 @@ import time
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
+from appliance.agent import Conversation
 from appliance.audio.base import FRAME_S, FRAME_SAMPLES, AudioSink, AudioSource
-from appliance.pipeline.history import Conversation
 from appliance.pipeline.playback import Player
 from appliance.pipeline.turn import Turn, TurnConfig, TurnEngines
 from appliance.pipeline.workers import EngineWorker
@@ -36,9 +36,6 @@ from appliance.trace.record import TurnTrace, new_turn_id
 from appliance.trace.store import TraceStore
 from engines.vad import VadEngine
 from engines.vad.endpointer import Endpointer, EndpointerParams, EndpointEvent, EventKind
-
-if TYPE_CHECKING:
-    from appliance.config import Settings
 
 log = logging.getLogger(__name__)
 
@@ -66,25 +63,6 @@ class SessionConfig:
     max_history_messages: int = 16
     keep_traces: int = 100  # recent turns kept in memory on the session (all go to the store)
     drain_timeout_s: float = 300.0  # how long a turn may still run after the source ended
-
-    @classmethod
-    def from_settings(cls, settings: Settings) -> SessionConfig:
-        """The endpointer, echo gate, turn and history settings of the appliance's configuration."""
-        ep, vad, agent = settings.endpointer, settings.vad, settings.agent
-        return cls(
-            endpointer=EndpointerParams(
-                threshold=vad.threshold,
-                min_speech_s=ep.min_speech_ms / 1000.0,
-                end_silence_s=ep.end_silence_ms / 1000.0,
-                pre_roll_s=ep.pre_roll_ms / 1000.0,
-                max_utterance_s=ep.max_utterance_s,
-            ),
-            echo=EchoGate(vad.threshold, vad.threshold_while_playing, vad.gate_while_playing),
-            turn=TurnConfig(
-                first_clause_words=settings.tts.first_clause_words, fallback_reply=agent.fallback_reply
-            ),
-            max_history_messages=agent.max_history_messages,
-        )
 
 
 @dataclass

@@ -19,8 +19,8 @@ from enum import Enum
 
 import numpy as np
 
-from appliance.pipeline.history import played_text
 from appliance.pipeline.playback import Player
+from appliance.pipeline.played import played_text
 from appliance.pipeline.workers import EngineWorker
 from appliance.trace.record import TurnTrace
 from engines.asr import AsrEngine

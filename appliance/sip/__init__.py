@@ -13,7 +13,8 @@ from appliance.sip.call import FRAME_SAMPLES, SAMPLE_RATE_HZ, Call, CallAudio, C
 from appliance.sip.handlers import EchoHandler, PlaybackHandler
 from appliance.sip.message import SipRequest, SipResponse, SipSyntaxError, parse_message
 from appliance.sip.sdp import SdpError, negotiate, parse_sdp
-from appliance.sip.server import ServerStats, SipServer
+from appliance.sip.server import SipServer
+from appliance.sip.stats import ServerStats
 
 __all__ = [
     "FRAME_SAMPLES",

@@ -133,9 +133,6 @@ class Call:
     async def hangup(self) -> None:
         await self._end(self, "hung up by the appliance", True)
 
-    async def wait_ended(self) -> None:
-        await self._ended_event.wait()
-
     def mark_ended(self, reason: str) -> None:
         self.state = CallState.ENDED
         self.end_reason = reason

@@ -61,21 +61,6 @@ _CANONICAL = {
         *COMPACT_FORMS.values(),
     )
 }
-# Header fields whose value is a comma-separated list (RFC 3261 section 7.3.1).
-LIST_HEADERS = frozenset(
-    {
-        "Accept",
-        "Allow",
-        "Contact",
-        "Proxy-Require",
-        "Record-Route",
-        "Require",
-        "Route",
-        "Supported",
-        "Unsupported",
-        "Via",
-    }
-)
 _TOKEN = re.compile(r"^[A-Za-z0-9\-.!%*_+`'~]+$")
 _VERSION = re.compile(r"^SIP/(\d+)\.(\d+)$", re.IGNORECASE)
 

@@ -12,20 +12,23 @@ import asyncio
 import ipaddress
 import logging
 from collections.abc import Coroutine
-from dataclasses import dataclass
 from typing import Any, cast
 
 from appliance.config import SipConfig
 from appliance.rtp.stream import MediaParams, RtpStream
 from appliance.sip.call import HANDLER_GRACE_S, Call, CallHandler, CallState
+from appliance.sip.calls import CallTable
 from appliance.sip.checks import SUPPORTED_METHODS, check_request
-from appliance.sip.dialog import Dialog, make_response, new_tag
-from appliance.sip.headers import parse_via
-from appliance.sip.indialog import InDialogMixin
-from appliance.sip.invite import InviteMixin
+from appliance.sip.dialog import make_response
+from appliance.sip.indialog import DialogFlow
+from appliance.sip.invite import InviteFlow
 from appliance.sip.message import SipRequest, SipResponse, SipSyntaxError, parse_message
+from appliance.sip.stats import ServerStats
 from appliance.sip.tcp import SipTcpConnection
-from appliance.sip.transactions import ResponseCache, Retransmitter, transaction_key
+from appliance.sip.transactions import ResponseCache
+from appliance.sip.transport import Address, SipTransport
+
+__all__ = ["ServerStats", "SipServer"]
 
 log = logging.getLogger(__name__)
 
@@ -33,53 +36,60 @@ _WATCH_INTERVAL_S = 0.25
 _RESPONSE_FIELDS = ("Via", "From", "To", "Call-ID", "CSeq")
 
 
-@dataclass
-class ServerStats:
-    datagrams: int = 0
-    stream_messages: int = 0
-    malformed: int = 0
-    rejected: int = 0
-    forbidden: int = 0
-    busy: int = 0
-    calls_started: int = 0
-    calls_ended: int = 0
-    internal_errors: int = 0
+class SipServer(asyncio.DatagramProtocol):
+    """The socket side and the call lifecycle; INVITEs go to ``InviteFlow``, requests inside a call
+    and responses to ours to ``DialogFlow``, both over one ``SipTransport``."""
 
-
-class SipServer(asyncio.DatagramProtocol, InviteMixin, InDialogMixin):
     def __init__(self, config: SipConfig, handler: CallHandler) -> None:
         self.config = config
-        self.handler = handler
         self.stats = ServerStats()
-        self.calls: dict[str, Call] = {}  # by local tag
-        self._reserved_calls = 0
         self._allowed = [ipaddress.ip_network(net, strict=False) for net in config.allow_from]
-        self._transport: asyncio.DatagramTransport | None = None
-        self._cache: ResponseCache | None = None
-        self._pending: dict[tuple[str, ...], Call] = {}  # INVITE transaction -> call, until answered
-        self._final_retx: dict[tuple[str, ...], Retransmitter] = {}  # non-2xx INVITE responses
-        self._client_retx: dict[str, Retransmitter] = {}  # our BYEs, by branch
         self._tasks: set[asyncio.Task[None]] = set()
         self._tcp_server: asyncio.AbstractServer | None = None
-        self._tcp_connections: dict[tuple[str, int], SipTcpConnection] = {}
         self._watcher: asyncio.Task[None] | None = None
         self._next_rtp_port = config.rtp_port_min
-        self.local_host = config.advertise_host or config.bind_host
-        self.local_port = config.port
+        self.transport = SipTransport(config.advertise_host or config.bind_host, config.port)
+        self.table = CallTable(self.end_call)
+        self.invites = InviteFlow(
+            config,
+            self.stats,
+            self.transport,
+            self.table,
+            handler=handler,
+            open_stream=self.open_stream,
+            end_call=self.end_call,
+            spawn=self._spawn,
+        )
+        self.dialogs = DialogFlow(
+            self.transport,
+            self.table,
+            user_agent=config.user_agent,
+            fail_invite=self.invites.send_final_failure,
+            end_call=self.end_call,
+            spawn=self._spawn,
+        )
+
+    @property
+    def calls(self) -> dict[str, Call]:
+        return self.table.calls
+
+    @property
+    def local_port(self) -> int:
+        return self.transport.local_port
 
     # --- lifecycle -----------------------------------------------------------------------------------
     async def start(self) -> None:
         loop = asyncio.get_running_loop()
-        self._cache = ResponseCache(loop.time)
+        self.transport.cache = ResponseCache(loop.time)
         await loop.create_datagram_endpoint(
             lambda: self, local_addr=(self.config.bind_host, self.config.port)
         )
-        assert self._transport is not None
-        self.local_port = int(self._transport.get_extra_info("sockname")[1])
+        assert self.transport.udp is not None
+        self.transport.local_port = int(self.transport.udp.get_extra_info("sockname")[1])
         if self.config.tcp:
             try:
                 self._tcp_server = await loop.create_server(
-                    lambda: SipTcpConnection(self._on_stream_message, self._tcp_connections),
+                    lambda: SipTcpConnection(self._on_stream_message, self.transport.tcp),
                     self.config.bind_host,
                     self.local_port,
                 )
@@ -99,8 +109,8 @@ class SipServer(asyncio.DatagramProtocol, InviteMixin, InDialogMixin):
             await self.end_call(call, "appliance shutting down", send_bye=True)
         if self._watcher is not None:
             self._watcher.cancel()
-        for retx in [*self._final_retx.values(), *self._client_retx.values()]:
-            retx.stop()
+        self.invites.stop()
+        self.dialogs.stop()
         for task in list(self._tasks):
             task.cancel()
         await asyncio.gather(
@@ -108,19 +118,16 @@ class SipServer(asyncio.DatagramProtocol, InviteMixin, InDialogMixin):
         )
         if self._tcp_server is not None:
             self._tcp_server.close()
-            for connection in list(self._tcp_connections.values()):
+            for connection in list(self.transport.tcp.values()):
                 connection.close()
-        if self._transport is not None:
-            self._transport.close()
-
-    def contact_for(self, source: tuple[str, int]) -> str:
-        """Our Contact for a peer: with ``transport=tcp`` when it talks to us over TCP."""
-        tcp = ";transport=tcp" if source in self._tcp_connections else ""
-        return f"<sip:appliance@{self.local_host}:{self.local_port}{tcp}>"
+        if self.transport.udp is not None:
+            self.transport.udp.close()
 
     # --- datagrams -------------------------------------------------------------------------------------
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        self._transport = cast(asyncio.DatagramTransport, transport)  # selector transports do not subclass it
+        self.transport.udp = cast(
+            asyncio.DatagramTransport, transport
+        )  # selector transports do not subclass it
 
     def error_received(self, exc: Exception) -> None:
         log.debug("SIP socket error: %s", exc)
@@ -129,11 +136,11 @@ class SipServer(asyncio.DatagramProtocol, InviteMixin, InDialogMixin):
         self.stats.datagrams += 1
         self._spawn(self._handle_datagram(data, (str(addr[0]), int(addr[1]))))
 
-    def _on_stream_message(self, data: bytes, source: tuple[str, int]) -> None:
+    def _on_stream_message(self, data: bytes, source: Address) -> None:
         self.stats.stream_messages += 1
         self._spawn(self._handle_datagram(data, source))
 
-    async def _handle_datagram(self, data: bytes, source: tuple[str, int]) -> None:
+    async def _handle_datagram(self, data: bytes, source: Address) -> None:
         if not data.strip(b"\r\n \t\x00"):
             return  # keep-alive
         request: SipRequest | None = None
@@ -144,7 +151,7 @@ class SipServer(asyncio.DatagramProtocol, InviteMixin, InDialogMixin):
                 self._on_malformed(err, source)
                 return
             if isinstance(message, SipResponse):
-                self._on_response(message)
+                self.dialogs.on_response(message)
                 return
             request = message
             await self._on_request(request, source)
@@ -154,9 +161,9 @@ class SipServer(asyncio.DatagramProtocol, InviteMixin, InDialogMixin):
             self.stats.internal_errors += 1
             log.exception("SIP: error handling a datagram from %s:%d", *source)
             if request is not None and request.method != "ACK":
-                self._send(make_response(request, 500, source=source).to_bytes(), source)
+                self.transport.send(make_response(request, 500, source=source).to_bytes(), source)
 
-    def _on_malformed(self, err: SipSyntaxError, source: tuple[str, int]) -> None:
+    def _on_malformed(self, err: SipSyntaxError, source: Address) -> None:
         self.stats.malformed += 1
         message = err.message
         answerable = (
@@ -173,52 +180,22 @@ class SipServer(asyncio.DatagramProtocol, InviteMixin, InDialogMixin):
         )
         if answerable and message is not None:
             reason = "Version Not Supported" if err.status == 505 else f"Bad Request ({err.problem})"[:200]
-            self._send(make_response(message, err.status, reason, source=source).to_bytes(), source)
-
-    def _send(self, data: bytes, address: tuple[str, int]) -> None:
-        connection = self._tcp_connections.get(address)
-        if connection is not None:
-            connection.write(data)
-            return
-        if self._transport is not None and not self._transport.is_closing():
-            self._transport.sendto(data, address)
-
-    def respond(
-        self,
-        request: SipRequest,
-        source: tuple[str, int],
-        status: int,
-        reason: str | None = None,
-        *,
-        to_tag: str | None = None,
-        headers: tuple[tuple[str, str], ...] | list[tuple[str, str]] = (),
-        body: bytes = b"",
-    ) -> bytes:
-        """Answer ``request`` to where it came from, and remember the answer for retransmissions."""
-        response = make_response(
-            request, status, reason, to_tag=to_tag, source=source, headers=headers, body=body
-        )
-        data = response.to_bytes()
-        self._send(data, source)
-        assert self._cache is not None
-        self._cache.remember(transaction_key(request), data, source)
-        return data
+            self.transport.send(make_response(message, err.status, reason, source=source).to_bytes(), source)
 
     # --- requests --------------------------------------------------------------------------------------
-    async def _on_request(self, request: SipRequest, source: tuple[str, int]) -> None:
+    async def _on_request(self, request: SipRequest, source: Address) -> None:
         if not self._allowed_peer(source[0]):
             self.stats.forbidden += 1
             log.info("SIP: %s from %s:%d refused: not in sip.allow_from", request.method, *source)
             if request.method != "ACK":
-                self.respond(request, source, 403, "Forbidden (address not allowed)")
+                self.transport.respond(request, source, 403, "Forbidden (address not allowed)")
             return
         if request.method == "ACK":
             self._on_ack(request)
             return
-        assert self._cache is not None
-        cached = self._cache.lookup(transaction_key(request))
+        cached = self.transport.cached_answer(request)
         if cached is not None:  # a retransmission: repeat the last response
-            self._send(cached.data, source)
+            self.transport.send(cached, source)
             return
         rejection = check_request(request)
         if rejection is not None:
@@ -230,24 +207,26 @@ class SipServer(asyncio.DatagramProtocol, InviteMixin, InDialogMixin):
                 rejection.status,
                 rejection.reason,
             )
-            self.respond(request, source, rejection.status, rejection.reason, headers=rejection.headers)
+            self.transport.respond(
+                request, source, rejection.status, rejection.reason, headers=rejection.headers
+            )
             return
         if request.method == "INVITE":
-            await self.on_invite(request, source)
+            await self.invites.on_invite(request, source)
         elif request.method == "CANCEL":
-            self.on_cancel(request, source)
+            self.dialogs.on_cancel(request, source)
         elif request.method == "BYE":
-            await self.on_bye(request, source)
+            await self.dialogs.on_bye(request, source)
         elif request.method == "OPTIONS":
-            self.respond(request, source, 200, headers=self._capabilities(source))
+            self.transport.respond(request, source, 200, headers=self._capabilities(source))
         elif request.method == "INFO":
-            self.on_info(request, source)
+            self.dialogs.on_info(request, source)
 
-    def _capabilities(self, source: tuple[str, int]) -> list[tuple[str, str]]:
+    def _capabilities(self, source: Address) -> list[tuple[str, str]]:
         return [
             ("Allow", ", ".join(SUPPORTED_METHODS)),
             ("Accept", "application/sdp"),
-            ("Contact", self.contact_for(source)),
+            ("Contact", self.transport.contact_for(source)),
             ("Server", self.config.user_agent),
         ]
 
@@ -258,29 +237,12 @@ class SipServer(asyncio.DatagramProtocol, InviteMixin, InDialogMixin):
             return False
         return any(address in network for network in self._allowed)
 
-    def find_call(self, request: SipRequest) -> Call | None:
-        return next((call for call in self.calls.values() if call.dialog.matches(request)), None)
-
     def _on_ack(self, ack: SipRequest) -> None:
-        retx = self._final_retx.pop(transaction_key(ack, "INVITE"), None)
-        if retx is not None:  # ACK of a non-2xx final response
-            retx.stop()
+        if self.invites.on_ack_of_failure(ack):
             return
-        call = self.find_call(ack)
+        call = self.table.find(ack)
         if call is not None:
-            self.on_dialog_ack(call, ack)
-
-    def _on_response(self, response: SipResponse) -> None:
-        hops = response.get_list("Via")
-        try:
-            branch = parse_via(hops[0]).branch if hops else None
-        except ValueError:
-            branch = None
-        retx = self._client_retx.pop(branch or "", None)
-        if retx is not None:
-            retx.stop()
-        else:
-            log.debug("SIP: dropped a response (%d) that matches no request of ours", response.status)
+            self.invites.on_dialog_ack(call, ack)
 
     # --- calls -----------------------------------------------------------------------------------------
     async def end_call(self, call: Call, reason: str, *, send_bye: bool) -> None:
@@ -288,8 +250,7 @@ class SipServer(asyncio.DatagramProtocol, InviteMixin, InDialogMixin):
             return
         was = call.state
         call.mark_ended(reason)
-        self.calls.pop(call.dialog.local_tag, None)
-        self._pending = {key: c for key, c in self._pending.items() if c is not call}
+        self.table.forget(call)
         for retx in (call.ok_retx,):
             if retx is not None:
                 retx.stop()
@@ -297,7 +258,7 @@ class SipServer(asyncio.DatagramProtocol, InviteMixin, InDialogMixin):
         if call.answer_task is not None and call.answer_task is not current:
             call.answer_task.cancel()
         if send_bye and was in (CallState.ANSWERED, CallState.ESTABLISHED):
-            self.send_bye(call)
+            self.dialogs.send_bye(call)
         await call.stream.close()
         self.stats.calls_ended += 1
         log.info("call %s ended: %s (%s)", call.call_id, reason, _stream_summary(call))
@@ -320,16 +281,6 @@ class SipServer(asyncio.DatagramProtocol, InviteMixin, InDialogMixin):
         task = asyncio.get_running_loop().create_task(coroutine)
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
-
-    def new_call(self, invite: SipRequest, stream: RtpStream, source: tuple[str, int]) -> Call:
-        dialog = Dialog.from_invite(invite, new_tag())
-        call = Call(
-            dialog, stream, peer=source, end=lambda c, reason, bye: self.end_call(c, reason, send_bye=bye)
-        )
-        call.invite = invite
-        self.calls[dialog.local_tag] = call
-        self.stats.calls_started += 1
-        return call
 
     async def open_stream(self, params: MediaParams, label: str) -> RtpStream | None:
         """A stream on the next free even port of the configured range, or None if all are taken."""

@@ -12,7 +12,7 @@ import logging
 import sys
 from pathlib import Path
 
-from build_scripts.bundle import BuildContext
+from build_scripts.context import BuildContext
 from build_scripts.whisper.load import FORMATS, detect_format, load_checkpoint
 from build_scripts.whisper.step import export_into_bundle
 from engines.errors import EngineError, ModelFileError

@@ -15,8 +15,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
 from build_scripts.whisper.checkpoint import WhisperCheckpoint
 from engines.asr.config import PRECISIONS, WhisperConfig, special_tokens_from_tokenizer
 from engines.errors import BackendUnavailable
@@ -233,7 +231,3 @@ def export_onnx(
     )
     config_path = config.write(out_dir / "config.json")
     return ExportedGraphs(config=config_path, tokenizer=tokenizer_path, graphs=graphs)
-
-
-def max_abs_diff(a: np.ndarray, b: np.ndarray) -> float:
-    return float(np.max(np.abs(a.astype(np.float32) - b.astype(np.float32))))

@@ -12,9 +12,10 @@ import tempfile
 from collections.abc import Callable
 from pathlib import Path
 
-from build_scripts.bundle import BuildContext
+from build_scripts.context import BuildContext
 from build_scripts.whisper.checkpoint import WhisperCheckpoint
 from build_scripts.whisper.export import EXPORTER_VERSION, OPSET, export_onnx
+from engines.asr.artifacts import PARTS, config_artifact, onnx_artifact, onnx_folder, tokenizer_artifact
 from engines.asr.config import PRECISIONS
 
 log = logging.getLogger(__name__)
@@ -25,14 +26,16 @@ CT2_PREFIX = f"asr/{MODEL}/ct2"
 
 def onnx_outputs(model: str) -> dict[str, tuple[str, str]]:
     """artifact name -> (file name, kind)"""
-    prefix = f"asr/{model}/onnx"
     outputs = {
-        f"{prefix}/config": ("config.json", "whisper-onnx-config"),
-        f"{prefix}/tokenizer": ("tokenizer.json", "whisper-tokenizer"),
+        config_artifact(model): ("config.json", "whisper-onnx-config"),
+        tokenizer_artifact(model): ("tokenizer.json", "whisper-tokenizer"),
     }
     for precision in PRECISIONS:
-        for part in ("encoder", "decoder"):
-            outputs[f"{prefix}/{part}-{precision}"] = (f"{part}-{precision}.onnx", f"whisper-onnx-{part}")
+        for part in PARTS:
+            outputs[onnx_artifact(model, part, precision)] = (
+                f"{part}-{precision}.onnx",
+                f"whisper-onnx-{part}",
+            )
     return outputs
 
 
@@ -61,7 +64,7 @@ def export_into_bundle(
     if all(ctx.is_current(name, source=source, build=build) for name in outputs):
         log.info("whisper onnx (%s): up to date", model)
         return
-    target_dir = ctx.out / f"asr/{model}-onnx"
+    target_dir = ctx.out / onnx_folder(model)
     target_dir.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix=".whisper-onnx-", dir=ctx.out) as tmp:
         staging = Path(tmp)

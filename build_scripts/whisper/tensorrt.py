@@ -14,9 +14,9 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from build_scripts.bundle import BuildContext
+from build_scripts.context import BuildContext
+from engines.asr.artifacts import config_artifact, onnx_artifact, plan_artifact, plan_folder
 from engines.asr.config import WhisperConfig
-from engines.asr.factory import onnx_artifact, plan_artifact
 from engines.errors import BackendUnavailable, EngineError, ModelFileError
 from engines.manifest import Manifest
 
@@ -112,13 +112,13 @@ def build_whisper_tensorrt(ctx: BuildContext, model: str = "whisper-base") -> No
     if not tensorrt_available():
         log.info("whisper tensorrt: TensorRT/pycuda not installed here; plans are built on the device")
         return
-    config_art = ctx.manifest.get(f"asr/{model}/onnx/config")
+    config_art = ctx.manifest.get(config_artifact(model))
     if config_art is None:
         raise BackendUnavailable(f"no ONNX export of {model} in the bundle", fix="build the bundle first")
     config = WhisperConfig.read(ctx.out / config_art.path)
     profiles = dict(zip(("encoder", "decoder"), _profiles(config), strict=True))
     device = _device_info()
-    plan_dir = ctx.out / f"asr/{model}-tensorrt"
+    plan_dir = ctx.out / plan_folder(model)
     plan_dir.mkdir(parents=True, exist_ok=True)
     for precision in PLAN_PRECISIONS:
         for part, profile in profiles.items():

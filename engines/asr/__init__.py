@@ -32,13 +32,13 @@ class AsrEngine(Protocol):
 def create_asr(
     bundle: Bundle,
     *,
-    backend: str = "onnxruntime",
-    device: str = "cpu",
-    precision: str = "int8",
-    language: str = "en",
-    encode_real_length: bool = False,
-    threads: int = 2,
-    model: str = "whisper-base",
+    backend: str,
+    device: str,
+    precision: str,
+    language: str,
+    encode_real_length: bool,
+    threads: int,
+    model: str,
 ) -> AsrEngine:
     """An unloaded Whisper engine over the bundle's graphs; ``load()`` imports the runtime."""
     from engines.asr.factory import create_whisper

@@ -7,6 +7,13 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
+from engines.asr.artifacts import (
+    config_artifact,
+    onnx_artifact,
+    plan_artifact,
+    tokenizer_artifact,
+    whisper_models,
+)
 from engines.asr.config import PRECISIONS
 from engines.asr.runner import BACKENDS, DEVICES, GraphRunner
 from engines.asr.whisper import EncodePolicy, WhisperEngine, WhisperFiles
@@ -18,14 +25,6 @@ from engines.manifest import Bundle
 # minimum length (int8 WER 14.8% vs 15.8% and 15.3-17.7%; bench/asr.py has the latency figures).
 REAL_LENGTH_POLICY = EncodePolicy(real_length=True, pad_s=5.0, fallback=True)
 FULL_WINDOW_POLICY = EncodePolicy(real_length=False)
-
-
-def onnx_artifact(model: str, part: str, precision: str) -> str:
-    return f"asr/{model}/onnx/{part}-{precision}"
-
-
-def plan_artifact(model: str, part: str, precision: str) -> str:
-    return f"asr/{model}/tensorrt/{part}-{precision}"
 
 
 def _check_choice(what: str, value: str, allowed: tuple[str, ...], key: str) -> None:
@@ -50,21 +49,19 @@ def _tensorrt_runner(path: Path, *, expected: dict[str, Any]) -> GraphRunner:
 def create_whisper(
     bundle: Bundle,
     *,
-    backend: str = "onnxruntime",
-    device: str = "cpu",
-    precision: str = "int8",
-    language: str = "en",
-    encode_real_length: bool = False,
-    threads: int = 2,
-    model: str = "whisper-base",
+    backend: str,
+    device: str,
+    precision: str,
+    language: str,
+    encode_real_length: bool,
+    threads: int,
+    model: str,
 ) -> WhisperEngine:
     _check_choice("backend", backend, BACKENDS, "asr.backend")
     _check_choice("device", device, DEVICES, "asr.device")
     _check_choice("precision", precision, PRECISIONS, "asr.precision")
-    if bundle.manifest.get(f"asr/{model}/onnx/config") is None:
-        known = sorted(
-            name.split("/")[1] for name in bundle.manifest.artifacts if name.endswith("/onnx/config")
-        )
+    if bundle.manifest.get(config_artifact(model)) is None:
+        known = whisper_models(bundle.manifest.artifacts)
         raise BackendUnavailable(
             f"the bundle has no Whisper model {model!r} (has: {', '.join(known) or 'none'})",
             fix="set asr.model to one of those, or add it: python -m build_scripts.whisper export "
@@ -92,8 +89,8 @@ def create_whisper(
                 fix='set asr.precision = "fp16"',
             )
         files = WhisperFiles(
-            config=bundle.path(f"asr/{model}/onnx/config"),
-            tokenizer=bundle.path(f"asr/{model}/onnx/tokenizer"),
+            config=bundle.path(config_artifact(model)),
+            tokenizer=bundle.path(tokenizer_artifact(model)),
             encoder=bundle.path(plan_artifact(model, "encoder", precision)),
             decoder=bundle.path(plan_artifact(model, "decoder", precision)),
         )
@@ -105,8 +102,8 @@ def create_whisper(
         runner = partial(_tensorrt_runner, expected=expected)
         return WhisperEngine(files, runner, language=language, policy=policy)
     files = WhisperFiles(
-        config=bundle.path(f"asr/{model}/onnx/config"),
-        tokenizer=bundle.path(f"asr/{model}/onnx/tokenizer"),
+        config=bundle.path(config_artifact(model)),
+        tokenizer=bundle.path(tokenizer_artifact(model)),
         encoder=bundle.path(onnx_artifact(model, "encoder", precision)),
         decoder=bundle.path(onnx_artifact(model, "decoder", precision)),
     )

@@ -66,14 +66,14 @@ def available_models(bundle: Bundle) -> list[str]:
 def create_llm(
     bundle: Bundle,
     *,
-    model: str = "qwen-1.5b",
+    model: str,
     system_prompt: str,
-    gpu_layers: int = 0,
-    context_tokens: int = 2048,
-    max_reply_tokens: int = 96,
-    temperature: float = 0.2,
-    threads: int = 2,
-    stop: Sequence[str] = ("\n\n",),
+    gpu_layers: int,
+    context_tokens: int,
+    max_reply_tokens: int,
+    temperature: float,
+    threads: int,
+    stop: Sequence[str],
     seed: int | None = None,
 ) -> LlmEngine:
     """An unloaded llama.cpp engine for the bundle's ``llm/<model>`` GGUF (``gpu_layers=-1``: all

@@ -34,9 +34,6 @@ _SEQ = 0  # the one sequence this runtime uses
 _backend_lock = threading.Lock()
 _backend_ready = False
 
-# ggml log levels -> logging levels (5 = continuation of the previous line).
-_LOG_LEVELS = {0: logging.CRITICAL, 1: logging.INFO, 2: logging.WARNING, 3: logging.ERROR, 4: logging.DEBUG}
-
 
 @llama_cpp.llama_log_callback
 def _route_llama_log(level: int, text: bytes, user_data: ctypes.c_void_p) -> None:

@@ -34,12 +34,12 @@ class LlamaCppLlm:
         model_path: Path,
         *,
         system_prompt: str,
-        gpu_layers: int = 0,
-        context_tokens: int = 2048,
-        max_reply_tokens: int = 96,
-        temperature: float = 0.2,
-        threads: int = 2,
-        stop: Sequence[str] = ("\n\n",),
+        gpu_layers: int,
+        context_tokens: int,
+        max_reply_tokens: int,
+        temperature: float,
+        threads: int,
+        stop: Sequence[str],
         seed: int | None = None,
     ) -> None:
         if max_reply_tokens >= context_tokens:

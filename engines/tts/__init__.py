@@ -35,9 +35,7 @@ def bundled_voices(bundle: Bundle) -> list[str]:
     )
 
 
-def create_tts(
-    bundle: Bundle, *, voice: str = "en_US-joe-medium", length_scale: float = 1.0, threads: int = 2
-) -> TtsEngine:
+def create_tts(bundle: Bundle, *, voice: str, length_scale: float, threads: int) -> TtsEngine:
     """An unloaded Piper voice from the bundle. ``length_scale`` > 1 speaks slower."""
     voices = bundled_voices(bundle)
     if voice not in voices:

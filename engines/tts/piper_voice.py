@@ -25,9 +25,7 @@ _SILENCE_LEVEL = 0.01
 
 
 class PiperTts:
-    def __init__(
-        self, model_path: Path, config_path: Path, *, length_scale: float = 1.0, threads: int = 2
-    ) -> None:
+    def __init__(self, model_path: Path, config_path: Path, *, length_scale: float, threads: int) -> None:
         if not 0.2 < length_scale <= 3.0:
             raise ValueError(f"length_scale must be in (0.2, 3.0], got {length_scale}")
         if threads < 1:

@@ -33,9 +33,7 @@ class VadEngine(Protocol):
     def close(self) -> None: ...
 
 
-def create_vad(
-    bundle: Bundle, *, backend: str = "onnxruntime", device: str = "cpu", threads: int | None = None
-) -> VadEngine:
+def create_vad(bundle: Bundle, *, backend: str, device: str, threads: int | None) -> VadEngine:
     """An unloaded Silero VAD engine; each ``stream()`` has its own state, so one engine serves all sessions.
 
     ``device`` ("cpu" or "cuda") applies to the torch backend. ``threads``: onnxruntime's intra-op

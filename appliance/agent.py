@@ -1,10 +1,17 @@
-"""Conversation history, and what of a reply was actually heard."""
+"""The agent: who it is (persona -> system prompt) and what it remembers of a conversation.
+
+What it says when a turn fails is ``agent.fallback_reply``, carried to the turn by the session
+configuration (``appliance.engine_set.session_config``)."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-
+from appliance.config import AgentConfig
 from engines.llm import Message
+
+
+def system_prompt(agent: AgentConfig) -> str:
+    """The persona with the site filled in (``{site_name}``, ``{device_id}``)."""
+    return agent.persona.replace("{site_name}", agent.site_name).replace("{device_id}", agent.device_id)
 
 
 class Conversation:
@@ -40,22 +47,3 @@ class Conversation:
             self._messages = self._messages[overflow:]
         while self._messages and self._messages[0].role != "user":
             self._messages.pop(0)
-
-
-def played_text(clauses: Sequence[str], clause_samples: Sequence[int], played_samples: int) -> str:
-    """The words heard: whole clauses fully played, then the played fraction of the next one,
-    rounded down to whole words."""
-    words: list[str] = []
-    remaining = max(0, played_samples)
-    for clause, samples in zip(clauses, clause_samples, strict=False):
-        clause_words = clause.split()
-        if samples <= 0:
-            break
-        if remaining >= samples:
-            words.extend(clause_words)
-            remaining -= samples
-            continue
-        heard = int(len(clause_words) * remaining / samples)
-        words.extend(clause_words[:heard])
-        break
-    return " ".join(words)

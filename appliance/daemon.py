@@ -1,0 +1,351 @@
+"""The daemon's composition root: settings -> bundle -> engines -> sessions and listeners.
+
+``load`` opens the bundle, proves llama.cpp runs, builds, loads and warms the engines and opens the
+trace store; ``serve`` runs the local session (microphone, or one demo turn without one), the SIP
+listener and the admin page side by side; ``close`` releases the engines. Every audio endpoint, a
+microphone or a phone call, runs through ``run_session``: its own VAD state, endpointer and
+conversation over the shared engines, registered with the admin page while it lasts.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Protocol
+
+import numpy as np
+import numpy.typing as npt
+
+from appliance.admin.schemas import ArtifactSummary, BundleSummary
+from appliance.audio.base import AudioSink, AudioSource
+from appliance.config import Settings
+from appliance.engine_set import build_engines, check_llm_runs, load_engines, open_bundle, session_config
+from appliance.pipeline.session import Session, SessionConfig, SessionEngines
+from appliance.service.runner import ServiceControl
+from appliance.trace.record import TurnTrace
+from appliance.trace.store import TraceStore
+from appliance.turn_report import describe_turn, turn_summary
+from engines.audio import SAMPLE_RATE_HZ, resample
+from engines.manifest import Bundle
+
+log = logging.getLogger(__name__)
+
+DEMO_QUESTION = "Hello! What kinds of things can you help me with here?"
+DEMO_REPLY_NAME = "last-demo-reply.wav"
+
+
+class SessionRegistry(Protocol):
+    """Where live sessions are shown (the admin page's ``LiveRegistry``)."""
+
+    def open_session(self, session_id: str, kind: str, peer: str = "") -> None: ...
+
+    def update_session(
+        self, session_id: str, *, state: str | None = None, turn_done: bool = False
+    ) -> None: ...
+
+    def close_session(self, session_id: str) -> None: ...
+
+
+class NullRegistry:
+    """The registry when the admin page is off: sessions are shown nowhere."""
+
+    def open_session(self, session_id: str, kind: str, peer: str = "") -> None:
+        return None
+
+    def update_session(self, session_id: str, *, state: str | None = None, turn_done: bool = False) -> None:
+        return None
+
+    def close_session(self, session_id: str) -> None:
+        return None
+
+
+@dataclass
+class Daemon:
+    """What ``serve`` needs, built by ``load`` before READY."""
+
+    settings: Settings
+    engines: SessionEngines
+    store: TraceStore | None
+    bundle: BundleSummary
+    microphone: str | None  # device name when a microphone is used, else None
+    no_microphone_reason: str
+    load_seconds: dict[str, float]
+    config_path: Path | None = None
+
+
+def open_store(settings: Settings) -> TraceStore | None:
+    """The turn trace store, or None (with a warning) when it cannot be opened."""
+    try:
+        return TraceStore(settings.trace.db_path, max_turns=settings.trace.max_turns)
+    except OSError as err:
+        log.warning("turn trace not stored: %s", err)
+        return None
+
+
+def summarize_bundle(bundle: Bundle) -> BundleSummary:
+    """The bundle as the admin page shows it, from the manifest the daemon opened."""
+    artifacts = [
+        ArtifactSummary(
+            name=a.name, kind=a.kind, size_bytes=a.size_bytes, sha256_prefix=a.sha256[:12], source=a.source
+        )
+        for a in sorted(bundle.manifest.artifacts.values(), key=lambda a: a.name)
+    ]
+    return BundleSummary(
+        path=str(bundle.root),
+        artifacts=artifacts,
+        total_bytes=sum(a.size_bytes for a in artifacts),
+        meta=bundle.manifest.meta,
+    )
+
+
+def load(
+    settings: Settings, *, microphone: str | None, no_microphone_reason: str, config_path: Path | None
+) -> Daemon:
+    """Blocking (runs on a worker thread before READY): bundle check, engines loaded and warmed."""
+    bundle = open_bundle(settings, daemon_start=True)
+    check_llm_runs(bundle)
+    engines = build_engines(settings, bundle)
+    try:
+        seconds = asyncio.run(load_engines(engines))
+    except BaseException:
+        asyncio.run(engines.close())
+        raise
+    return Daemon(
+        settings=settings,
+        engines=engines,
+        store=open_store(settings),
+        bundle=summarize_bundle(bundle),
+        microphone=microphone,
+        no_microphone_reason=no_microphone_reason,
+        load_seconds=seconds,
+        config_path=config_path,
+    )
+
+
+def close(daemon: Daemon) -> None:
+    asyncio.run(daemon.engines.close())
+    if daemon.store is not None:
+        daemon.store.close()
+
+
+async def run_session(
+    daemon: Daemon,
+    registry: SessionRegistry,
+    source: AudioSource,
+    sink: AudioSink,
+    *,
+    session_id: str,
+    kind: str,
+    peer: str,
+    config: SessionConfig,
+    max_turns: int | None = None,
+    on_turn: Callable[[TurnTrace], None] | None = None,
+) -> Session:
+    """One audio endpoint as a session on the shared engines, shown in ``registry`` while it runs."""
+
+    def turn_done(trace: TurnTrace) -> None:
+        registry.update_session(session_id, turn_done=True)
+        if on_turn is not None:
+            on_turn(trace)
+
+    session = Session(
+        engines=daemon.engines,
+        source=source,
+        sink=sink,
+        config=config,
+        store=daemon.store,
+        session_id=session_id,
+        on_turn=turn_done,
+    )
+    registry.open_session(session_id, kind, peer)
+    try:
+        await session.run(max_turns=max_turns)
+    finally:
+        registry.close_session(session_id)
+    return session
+
+
+async def serve(daemon: Daemon, control: ServiceControl) -> None:
+    """The daemon after READY; returns (demo) or runs until cancelled (SIGTERM/SIGINT)."""
+    settings = daemon.settings
+    config = session_config(settings)
+    registry, background = _start_listeners(daemon, config)
+    try:
+        if settings.audio.input == "none":
+            control.status("ready: no local audio session (audio.input = none)")
+            await asyncio.Event().wait()  # until SIGTERM/SIGINT cancels serve
+        elif daemon.microphone is None:
+            await _demo_turn(daemon, registry, config, control)
+            if background:  # SIP calls or the admin page still need the daemon
+                await asyncio.Event().wait()
+        else:
+            await _local_session(daemon, registry, config, control)
+    finally:
+        for task in background:
+            task.cancel()
+        await asyncio.gather(*background, return_exceptions=True)
+
+
+def _start_listeners(
+    daemon: Daemon, config: SessionConfig
+) -> tuple[SessionRegistry, list[asyncio.Task[None]]]:
+    """The admin page and the SIP listener, as tasks beside the local session. A listener that fails
+    (say, its port is taken) is logged and the rest of the daemon keeps running."""
+    settings = daemon.settings
+    tasks: list[asyncio.Task[None]] = []
+    registry: SessionRegistry = NullRegistry()
+    if settings.admin.enabled and daemon.store is not None:
+        from appliance.admin.backend import LiveRegistry
+        from appliance.admin.daemon import engine_states, run_admin_page
+
+        live = LiveRegistry()
+        for state in engine_states(settings, daemon.load_seconds):
+            live.set_engine(state)
+        registry = live
+        page = run_admin_page(settings, daemon.store, live, daemon.bundle, config_path=daemon.config_path)
+        tasks.append(asyncio.create_task(_logged(page, "admin page"), name="admin-page"))
+    if settings.sip.enabled:
+        calls = _answer_calls(daemon, registry, config)
+        tasks.append(asyncio.create_task(_logged(calls, "SIP"), name="sip"))
+    return registry, tasks
+
+
+async def _logged(work: Awaitable[None], what: str) -> None:
+    try:
+        await work
+    except asyncio.CancelledError:
+        raise
+    except Exception:
+        log.exception("%s stopped; the rest of the appliance keeps running", what)
+
+
+async def _answer_calls(daemon: Daemon, registry: SessionRegistry, config: SessionConfig) -> None:
+    """Each SIP call is a session of its own on the shared engines."""
+    from appliance.audio.call import CallSink, CallSource
+    from appliance.sip.call import CallAudio
+    from appliance.sip.server import SipServer
+
+    async def handle_call(call: CallAudio) -> None:
+        await run_session(
+            daemon,
+            registry,
+            CallSource(call),
+            CallSink(call),
+            session_id=f"call-{call.call_id}",
+            kind="sip",
+            peer=str(call.caller),
+            config=config,
+        )
+
+    server = SipServer(daemon.settings.sip, handle_call)
+    await server.start()
+    try:
+        await asyncio.Event().wait()
+    finally:
+        await server.stop()
+
+
+async def _local_session(
+    daemon: Daemon, registry: SessionRegistry, config: SessionConfig, control: ServiceControl
+) -> None:
+    source, sink = _local_audio(daemon.settings)
+    turns = 0
+
+    def on_turn(trace: TurnTrace) -> None:
+        nonlocal turns
+        turns += 1
+        latency = trace.stage_s("turn_latency")
+        shown = f"{latency:.2f} s" if latency is not None else "n/a"
+        control.status(f"listening on {daemon.microphone}: {turns} turn(s), last latency {shown}")
+
+    control.status(f"listening on {daemon.microphone}")
+    print(f"listening on {daemon.microphone}; speak, or press Ctrl+C to stop", flush=True)
+    try:
+        await run_session(
+            daemon,
+            registry,
+            source,
+            sink,
+            session_id="local",
+            kind="microphone",
+            peer=str(daemon.microphone),
+            config=config,
+            on_turn=on_turn,
+        )
+    finally:
+        await source.close()
+        await sink.close()
+
+
+def _local_audio(settings: Settings) -> tuple[AudioSource, AudioSink]:
+    from appliance.audio.devices import MicrophoneSource, SpeakerSink, probe_device
+    from appliance.audio.files import NullSink
+
+    rate = settings.audio.device_sample_rate_hz
+    source = MicrophoneSource(settings.audio.input_device, device_sample_rate_hz=rate)
+    sink: AudioSink
+    speaker = probe_device("output", settings.audio.output_device)
+    if settings.audio.output != "none" and speaker.available:
+        sink = SpeakerSink(settings.audio.output_device, device_sample_rate_hz=rate)
+    else:
+        if settings.audio.output == "speaker":
+            raise RuntimeError(
+                f"no speaker: {speaker.reason} (fix: set audio.output_device, or audio.output = 'none')"
+            )
+        log.warning("no speaker (%s): replies are not played", speaker.reason)
+        sink = NullSink(rate, realtime=True)
+    return source, sink
+
+
+async def _demo_turn(
+    daemon: Daemon, registry: SessionRegistry, config: SessionConfig, control: ServiceControl
+) -> None:
+    """No microphone: one turn from a question spoken with the bundle's own voice."""
+    from appliance.audio.files import ArraySource, WavSink
+
+    settings = daemon.settings
+    engines = daemon.engines
+    print(
+        f"No microphone found ({daemon.no_microphone_reason}).\n"
+        "To talk to the appliance, connect a microphone and set audio.input_device to its sounddevice "
+        "name or index (python -m sounddevice lists them), or set audio.input = 'microphone'.\n"
+        f"Meanwhile, one turn with a question spoken by the voice {settings.tts.voice!r}:\n"
+        f'  "{DEMO_QUESTION}"',
+        flush=True,
+    )
+    control.status("no microphone: running one demo turn")
+    voice_rate = engines.tts.sample_rate_hz
+
+    def speak() -> npt.NDArray[np.float32]:
+        chunks = list(engines.tts.synthesize(DEMO_QUESTION, sample_rate_hz=voice_rate))
+        return np.concatenate(chunks).astype(np.float32) if chunks else np.zeros(0, dtype=np.float32)
+
+    question = resample(await engines.tts_worker.call(speak), voice_rate, SAMPLE_RATE_HZ)
+    lead, tail = np.zeros(SAMPLE_RATE_HZ // 2, np.float32), np.zeros(SAMPLE_RATE_HZ * 3 // 2, np.float32)
+    audio = np.concatenate([lead, question, tail])
+    reply_path = Path(settings.trace.db_path).parent / DEMO_REPLY_NAME
+    sink = WavSink(reply_path, voice_rate)
+    try:
+        session = await run_session(
+            daemon,
+            registry,
+            ArraySource(audio, realtime=True, name="demo"),
+            sink,
+            session_id="demo",
+            kind="demo",
+            peer="the bundle's voice",
+            config=config,
+            max_turns=1,
+        )
+    finally:
+        await sink.close()
+    if not session.traces:
+        print("the demo question was not heard as speech; check vad.threshold", flush=True)
+        control.status("demo turn: no speech detected")
+        return
+    summary = turn_summary(session.traces[0], reply_wav=reply_path, reply_audio_s=sink.duration_s, fast=False)
+    print(describe_turn(summary), flush=True)
+    control.status(f"demo turn done: latency {summary['turn_latency_s']} s; no microphone")

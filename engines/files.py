@@ -1,0 +1,55 @@
+"""Files the appliance, provisioning and the bundle build all write and read the same way: atomic
+replacement that survives an interruption or a power cut, and TOML on Python 3.10 and 3.11."""
+
+from __future__ import annotations
+
+import os
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # Python 3.10 (JetPack 6)
+    import tomli as tomllib
+
+__all__ = ["TOMLDecodeError", "atomic_write", "fsync_dir", "loads_toml"]
+
+TOMLDecodeError = tomllib.TOMLDecodeError
+
+
+def loads_toml(text: str) -> dict[str, Any]:
+    return tomllib.loads(text)
+
+
+def atomic_write(path: Path, data: bytes | str, *, mode: int | None = None) -> None:
+    """Write a temporary file beside ``path``, fsync it, rename it over ``path``, fsync the folder.
+
+    The new file gets ``mode``, else the old file's mode, else 0644; it never exists half-written or
+    with a wider mode than asked."""
+    if mode is None:
+        mode = path.stat().st_mode & 0o777 if path.exists() else 0o644
+    payload = data.encode("utf-8") if isinstance(data, str) else data
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")  # mode 0600
+    try:
+        with os.fdopen(fd, "wb") as handle:
+            os.fchmod(handle.fileno(), mode)
+            handle.write(payload)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    fsync_dir(path.parent)
+
+
+def fsync_dir(path: Path) -> None:
+    """Make a rename inside ``path`` survive a power cut."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
