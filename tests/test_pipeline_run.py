@@ -73,3 +73,37 @@ db_path = "{state / "turns.sqlite3"}"
     assert ready and stopping and ready[0] < stopping[0], messages
     assert any("STATUS=loading" in m for m in messages[: ready[0]]), messages
     assert any("STATUS=demo turn done" in m for m in messages), messages
+
+
+def test_run_on_a_llama_build_that_crashes_exits_78_with_the_cause_and_the_fix(tmp_path: Path) -> None:
+    """A llama.cpp build this processor cannot run (rehearsed: the smoke child dies on SIGILL) stops
+    the daemon before it loads the engines, with one line naming the cause and the fix, never READY,
+    and exit 78, which the unit's RestartPreventExitStatus keeps systemd from restarting."""
+    config = tmp_path / "site.toml"
+    config.write_text(f'[bundle]\nverify_on_start = false\n[trace]\ndb_path = "{tmp_path / "t.sqlite3"}"\n')
+    notify_path = tmp_path / "notify.sock"
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+    listener.bind(str(notify_path))
+    env = {k: v for k, v in os.environ.items() if not k.startswith("APPLIANCE_")}
+    env.update({"NOTIFY_SOCKET": str(notify_path), "APPLIANCE_LLM_SMOKE_FAULT": "SIGILL"})
+    done = subprocess.run(
+        [sys.executable, "-m", "appliance", "run", "--config", str(config)],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    listener.setblocking(False)
+    messages: list[str] = []
+    while True:
+        try:
+            messages.append(listener.recv(4096).decode())
+        except BlockingIOError:
+            break
+    listener.close()
+    assert done.returncode == 78, done.stderr[-2000:]
+    assert "died on SIGILL" in done.stderr and "./scripts/setup" in done.stderr, done.stderr[-2000:]
+    assert "Traceback" not in done.stderr
+    assert not any("READY=1" in m for m in messages), messages
+    assert any("SIGILL" in m and m.startswith("STATUS=failed") for m in messages), messages
