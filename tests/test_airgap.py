@@ -4,7 +4,11 @@ connection attempt to a non-loopback address fails loudly."""
 from __future__ import annotations
 
 import json
+import os
+import shutil
 import socket
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -12,6 +16,7 @@ from typing import Any
 import pytest
 
 from appliance import cli
+from tests.conftest import REPO
 from tests.fixtures.pipeline import english_words
 
 _LOOPBACK_PREFIXES = ("127.", "::1", "localhost")
@@ -95,3 +100,49 @@ def test_a_full_turn_makes_no_network_connection(
     assert english_words(result["reply"])
     assert result["reply_audio_s"] > 0.5 and reply.stat().st_size > 10000
     assert set(result["timestamps_s"]) >= {"speech_end", "endpoint", "asr_done", "playback_start"}
+
+
+_NATIVE_CHILD = """
+import time
+from appliance.config import load_settings, override
+from appliance.engine_set import asr_engine, llm_engine, open_bundle, tts_engine, vad_engine
+from engines.llm import Message
+import numpy as np
+settings = override(load_settings(None), llm={{"model": "gemma-270m", "max_reply_tokens": 4, "context_tokens": 256}})
+bundle = open_bundle(settings)
+engines = [vad_engine(settings, bundle), asr_engine(settings, bundle), tts_engine(settings, bundle)]
+engines.append(llm_engine(settings, bundle))
+for engine in engines:
+    engine.load()
+stream = engines[0].stream()
+for _ in range(20):
+    stream.probability(np.zeros(512, np.float32))
+engines[1].transcribe(np.zeros(16000, np.float32))
+list(engines[2].synthesize("Hello there."))
+list(engines[3].stream([Message("user", "Hello")]))
+time.sleep({wait_s})
+print("done")
+"""
+
+
+@pytest.mark.skipif(
+    shutil.which("unshare") is None or shutil.which("strace") is None or os.geteuid() != 0,
+    reason="needs unshare, strace and root (a network namespace of its own)",
+)
+def test_native_runtimes_try_no_network_in_a_namespace_of_their_own(tmp_path: Path) -> None:
+    """Python's socket module is not the only way out: native libraries open sockets themselves
+    (ONNX Runtime's telemetry resolved its collector about 9 s after the first session). The four real
+    engines (ONNX Runtime, Piper, llama.cpp) run in a network namespace with only a downed loopback, so nothing can leave even if
+    something tries, and strace records every attempt at a non-local socket."""
+    trace = tmp_path / "net.trace"
+    code = _NATIVE_CHILD.format(wait_s=15)
+    # The product must switch ONNX Runtime's telemetry off itself: not inherited from this process.
+    env = {k: v for k, v in os.environ.items() if k != "ORT_DISABLE_TELEMETRY"}
+    done = subprocess.run(
+        ["unshare", "-n", "strace", "-f", "-qq", "-e", "trace=connect,sendto,sendmsg", "-o", str(trace),
+         sys.executable, "-c", code],
+        cwd=REPO, env=env, capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert done.returncode == 0 and "done" in done.stdout, done.stderr[-2000:]
+    attempts = [line for line in trace.read_text().splitlines() if "AF_INET" in line]
+    assert attempts == [], "\n".join(attempts[:10])
