@@ -18,6 +18,34 @@ from tests.conftest import REPO
 from tests.fixtures.pipeline import english_words
 
 
+def run_daemon(
+    config: Path, tmp_path: Path, *, timeout_s: float, **extra_env: str
+) -> tuple[subprocess.CompletedProcess[str], list[str]]:
+    """``appliance run --config CONFIG`` as a process, with a notify socket: its result and what it told systemd."""
+    notify_path = tmp_path / "notify.sock"
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+    listener.bind(str(notify_path))
+    env = {k: v for k, v in os.environ.items() if not k.startswith("APPLIANCE_")}
+    env.update({"NOTIFY_SOCKET": str(notify_path), **extra_env})
+    done = subprocess.run(
+        [sys.executable, "-m", "appliance", "run", "--config", str(config)],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout_s,
+    )
+    listener.setblocking(False)
+    messages: list[str] = []
+    while True:
+        try:
+            messages.append(listener.recv(4096).decode())
+        except BlockingIOError:
+            break
+    listener.close()
+    return done, messages
+
+
 def test_run_without_a_microphone_shows_a_full_turn(tmp_path: Path, real_engines: SessionEngines) -> None:
     state = tmp_path / "state"
     config = tmp_path / "site.toml"
@@ -33,29 +61,7 @@ max_reply_tokens = 24
 db_path = "{state / "turns.sqlite3"}"
 """
     )
-    notify_path = tmp_path / "notify.sock"
-    listener = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
-    listener.bind(str(notify_path))
-    env = {k: v for k, v in os.environ.items() if not k.startswith("APPLIANCE_")}
-    env["NOTIFY_SOCKET"] = str(notify_path)
-
-    done = subprocess.run(
-        [sys.executable, "-m", "appliance", "run", "--config", str(config)],
-        cwd=REPO,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
-
-    listener.setblocking(False)
-    messages: list[str] = []
-    while True:
-        try:
-            messages.append(listener.recv(4096).decode())
-        except BlockingIOError:
-            break
-    listener.close()
+    done, messages = run_daemon(config, tmp_path, timeout_s=600)
     assert done.returncode == 0, done.stderr[-3000:]
     out = done.stdout
     assert "No microphone found" in out and "audio.input_device" in out
@@ -81,27 +87,7 @@ def test_run_on_a_llama_build_that_crashes_exits_78_with_the_cause_and_the_fix(t
     and exit 78, which the unit's RestartPreventExitStatus keeps systemd from restarting."""
     config = tmp_path / "site.toml"
     config.write_text(f'[bundle]\nverify_on_start = false\n[trace]\ndb_path = "{tmp_path / "t.sqlite3"}"\n')
-    notify_path = tmp_path / "notify.sock"
-    listener = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
-    listener.bind(str(notify_path))
-    env = {k: v for k, v in os.environ.items() if not k.startswith("APPLIANCE_")}
-    env.update({"NOTIFY_SOCKET": str(notify_path), "APPLIANCE_LLM_SMOKE_FAULT": "SIGILL"})
-    done = subprocess.run(
-        [sys.executable, "-m", "appliance", "run", "--config", str(config)],
-        cwd=REPO,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    listener.setblocking(False)
-    messages: list[str] = []
-    while True:
-        try:
-            messages.append(listener.recv(4096).decode())
-        except BlockingIOError:
-            break
-    listener.close()
+    done, messages = run_daemon(config, tmp_path, timeout_s=300, APPLIANCE_LLM_SMOKE_FAULT="SIGILL")
     assert done.returncode == 78, done.stderr[-2000:]
     assert "died on SIGILL" in done.stderr and "./scripts/setup" in done.stderr, done.stderr[-2000:]
     assert "Traceback" not in done.stderr
