@@ -175,6 +175,11 @@ class AdminConfig(Section):
     login_window_s: float = Field(300.0, ge=1.0, le=86400.0)
     cookie_secure: bool = Field(False, description="send the cookie over HTTPS only (behind a TLS proxy)")
     metrics_public: bool = Field(False, description="serve /metrics without a login (for a scraper)")
+    trusted_proxies: tuple[str, ...] = Field(
+        (),
+        description="addresses of a TLS proxy in front whose X-Forwarded-For is believed; "
+        "none by default, so a forged header cannot dodge the login limit",
+    )
     refresh_s: float = Field(2.0, ge=0.5, le=60.0, description="dashboard refresh interval")
 
     @field_validator("users_file", "password_file")

@@ -114,3 +114,43 @@ def test_run_admin_page_serves_on_the_configured_address(
 
     assert asyncio.run(probe()) == 200
     env.store.close()
+
+
+def test_a_forged_forwarded_for_header_does_not_buy_more_login_attempts(
+    tmp_path: Path, settings: Settings, admin_users_file: Path
+) -> None:
+    """The real server on loopback: each failed login claims another client address in
+    X-Forwarded-For; with no trusted proxy configured the limit still counts the real address."""
+    holder = bind_socket("127.0.0.1", 0)
+    port = holder.getsockname()[1]
+    holder.close()
+    env = make_admin_env(tmp_path, settings, admin_users_file, enabled=True, port=port)
+    limit = env.settings.admin.login_max_failures
+
+    async def attempts() -> list[int]:
+        task = asyncio.create_task(run_admin_page(env.settings, env.store, env.registry, env.bundle))
+        statuses: list[int] = []
+        try:
+            async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}") as client:
+                for _ in range(200):
+                    try:
+                        await client.get("/healthz")
+                        break
+                    except httpx.ConnectError:
+                        await asyncio.sleep(0.02)
+                for n in range(limit + 2):
+                    response = await client.post(
+                        "/api/login",
+                        json={"username": f"guess{n}", "password": "not the password at all"},
+                        headers={"X-Forwarded-For": f"203.0.113.{n + 1}"},
+                    )
+                    statuses.append(response.status_code)
+        finally:
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
+        return statuses
+
+    statuses = asyncio.run(attempts())
+    env.store.close()
+    assert statuses[:limit] == [401] * limit
+    assert statuses[limit:] == [429, 429], statuses

@@ -89,4 +89,5 @@ async def run_admin_page(
     backend = LocalBackend(
         settings, store, registry, bundle, config_path=config_path, live_keys=live_keys, on_apply=on_apply
     )
-    await serve(create_app(backend, settings), settings.admin.bind_host, settings.admin.port)
+    admin = settings.admin
+    await serve(create_app(backend, settings), admin.bind_host, admin.port, trusted_proxies=admin.trusted_proxies)

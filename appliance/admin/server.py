@@ -49,6 +49,7 @@ async def serve(
     *,
     sock: socket.socket | None = None,
     started: asyncio.Event | None = None,
+    trusted_proxies: tuple[str, ...] = (),
 ) -> None:
     """Serve ``app`` until cancelled; run it as a task on the daemon's loop.
 
@@ -64,6 +65,10 @@ async def serve(
         http="h11",
         ws="none",
         timeout_graceful_shutdown=int(SHUTDOWN_TIMEOUT_S),
+        # uvicorn believes X-Forwarded-For from 127.0.0.1 unless told otherwise: then every forged
+        # address would get its own login attempts. Only configured proxies are believed.
+        proxy_headers=bool(trusted_proxies),
+        forwarded_allow_ips=list(trusted_proxies) or None,
     )
     server = _EmbeddedServer(config)
     task = asyncio.ensure_future(server.serve(sockets=[listening]))
