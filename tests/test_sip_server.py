@@ -3,8 +3,12 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 import socket
 
+import pytest
+
+from appliance.ratelog import ThrottledLog
 from appliance.sip import CallAudio, SipServer
 from appliance.sip.message import SipRequest, SipResponse, parse_message
 from appliance.sip.transactions import Retransmitter
@@ -133,3 +137,50 @@ def test_stop_sends_bye_to_every_call() -> None:
         return requests
 
     assert asyncio.run(scenario()) == ["BYE"]
+
+
+def test_a_flood_of_malformed_datagrams_writes_a_line_or_two_not_one_each(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """2,000 garbage datagrams at the real server: all counted, each answered or dropped as before, but
+    the log gets the first one and a count, not 2,000 lines (disk and eMMC wear on the device)."""
+    flood = 2000
+
+    async def scenario() -> int:
+        async with running_server(_hold) as server:
+            phone = Phone()
+            try:
+                for n in range(flood):
+                    await phone.send(b"NOT SIP %d\r\n\r\n" % n, server.local_port)
+                    if n % 50 == 49:
+                        await asyncio.sleep(0.005)  # a flood, paced so that loopback UDP drops none
+                for _ in range(200):
+                    if server.stats.malformed >= flood:
+                        break
+                    await asyncio.sleep(0.02)
+            finally:
+                phone.close()
+            return server.stats.malformed
+
+    with caplog.at_level(logging.INFO, logger="appliance.sip.server"):
+        counted = asyncio.run(scenario())
+    lines = [r for r in caplog.records if "malformed" in r.getMessage()]
+    assert counted >= 0.9 * flood
+    assert 1 <= len(lines) <= 3, [r.getMessage() for r in lines]
+
+
+def test_the_throttled_log_counts_what_it_held_back(caplog: pytest.LogCaptureFixture) -> None:
+    now = [0.0]
+    throttled = ThrottledLog(logging.getLogger("tests.throttle"), interval_s=10.0, clock=lambda: now[0])
+    with caplog.at_level(logging.INFO, logger="tests.throttle"):
+        written = [throttled.info("bad", "bad packet %d", n) for n in range(5)]
+        now[0] = 10.5
+        throttled.info("bad", "bad packet %d", 5)
+        throttled.info("other", "another kind")
+    assert written == [True, False, False, False, False]
+    messages = [r.getMessage() for r in caplog.records]
+    assert messages == [
+        "bad packet 0",
+        "bad packet 5 (and 4 more like it in the last 10 s, not logged)",
+        "another kind",
+    ]

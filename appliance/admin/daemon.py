@@ -90,4 +90,6 @@ async def run_admin_page(
         settings, store, registry, bundle, config_path=config_path, live_keys=live_keys, on_apply=on_apply
     )
     admin = settings.admin
-    await serve(create_app(backend, settings), admin.bind_host, admin.port, trusted_proxies=admin.trusted_proxies)
+    await serve(
+        create_app(backend, settings), admin.bind_host, admin.port, trusted_proxies=admin.trusted_proxies
+    )

@@ -15,6 +15,7 @@ from collections.abc import Coroutine
 from typing import Any, cast
 
 from appliance.config import SipConfig
+from appliance.ratelog import ThrottledLog
 from appliance.rtp.stream import MediaParams, RtpStream
 from appliance.sip.call import HANDLER_GRACE_S, Call, CallHandler, CallState
 from appliance.sip.calls import CallTable
@@ -43,6 +44,7 @@ class SipServer(asyncio.DatagramProtocol):
     def __init__(self, config: SipConfig, handler: CallHandler) -> None:
         self.config = config
         self.stats = ServerStats()
+        self._noisy = ThrottledLog(log)  # what the network can make happen thousands of times a second
         self._allowed = [ipaddress.ip_network(net, strict=False) for net in config.allow_from]
         self._tasks: set[asyncio.Task[None]] = set()
         self._tcp_server: asyncio.AbstractServer | None = None
@@ -172,7 +174,8 @@ class SipServer(asyncio.DatagramProtocol):
             and all(message.get(name) for name in _RESPONSE_FIELDS)
             and self._allowed_peer(source[0])
         )
-        log.info(
+        self._noisy.info(
+            "malformed",
             "SIP: malformed message from %s:%d (%s); %s",
             *source,
             err.problem,
@@ -186,7 +189,9 @@ class SipServer(asyncio.DatagramProtocol):
     async def _on_request(self, request: SipRequest, source: Address) -> None:
         if not self._allowed_peer(source[0]):
             self.stats.forbidden += 1
-            log.info("SIP: %s from %s:%d refused: not in sip.allow_from", request.method, *source)
+            self._noisy.info(
+                "forbidden", "SIP: %s from %s:%d refused: not in sip.allow_from", request.method, *source
+            )
             if request.method != "ACK":
                 self.transport.respond(request, source, 403, "Forbidden (address not allowed)")
             return
@@ -200,7 +205,8 @@ class SipServer(asyncio.DatagramProtocol):
         rejection = check_request(request)
         if rejection is not None:
             self.stats.rejected += 1
-            log.info(
+            self._noisy.info(
+                "rejected",
                 "SIP: %s from %s:%d rejected: %d %s",
                 request.method,
                 *source,
