@@ -132,6 +132,13 @@ class SipConfig(Section):
     codecs: tuple[Literal["PCMU", "PCMA"], ...] = Field(("PCMU", "PCMA"), min_length=1)
     jitter_depth_packets: int = Field(3, ge=0, le=25, description="reordering allowance, 20 ms packets")
     tcp: bool = Field(True, description="also accept SIP over TCP on the same port")
+    tcp_idle_timeout_s: float = Field(
+        120.0, gt=0.0, le=3600.0, description="a TCP connection with no data this long is closed"
+    )
+    tcp_message_timeout_s: float = Field(
+        10.0, gt=0.0, le=300.0, description="a message begun on TCP must be complete within this"
+    )
+    tcp_max_per_source: int = Field(8, ge=1, le=1024, description="TCP connections at once from one address")
     user_agent: str = "voice-appliance"
 
     @field_validator("advertise_host")

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from appliance.sip import Call, CallAudio, EchoHandler
-from appliance.sip.tcp import SipTcpConnection, stream_content_length
+from appliance.sip.tcp import SipTcpConnection, TcpLimits, stream_content_length
 from engines.audio import load_audio
 from tests.test_sip_helpers import (
     SIPP,
@@ -48,7 +48,8 @@ class FakeTransport:
 def _connection() -> tuple[SipTcpConnection, list[bytes], dict[tuple[str, int], SipTcpConnection]]:
     received: list[bytes] = []
     registry: dict[tuple[str, int], SipTcpConnection] = {}
-    connection = SipTcpConnection(lambda data, peer: received.append(data), registry)
+    limits = TcpLimits(allowed=lambda host: True)
+    connection = SipTcpConnection(lambda data, peer: received.append(data), registry, limits)
     connection.connection_made(FakeTransport())  # type: ignore[arg-type]
     return connection, received, registry
 
@@ -157,3 +158,56 @@ def test_appliance_bye_goes_down_the_callers_tcp_connection(tmp_path: Path, data
 
     returncode, output = asyncio.run(scenario())
     assert returncode == 0, output  # SIPp got the BYE (Via .../TCP) on its connection and answered it
+
+
+async def _closed_within(reader: asyncio.StreamReader, seconds: float) -> bool:
+    """True when the server closes the connection (EOF or reset) within ``seconds``."""
+    try:
+        return await asyncio.wait_for(reader.read(65536), seconds) == b""
+    except ConnectionResetError:
+        return True
+    except asyncio.TimeoutError:
+        return False
+
+
+def test_tcp_connections_are_bounded() -> None:
+    """Real sockets to the real server: a peer outside allow_from is closed at once; one address gets
+    tcp_max_per_source connections; an idle connection and one that starts a message and never ends it
+    are closed after their timeouts; a connection that keeps sending whole messages stays."""
+
+    async def scenario() -> dict[str, object]:
+        async with running_server(
+            EchoHandler(),
+            allow_from=("127.0.0.1/32",),
+            tcp_idle_timeout_s=0.6,
+            tcp_message_timeout_s=0.4,
+            tcp_max_per_source=3,
+        ) as server:
+            port = server.local_port
+            results: dict[str, object] = {}
+            stranger_r, stranger_w = await asyncio.open_connection(
+                "127.0.0.1", port, local_addr=("127.0.0.2", 0)
+            )
+            results["stranger closed"] = await _closed_within(stranger_r, 0.3)
+            stranger_w.close()
+            held = [await asyncio.open_connection("127.0.0.1", port) for _ in range(4)]
+            results["fourth closed"] = await _closed_within(held[3][0], 0.3)
+            results["first open"] = not await _closed_within(held[0][0], 0.1)
+            held[1][1].write(
+                b"OPTIONS sip:a@127.0.0.1 SIP/2.0\r\nVia: SIP/2.0/TCP 127.0.0.1:1"
+            )  # never finished
+            results["unfinished closed"] = await _closed_within(held[1][0], 0.55)
+            busy_r, busy_w = held[2]
+            for n in range(4):  # whole messages every 0.3 s: busy, never idle for 0.6 s
+                busy_w.write(OPTIONS + f"Content-Length: 0\r\nCall-ID-Extra: {n}\r\n\r\n".encode())
+                await asyncio.sleep(0.3)
+            answers = await asyncio.wait_for(busy_r.read(65536), 1.0)
+            results["busy answered"] = answers.startswith(b"SIP/2.0 200")
+            results["idle closed"] = await _closed_within(held[0][0], 1.0)
+            results["busy closed after going idle"] = await _closed_within(busy_r, 1.5)
+            for _, writer in held:
+                writer.close()
+            return results
+
+    results = asyncio.run(scenario())
+    assert all(results.values()), results

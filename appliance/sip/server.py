@@ -25,7 +25,7 @@ from appliance.sip.indialog import DialogFlow
 from appliance.sip.invite import InviteFlow
 from appliance.sip.message import SipRequest, SipResponse, SipSyntaxError, parse_message
 from appliance.sip.stats import ServerStats
-from appliance.sip.tcp import SipTcpConnection
+from appliance.sip.tcp import SipTcpConnection, TcpLimits
 from appliance.sip.transactions import ResponseCache
 from appliance.sip.transport import Address, SipTransport
 
@@ -90,8 +90,14 @@ class SipServer(asyncio.DatagramProtocol):
         self.transport.local_port = int(self.transport.udp.get_extra_info("sockname")[1])
         if self.config.tcp:
             try:
+                limits = TcpLimits(
+                    allowed=self._allowed_peer,
+                    max_per_source=self.config.tcp_max_per_source,
+                    idle_timeout_s=self.config.tcp_idle_timeout_s,
+                    message_timeout_s=self.config.tcp_message_timeout_s,
+                )
                 self._tcp_server = await loop.create_server(
-                    lambda: SipTcpConnection(self._on_stream_message, self.transport.tcp),
+                    lambda: SipTcpConnection(self._on_stream_message, self.transport.tcp, limits),
                     self.config.bind_host,
                     self.local_port,
                 )

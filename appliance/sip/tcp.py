@@ -2,6 +2,10 @@
 
 Each connection hands complete messages to the server, which answers through the same connection
 (responses go back to the address a request came from, and that address names the connection).
+Connections are bounded, so that nobody can hold the device's file descriptors: a peer outside
+``allow_from`` is closed at once, one address gets ``max_per_source`` connections, a connection with
+no data for ``idle_timeout_s`` is closed, and so is one that starts a message and does not finish it
+within ``message_timeout_s``.
 """
 
 from __future__ import annotations
@@ -10,6 +14,7 @@ import asyncio
 import logging
 import re
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import cast
 
 log = logging.getLogger(__name__)
@@ -28,32 +33,86 @@ def stream_content_length(head: bytes) -> int | None:
     return int(values[0])
 
 
+@dataclass(frozen=True)
+class TcpLimits:
+    allowed: Callable[[str], bool]
+    max_per_source: int = 8
+    idle_timeout_s: float = 120.0
+    message_timeout_s: float = 10.0
+
+
 class SipTcpConnection(asyncio.Protocol):
     def __init__(
         self,
         on_message: Callable[[bytes, tuple[str, int]], None],
         connections: dict[tuple[str, int], SipTcpConnection],
+        limits: TcpLimits,
     ) -> None:
         self._on_message = on_message
         self._connections = connections
+        self._limits = limits
         self._buffer = b""
         self._transport: asyncio.Transport | None = None
         self._closing = False
+        self._idle: asyncio.TimerHandle | None = None
+        self._unfinished: asyncio.TimerHandle | None = None
         self.peer: tuple[str, int] = ("", 0)
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self._transport = cast(asyncio.Transport, transport)
         host, port = transport.get_extra_info("peername")[:2]
         self.peer = (str(host), int(port))
+        if not self._limits.allowed(self.peer[0]):
+            log.debug("SIP/TCP: refused a connection from %s:%d: not in sip.allow_from", *self.peer)
+            self._transport.abort()
+            return
+        same_source = sum(1 for other in self._connections if other[0] == self.peer[0])
+        if same_source >= self._limits.max_per_source:
+            log.debug("SIP/TCP: refused a connection from %s:%d: sip.tcp_max_per_source reached", *self.peer)
+            self._transport.abort()
+            return
         self._connections[self.peer] = self
+        self._touch()
 
     def connection_lost(self, exc: Exception | None) -> None:
-        self._connections.pop(self.peer, None)
+        if self._connections.get(self.peer) is self:
+            del self._connections[self.peer]
+        for timer in (self._idle, self._unfinished):
+            if timer is not None:
+                timer.cancel()
+
+    def _touch(self) -> None:
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:  # framing driven by hand, outside a server (tests of the cutter)
+            return
+        if self._idle is not None:
+            self._idle.cancel()
+        self._idle = loop.call_later(self._limits.idle_timeout_s, self._expire, "idle")
+        if self._buffer.strip(b"\r\n"):
+            if self._unfinished is None:
+                self._unfinished = loop.call_later(
+                    self._limits.message_timeout_s, self._expire, "message not finished in time"
+                )
+        elif self._unfinished is not None:
+            self._unfinished.cancel()
+            self._unfinished = None
+
+    def _expire(self, why: str) -> None:
+        log.debug("SIP/TCP: closing the connection from %s:%d: %s", *self.peer, why)
+        self.close()
 
     def data_received(self, data: bytes) -> None:
         if self._closing:
             return
         self._buffer += data
+        try:
+            self._cut()
+        finally:
+            if not self._closing:
+                self._touch()
+
+    def _cut(self) -> None:
         while True:
             self._buffer = self._buffer.lstrip(b"\r\n")  # keep-alives between messages
             end = self._buffer.find(b"\r\n\r\n")
