@@ -182,6 +182,13 @@ class AdminConfig(Section):
     login_window_s: float = Field(300.0, ge=1.0, le=86400.0)
     cookie_secure: bool = Field(False, description="send the cookie over HTTPS only (behind a TLS proxy)")
     metrics_public: bool = Field(False, description="serve /metrics without a login (for a scraper)")
+    header_timeout_s: float = Field(
+        10.0,
+        gt=0.0,
+        le=300.0,
+        description="a request's header fields must arrive within this, or the connection closes",
+    )
+    max_connections: int = Field(64, ge=4, le=4096, description="more connections at once get 503")
     trusted_proxies: tuple[str, ...] = Field(
         (),
         description="addresses of a TLS proxy in front whose X-Forwarded-For is believed; "

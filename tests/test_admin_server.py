@@ -154,3 +154,56 @@ def test_a_forged_forwarded_for_header_does_not_buy_more_login_attempts(
     env.store.close()
     assert statuses[:limit] == [401] * limit
     assert statuses[limit:] == [429, 429], statuses
+
+
+def test_connections_that_send_no_request_are_closed_and_real_requests_still_work(
+    tmp_path: Path, settings: Settings, admin_users_file: Path
+) -> None:
+    """The real server: a connection that sends nothing, and one that sends its header fields and
+    never ends them, are closed after admin.header_timeout_s; a request on a fresh connection, and a
+    second request on a kept-alive one, are answered."""
+    holder = bind_socket("127.0.0.1", 0)
+    port = holder.getsockname()[1]
+    holder.close()
+    env = make_admin_env(tmp_path, settings, admin_users_file, enabled=True, port=port, header_timeout_s=0.5)
+
+    async def closed_within(reader: asyncio.StreamReader, seconds: float) -> bool:
+        try:
+            return await asyncio.wait_for(reader.read(65536), seconds) == b""
+        except ConnectionResetError:
+            return True
+        except asyncio.TimeoutError:
+            return False
+
+    async def scenario() -> dict[str, bool]:
+        task = asyncio.create_task(run_admin_page(env.settings, env.store, env.registry, env.bundle))
+        results: dict[str, bool] = {}
+        try:
+            for _ in range(200):
+                try:
+                    _, probe = await asyncio.open_connection("127.0.0.1", port)
+                    probe.close()
+                    break
+                except OSError:
+                    await asyncio.sleep(0.02)
+            silent_r, silent_w = await asyncio.open_connection("127.0.0.1", port)
+            slow_r, slow_w = await asyncio.open_connection("127.0.0.1", port)
+            slow_w.write(b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Slow: ")
+            kept_r, kept_w = await asyncio.open_connection("127.0.0.1", port)
+            kept_w.write(b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
+            first = await asyncio.wait_for(kept_r.readuntil(b"}"), 2.0)
+            kept_w.write(b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n")
+            second = await asyncio.wait_for(kept_r.read(65536), 2.0)
+            results["kept-alive connection answered twice"] = b" 200 " in first and b" 200 " in second
+            results["silent closed"] = await closed_within(silent_r, 1.5)
+            results["slow headers closed"] = await closed_within(slow_r, 1.5)
+            for writer in (silent_w, slow_w, kept_w):
+                writer.close()
+        finally:
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
+        return results
+
+    results = asyncio.run(scenario())
+    env.store.close()
+    assert all(results.values()), results

@@ -91,5 +91,10 @@ async def run_admin_page(
     )
     admin = settings.admin
     await serve(
-        create_app(backend, settings), admin.bind_host, admin.port, trusted_proxies=admin.trusted_proxies
+        create_app(backend, settings),
+        admin.bind_host,
+        admin.port,
+        trusted_proxies=admin.trusted_proxies,
+        header_timeout_s=admin.header_timeout_s,
+        max_connections=admin.max_connections,
     )

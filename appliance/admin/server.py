@@ -11,6 +11,8 @@ from collections.abc import Iterator
 import uvicorn
 from fastapi import FastAPI
 
+from appliance.admin.protocol import bounded_h11
+
 log = logging.getLogger(__name__)
 
 SHUTDOWN_TIMEOUT_S = 5.0
@@ -50,6 +52,8 @@ async def serve(
     sock: socket.socket | None = None,
     started: asyncio.Event | None = None,
     trusted_proxies: tuple[str, ...] = (),
+    header_timeout_s: float = 10.0,
+    max_connections: int = 64,
 ) -> None:
     """Serve ``app`` until cancelled; run it as a task on the daemon's loop.
 
@@ -62,7 +66,8 @@ async def serve(
         log_config=None,
         access_log=False,
         lifespan="off",
-        http="h11",
+        http=bounded_h11(header_timeout_s),
+        limit_concurrency=max_connections,
         ws="none",
         timeout_graceful_shutdown=int(SHUTDOWN_TIMEOUT_S),
         # uvicorn believes X-Forwarded-For from 127.0.0.1 unless told otherwise: then every forged
