@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import sys
 import tempfile
+import time
 from pathlib import Path
 from typing import Any
 
@@ -14,7 +15,7 @@ if sys.version_info >= (3, 11):
 else:  # Python 3.10 (JetPack 6)
     import tomli as tomllib
 
-__all__ = ["TOMLDecodeError", "atomic_write", "fsync_dir", "loads_toml"]
+__all__ = ["TOMLDecodeError", "atomic_write", "fsync_dir", "loads_toml", "remove_stale_temporaries"]
 
 TOMLDecodeError = tomllib.TOMLDecodeError
 
@@ -32,6 +33,7 @@ def atomic_write(path: Path, data: bytes | str, *, mode: int | None = None) -> N
         mode = path.stat().st_mode & 0o777 if path.exists() else 0o644
     payload = data.encode("utf-8") if isinstance(data, str) else data
     path.parent.mkdir(parents=True, exist_ok=True)
+    remove_stale_temporaries(path)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")  # mode 0600
     try:
         with os.fdopen(fd, "wb") as handle:
@@ -44,6 +46,24 @@ def atomic_write(path: Path, data: bytes | str, *, mode: int | None = None) -> N
         Path(tmp).unlink(missing_ok=True)
         raise
     fsync_dir(path.parent)
+
+
+STALE_AFTER_S = 300.0
+
+
+def remove_stale_temporaries(path: Path, *, older_than_s: float = STALE_AFTER_S) -> list[Path]:
+    """Delete what an interrupted write of ``path`` left behind (``.NAME.*.tmp`` beside it, untouched
+    for ``older_than_s``: a writer still at work is never that slow); the paths removed."""
+    removed = []
+    cutoff = time.time() - older_than_s
+    for leftover in path.parent.glob(f".{path.name}.*.tmp"):
+        try:
+            if leftover.stat().st_mtime < cutoff:
+                leftover.unlink()
+                removed.append(leftover)
+        except OSError:
+            continue  # gone already, or not ours to remove
+    return removed
 
 
 def fsync_dir(path: Path) -> None:
