@@ -39,9 +39,11 @@ def open_bundle(settings: Settings, *, daemon_start: bool = False) -> Bundle:
     return Bundle.open(settings.bundle.dir, verify=True, full=full)
 
 
-def bundle_choice_problems(settings: Settings) -> list[ConfigProblem]:
-    """``llm.model``, ``asr.model`` and ``tts.voice`` against what the bundle holds, each problem
-    listing what is there. Nothing to say when the bundle cannot be read: the daemon says that."""
+def startup_problems(settings: Settings) -> list[ConfigProblem]:
+    """What would stop the engines from loading with these settings, found without loading them:
+    ``llm.model``, ``asr.model`` and ``tts.voice`` against what the bundle holds (each problem lists
+    what is there), and the persona's tokens against ``llm.context_tokens``. Nothing to say when the
+    bundle cannot be read: the daemon says that itself."""
     from engines.asr.artifacts import whisper_models
     from engines.llm import available_models
     from engines.tts import bundled_voices
@@ -50,13 +52,18 @@ def bundle_choice_problems(settings: Settings) -> list[ConfigProblem]:
         bundle = Bundle.open(settings.bundle.dir, verify=False)
     except EngineError:
         return []
-    whispers = whisper_models(bundle.manifest.artifacts)
+    models = available_models(bundle)
     choices = (
-        ("llm.model", settings.llm.model, available_models(bundle), "python -m build_scripts quantize"),
-        ("asr.model", settings.asr.model, whispers, "python -m build_scripts.whisper export"),
+        ("llm.model", settings.llm.model, models, "python -m build_scripts quantize"),
+        (
+            "asr.model",
+            settings.asr.model,
+            whisper_models(bundle.manifest.artifacts),
+            "python -m build_scripts.whisper export",
+        ),
         ("tts.voice", settings.tts.voice, bundled_voices(bundle), "the bundle build"),
     )
-    return [
+    problems = [
         ConfigProblem(
             key,
             f"not in the bundle {bundle.root}; it has: {', '.join(have) or 'none'} (add one with {how})",
@@ -64,6 +71,32 @@ def bundle_choice_problems(settings: Settings) -> list[ConfigProblem]:
         )
         for key, value, have, how in choices
         if value not in have
+    ]
+    if settings.llm.model in models:
+        problems += _persona_problems(settings, bundle)
+    return problems
+
+
+def _persona_problems(settings: Settings, bundle: Bundle) -> list[ConfigProblem]:
+    from engines.llm.llamacpp import system_prompt_tokens
+
+    llm = settings.llm
+    try:
+        tokens = system_prompt_tokens(bundle.path(f"llm/{llm.model}"), system_prompt(settings.agent))
+    except EngineError:
+        return []  # a damaged model file: the daemon names it, with the fix
+    if tokens + llm.max_reply_tokens < llm.context_tokens:
+        return []
+    persona = settings.agent.persona
+    shown = persona if len(persona) <= 60 else f"{persona[:57]}... ({len(persona)} characters)"
+    return [
+        ConfigProblem(
+            "agent.persona",
+            f"the system prompt takes {tokens} tokens of {llm.model}; with llm.max_reply_tokens = "
+            f"{llm.max_reply_tokens} it does not fit llm.context_tokens = {llm.context_tokens} "
+            "(shorten the persona or raise llm.context_tokens)",
+            shown,
+        )
     ]
 
 

@@ -432,3 +432,27 @@ def test_oversized_bodies_are_refused_with_413_with_or_without_a_length(admin_en
         response = client.put("/api/config", content=content, headers=headers)
         assert response.status_code == 413 and response.json()["error"] == "too_large"
     assert client.post("/api/login", content=chunks(), headers=headers).status_code == 413
+
+
+def test_a_persona_too_long_for_the_context_is_refused_before_it_can_stop_the_daemon(
+    admin_env: AdminEnv,
+) -> None:
+    """A 20 KB persona passes the schema, but the daemon could not start with it (the system prompt
+    would not fit the context): the page refuses it, naming the key and the token count, and writes nothing."""
+    client = admin_env.client()
+    token = admin_env.login(client)
+    before = admin_env.config_path.read_bytes()
+    persona = "You answer questions about the loading bays and the canteen. " * 330  # about 20 KB
+    response = client.put(
+        "/api/config", json={"changes": {"agent": {"persona": persona}}}, headers={"X-CSRF-Token": token}
+    )
+    assert response.status_code == 422, response.text
+    message = response.json()["message"]
+    assert "agent.persona" in message and "tokens" in message and "llm.context_tokens" in message
+    assert admin_env.config_path.read_bytes() == before
+    fine = client.put(
+        "/api/config",
+        json={"changes": {"agent": {"persona": "You are brief."}}},
+        headers={"X-CSRF-Token": token},
+    )
+    assert fine.status_code == 200, fine.text

@@ -85,3 +85,17 @@ def test_config_check_command(tmp_path: Path, capsys: pytest.CaptureFixture[str]
     assert "llm.model: not in the bundle" in err and "it has: gemma-270m, qwen-1.5b" in err
     assert "llm.context_tokens: Input should be greater than or equal to 256" in err
     assert "llm.extra: unknown key" in err
+
+
+def test_config_check_counts_the_personas_tokens_against_the_context(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    long = write(
+        tmp_path,
+        "[agent]\npersona = '" + "Answer about the depot. " * 400 + "'\n[llm]\ncontext_tokens = 1024\n",
+    )
+    assert main(["config", "check", str(long)]) == EXIT_CONFIG
+    err = capsys.readouterr().err
+    assert "agent.persona: the system prompt takes" in err and "llm.context_tokens = 1024" in err
+    short = write(tmp_path, "[agent]\npersona = 'Answer about the depot.'\n[llm]\ncontext_tokens = 1024\n")
+    assert main(["config", "check", str(short)]) == 0

@@ -73,7 +73,7 @@ _ABSENT = object()
 
 def validate_file_data(data: dict[str, Any], source: str) -> Settings:
     """The file's settings, checked by the schema and, for the models and voice, against the bundle."""
-    from appliance.engine_set import bundle_choice_problems
+    from appliance.engine_set import startup_problems
 
     try:
         settings = _FileSettings(**data)
@@ -83,19 +83,17 @@ def validate_file_data(data: dict[str, Any], source: str) -> Settings:
             chosen = {
                 s: {k: v for k, v in data.get(s, {}).items() if k in keys} for s, keys in _CHOICES.items()
             }
-            problems += bundle_choice_problems(
-                _FileSettings.model_validate({s: v for s, v in chosen.items() if v})
-            )
+            problems += startup_problems(_FileSettings.model_validate({s: v for s, v in chosen.items() if v}))
         except (ValidationError, AttributeError, TypeError):
             pass
         raise ConfigError(source, problems) from err
-    problems = bundle_choice_problems(settings)
+    problems = startup_problems(settings)
     if problems:
         raise ConfigError(source, problems)
     return settings
 
 
-_CHOICES = {"bundle": ("dir",), "llm": ("model",), "asr": ("model",), "tts": ("voice",)}
+_CHOICES = {"bundle": ("dir",), "llm": ("model",), "asr": ("model",), "tts": ("voice",)}  # checkable alone
 
 
 def read_file_data(path: Path) -> dict[str, Any]:

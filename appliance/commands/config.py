@@ -26,11 +26,11 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def handle_check(args: argparse.Namespace) -> int:
     from appliance.admin.config_file import read_file_data, validate_file_data
-    from appliance.engine_set import bundle_choice_problems
+    from appliance.engine_set import startup_problems
 
     source = str(args.file or "default configuration")
     try:
-        problems = bundle_choice_problems(load_settings(args.file))
+        problems = startup_problems(load_settings(args.file))
     except ConfigError as err:
         source, problems = err.source, err.problems
         if args.file is not None:  # the file alone: every schema problem and the bundle's choices

@@ -62,8 +62,17 @@ class SamplingParams:
 
 class LlamaRuntime:
     def __init__(
-        self, path: Path, *, gpu_layers: int, context_tokens: int, threads: int, batch_tokens: int = 512
+        self,
+        path: Path,
+        *,
+        gpu_layers: int,
+        context_tokens: int,
+        threads: int,
+        batch_tokens: int = 512,
+        vocab_only: bool = False,
     ) -> None:
+        """``vocab_only``: the vocabulary and metadata without the weights and without a context (to
+        count tokens quickly); only the text <-> token methods work then."""
         init_backend()
         if gpu_layers != 0 and not llama_cpp.llama_supports_gpu_offload():
             raise BackendUnavailable(
@@ -72,12 +81,18 @@ class LlamaRuntime:
             )
         model_params = llama_cpp.llama_model_default_params()
         model_params.n_gpu_layers = _ALL_LAYERS if gpu_layers < 0 else gpu_layers
+        model_params.vocab_only = vocab_only
         self.model = llama_cpp.llama_model_load_from_file(str(path).encode(), model_params)
         if not self.model:
             raise ModelFileError(
                 f"llama.cpp could not load {path} (run with -v for its log)",
                 fix="check the file is a GGUF for a model architecture this llama.cpp supports",
             )
+        self.vocab = llama_cpp.llama_model_get_vocab(self.model)
+        self._piece = ctypes.create_string_buffer(256)
+        self.ctx = None
+        if vocab_only:
+            return
         batch_tokens = min(batch_tokens, context_tokens)  # llama.cpp caps a batch at the context
         ctx_params = llama_cpp.llama_context_default_params()
         ctx_params.n_ctx = context_tokens
@@ -94,11 +109,9 @@ class LlamaRuntime:
                 f"llama.cpp could not create a {context_tokens}-token context for {path}",
                 fix="lower llm.context_tokens or free memory",
             )
-        self.vocab = llama_cpp.llama_model_get_vocab(self.model)
         self.memory = llama_cpp.llama_get_memory(self.ctx)
         self.context_tokens = int(llama_cpp.llama_n_ctx(self.ctx))
         self.batch_tokens = int(llama_cpp.llama_n_batch(self.ctx))
-        self._piece = ctypes.create_string_buffer(256)
 
     # model facts ---------------------------------------------------------------------------
 

@@ -88,9 +88,7 @@ class LlamaCppLlm:
                 eos_token=runtime.token_text(runtime.eos_token),
             )
             prefix = self._template.system_prefix(self.system_prompt)
-            tokens = runtime.tokenize(prefix)
-            if runtime.adds_bos and (not tokens or tokens[0] != runtime.bos_token):
-                tokens.insert(0, runtime.bos_token)
+            tokens = _prefix_tokens(runtime, prefix)
             if len(tokens) + self.max_reply_tokens >= runtime.context_tokens:
                 raise InputError(
                     f"the system prompt takes {len(tokens)} tokens, too many for a "
@@ -301,3 +299,30 @@ def _common_prefix_length(a: Sequence[int], b: Sequence[int]) -> int:
 
 def _is_set(cancel: threading.Event | None) -> bool:
     return cancel is not None and cancel.is_set()
+
+
+def _prefix_tokens(runtime: Any, prefix: str) -> list[int]:
+    tokens: list[int] = runtime.tokenize(prefix)
+    if runtime.adds_bos and (not tokens or tokens[0] != runtime.bos_token):
+        tokens.insert(0, runtime.bos_token)
+    return tokens
+
+
+def system_prompt_tokens(model_path: Path, system_prompt: str) -> int:
+    """How many tokens ``system_prompt`` takes in the model's chat template, from the vocabulary
+    alone (no weights loaded: a fraction of a second): what a configuration check needs to know
+    whether the persona fits the context before the daemon tries."""
+    info = read_gguf(model_path)
+    from engines.llm.llama_runtime import LlamaRuntime
+
+    runtime = LlamaRuntime(model_path, gpu_layers=0, context_tokens=256, threads=1, vocab_only=True)
+    try:
+        template = ChatTemplate.for_model(
+            runtime.chat_template(),
+            info.architecture,
+            bos_token=runtime.token_text(runtime.bos_token),
+            eos_token=runtime.token_text(runtime.eos_token),
+        )
+        return len(_prefix_tokens(runtime, template.system_prefix(system_prompt)))
+    finally:
+        runtime.close()
