@@ -131,6 +131,10 @@ class SipConfig(Section):
     answer_delay_s: float = Field(0.0, ge=0.0, le=30.0, description="ringing time before answering")
     codecs: tuple[Literal["PCMU", "PCMA"], ...] = Field(("PCMU", "PCMA"), min_length=1)
     jitter_depth_packets: int = Field(3, ge=0, le=25, description="reordering allowance, 20 ms packets")
+    rtp_latch: bool = Field(
+        True,
+        description="take media only from the first port of the caller's host that sends it (symmetric RTP)",
+    )
     tcp: bool = Field(True, description="also accept SIP over TCP on the same port")
     tcp_idle_timeout_s: float = Field(
         120.0, gt=0.0, le=3600.0, description="a TCP connection with no data this long is closed"

@@ -109,3 +109,61 @@ def test_ssrc_change_restarts_the_stream_without_losing_frames() -> None:
     stream, frames = asyncio.run(scenario())
     assert stream.stats.packets_received == 50
     assert len(frames) >= 49 * 320 // 512
+
+
+@pytest.mark.parametrize("latch", [True, False])
+def test_media_latches_to_the_first_port_of_the_callers_host_that_sends_it(latch: bool) -> None:
+    """Two senders on the caller's own address: with latching (the default) only the first one's
+    packets become frames and the other's are counted as foreign; without it both are taken."""
+
+    async def scenario() -> RtpStream:
+        stream = RtpStream(MediaParams(LOOPBACK, free_udp_port(), "PCMU", 0), label="latch", latch=latch)
+        await stream.open(LOOPBACK, free_udp_port())
+        loop = asyncio.get_running_loop()
+        caller, _ = await loop.create_datagram_endpoint(asyncio.DatagramProtocol, local_addr=(LOOPBACK, 0))
+        other, _ = await loop.create_datagram_endpoint(asyncio.DatagramProtocol, local_addr=(LOOPBACK, 0))
+        payload = g711.encode(_tone_8k(0.02), "PCMU")
+        for index in range(10):
+            caller.sendto(
+                RtpPacket(0, index, 160 * index, 7, payload).to_bytes(), (LOOPBACK, stream.local_port)
+            )
+            await asyncio.sleep(0.002)
+            other.sendto(
+                RtpPacket(0, 500 + index, 160 * index, 9, payload).to_bytes(), (LOOPBACK, stream.local_port)
+            )
+        await asyncio.sleep(0.2)
+        caller.close()
+        other.close()
+        await stream.close()
+        return stream
+
+    stream = asyncio.run(scenario())
+    if latch:
+        assert stream.stats.packets_received == 10 and stream.stats.foreign_packets == 10
+        assert stream.latched is not None and stream.latched[0] == LOOPBACK
+    else:
+        assert stream.stats.packets_received == 20 and stream.stats.foreign_packets == 0
+
+
+def test_a_re_invite_that_moves_the_media_latches_again() -> None:
+    async def scenario() -> tuple[int, int]:
+        stream = RtpStream(MediaParams(LOOPBACK, free_udp_port(), "PCMU", 0), label="moved")
+        await stream.open(LOOPBACK, free_udp_port())
+        loop = asyncio.get_running_loop()
+        first, _ = await loop.create_datagram_endpoint(asyncio.DatagramProtocol, local_addr=(LOOPBACK, 0))
+        second, _ = await loop.create_datagram_endpoint(asyncio.DatagramProtocol, local_addr=(LOOPBACK, 0))
+        payload = g711.encode(_tone_8k(0.02), "PCMU")
+        first.sendto(RtpPacket(0, 1, 160, 7, payload).to_bytes(), (LOOPBACK, stream.local_port))
+        await asyncio.sleep(0.05)
+        stream.update(MediaParams(LOOPBACK, free_udp_port(), "PCMU", 0))  # hold/transfer: new address
+        for index in range(5):
+            second.sendto(
+                RtpPacket(0, 100 + index, 160 * index, 8, payload).to_bytes(), (LOOPBACK, stream.local_port)
+            )
+        await asyncio.sleep(0.1)
+        first.close()
+        second.close()
+        await stream.close()
+        return stream.stats.packets_received, stream.stats.foreign_packets
+
+    assert asyncio.run(scenario()) == (6, 0)

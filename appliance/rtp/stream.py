@@ -67,8 +67,14 @@ class RtpStream(asyncio.DatagramProtocol):
         jitter_depth_packets: int = 3,
         max_queued_frames: int = 256,
         label: str = "",
+        latch: bool = True,
     ) -> None:
         self.params = params
+        # Symmetric RTP: the first address and port that sends valid media for the call is the
+        # caller's; media from any other port of that host is foreign (another device behind the
+        # same address cannot inject speech that starts a turn).
+        self.latch = latch
+        self.latched: tuple[str, int] | None = None
         self.frame_samples = frame_samples
         self.label = label
         self.stats = StreamStats()
@@ -110,6 +116,8 @@ class RtpStream(asyncio.DatagramProtocol):
         """New remote address, codec or direction (a re-INVITE)."""
         if params.codec != self.params.codec:
             self._jitter.reset()
+        if (params.remote_host, params.remote_port) != (self.params.remote_host, self.params.remote_port):
+            self.latched = None  # the media moved: latch again to what sends next
         self.params = params
 
     async def close(self) -> None:
@@ -147,7 +155,8 @@ class RtpStream(asyncio.DatagramProtocol):
     def datagram_received(self, data: bytes, addr: tuple[str | int, ...]) -> None:
         if self._closed:
             return
-        if addr[0] != self.params.remote_host:
+        source = (str(addr[0]), int(addr[1]))
+        if source[0] != self.params.remote_host or (self.latched is not None and source != self.latched):
             self.stats.foreign_packets += 1
             return
         if looks_like_rtcp(data):
@@ -160,6 +169,11 @@ class RtpStream(asyncio.DatagramProtocol):
             if self.stats.bad_packets <= 3 or self.stats.bad_packets % 500 == 0:
                 log.info("%s: dropped a bad RTP packet from %s: %s", self.label, addr, err)
             return
+        if packet.payload_type not in (self.params.payload_type, self.params.telephone_event_pt):
+            self.stats.unknown_payload += 1
+            return
+        if self.latch and self.latched is None:
+            self.latched = source
         self.last_received_s = asyncio.get_running_loop().time()
         self.stats.packets_received += 1
         if packet.payload_type == self.params.telephone_event_pt:
@@ -171,8 +185,6 @@ class RtpStream(asyncio.DatagramProtocol):
                     self._jitter.reset()
                 self._remote_ssrc = packet.ssrc
             self._on_payloads(self._jitter.push(packet.sequence, packet.payload))
-        else:
-            self.stats.unknown_payload += 1
 
     def _on_telephone_event(self, packet: RtpPacket) -> None:
         try:

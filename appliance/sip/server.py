@@ -300,7 +300,12 @@ class SipServer(asyncio.DatagramProtocol):
         ports = list(range(low, high + 1, 2))
         start = ports.index(self._next_rtp_port) if self._next_rtp_port in ports else 0
         for port in ports[start:] + ports[:start]:
-            stream = RtpStream(params, jitter_depth_packets=self.config.jitter_depth_packets, label=label)
+            stream = RtpStream(
+                params,
+                jitter_depth_packets=self.config.jitter_depth_packets,
+                label=label,
+                latch=self.config.rtp_latch,
+            )
             try:
                 await stream.open(self.config.bind_host, port)
             except OSError:
