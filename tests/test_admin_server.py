@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 import httpx
@@ -11,6 +13,7 @@ import pytest
 from appliance.admin import bind_socket, engine_states, run_admin_page, serve
 from appliance.config import Settings
 from tests.fixtures.admin import ADMIN_PASSWORD, ADMIN_USER, AdminEnv, make_admin_env, recorded_turn
+from tests.fixtures.net import closed_within
 
 
 async def _exercise(env: AdminEnv) -> tuple[list[int], int]:
@@ -116,39 +119,51 @@ def test_run_admin_page_serves_on_the_configured_address(
     env.store.close()
 
 
+@contextlib.asynccontextmanager
+async def serving(env: AdminEnv) -> AsyncIterator[int]:
+    """The admin page of ``env`` served on its configured port until the block ends; yields the port."""
+    task = asyncio.create_task(run_admin_page(env.settings, env.store, env.registry, env.bundle))
+    port = env.settings.admin.port
+    try:
+        for _ in range(200):
+            try:
+                _, probe = await asyncio.open_connection("127.0.0.1", port)
+                probe.close()
+                break
+            except OSError:
+                await asyncio.sleep(0.02)
+        yield port
+    finally:
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+
+
+def served_env(tmp_path: Path, settings: Settings, admin_users_file: Path, **admin: object) -> AdminEnv:
+    holder = bind_socket("127.0.0.1", 0)
+    port = holder.getsockname()[1]
+    holder.close()
+    return make_admin_env(tmp_path, settings, admin_users_file, enabled=True, port=port, **admin)
+
+
 def test_a_forged_forwarded_for_header_does_not_buy_more_login_attempts(
     tmp_path: Path, settings: Settings, admin_users_file: Path
 ) -> None:
     """The real server on loopback: each failed login claims another client address in
     X-Forwarded-For; with no trusted proxy configured the limit still counts the real address."""
-    holder = bind_socket("127.0.0.1", 0)
-    port = holder.getsockname()[1]
-    holder.close()
-    env = make_admin_env(tmp_path, settings, admin_users_file, enabled=True, port=port)
+    env = served_env(tmp_path, settings, admin_users_file)
     limit = env.settings.admin.login_max_failures
 
     async def attempts() -> list[int]:
-        task = asyncio.create_task(run_admin_page(env.settings, env.store, env.registry, env.bundle))
-        statuses: list[int] = []
-        try:
-            async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}") as client:
-                for _ in range(200):
-                    try:
-                        await client.get("/healthz")
-                        break
-                    except httpx.ConnectError:
-                        await asyncio.sleep(0.02)
-                for n in range(limit + 2):
-                    response = await client.post(
-                        "/api/login",
-                        json={"username": f"guess{n}", "password": "not the password at all"},
-                        headers={"X-Forwarded-For": f"203.0.113.{n + 1}"},
-                    )
-                    statuses.append(response.status_code)
-        finally:
-            task.cancel()
-            await asyncio.gather(task, return_exceptions=True)
-        return statuses
+        async with serving(env) as port, httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}") as client:
+            statuses = []
+            for n in range(limit + 2):
+                response = await client.post(
+                    "/api/login",
+                    json={"username": f"guess{n}", "password": "not the password at all"},
+                    headers={"X-Forwarded-For": f"203.0.113.{n + 1}"},
+                )
+                statuses.append(response.status_code)
+            return statuses
 
     statuses = asyncio.run(attempts())
     env.store.close()
@@ -162,30 +177,10 @@ def test_connections_that_send_no_request_are_closed_and_real_requests_still_wor
     """The real server: a connection that sends nothing, and one that sends its header fields and
     never ends them, are closed after admin.header_timeout_s; a request on a fresh connection, and a
     second request on a kept-alive one, are answered."""
-    holder = bind_socket("127.0.0.1", 0)
-    port = holder.getsockname()[1]
-    holder.close()
-    env = make_admin_env(tmp_path, settings, admin_users_file, enabled=True, port=port, header_timeout_s=0.5)
-
-    async def closed_within(reader: asyncio.StreamReader, seconds: float) -> bool:
-        try:
-            return await asyncio.wait_for(reader.read(65536), seconds) == b""
-        except ConnectionResetError:
-            return True
-        except asyncio.TimeoutError:
-            return False
+    env = served_env(tmp_path, settings, admin_users_file, header_timeout_s=0.5)
 
     async def scenario() -> dict[str, bool]:
-        task = asyncio.create_task(run_admin_page(env.settings, env.store, env.registry, env.bundle))
-        results: dict[str, bool] = {}
-        try:
-            for _ in range(200):
-                try:
-                    _, probe = await asyncio.open_connection("127.0.0.1", port)
-                    probe.close()
-                    break
-                except OSError:
-                    await asyncio.sleep(0.02)
+        async with serving(env) as port:
             silent_r, silent_w = await asyncio.open_connection("127.0.0.1", port)
             slow_r, slow_w = await asyncio.open_connection("127.0.0.1", port)
             slow_w.write(b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Slow: ")
@@ -194,15 +189,14 @@ def test_connections_that_send_no_request_are_closed_and_real_requests_still_wor
             first = await asyncio.wait_for(kept_r.readuntil(b"}"), 2.0)
             kept_w.write(b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n")
             second = await asyncio.wait_for(kept_r.read(65536), 2.0)
-            results["kept-alive connection answered twice"] = b" 200 " in first and b" 200 " in second
-            results["silent closed"] = await closed_within(silent_r, 1.5)
-            results["slow headers closed"] = await closed_within(slow_r, 1.5)
+            results = {
+                "kept-alive connection answered twice": b" 200 " in first and b" 200 " in second,
+                "silent closed": await closed_within(silent_r, 1.5),
+                "slow headers closed": await closed_within(slow_r, 1.5),
+            }
             for writer in (silent_w, slow_w, kept_w):
                 writer.close()
-        finally:
-            task.cancel()
-            await asyncio.gather(task, return_exceptions=True)
-        return results
+            return results
 
     results = asyncio.run(scenario())
     env.store.close()

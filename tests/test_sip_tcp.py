@@ -12,6 +12,7 @@ import pytest
 from appliance.sip import Call, CallAudio, EchoHandler
 from appliance.sip.tcp import SipTcpConnection, TcpLimits, stream_content_length
 from engines.audio import load_audio
+from tests.fixtures.net import closed_within
 from tests.test_sip_helpers import (
     SIPP,
     free_udp_port,
@@ -160,16 +161,6 @@ def test_appliance_bye_goes_down_the_callers_tcp_connection(tmp_path: Path, data
     assert returncode == 0, output  # SIPp got the BYE (Via .../TCP) on its connection and answered it
 
 
-async def _closed_within(reader: asyncio.StreamReader, seconds: float) -> bool:
-    """True when the server closes the connection (EOF or reset) within ``seconds``."""
-    try:
-        return await asyncio.wait_for(reader.read(65536), seconds) == b""
-    except ConnectionResetError:
-        return True
-    except asyncio.TimeoutError:
-        return False
-
-
 def test_tcp_connections_are_bounded() -> None:
     """Real sockets to the real server: a peer outside allow_from is closed at once; one address gets
     tcp_max_per_source connections; an idle connection and one that starts a message and never ends it
@@ -188,23 +179,23 @@ def test_tcp_connections_are_bounded() -> None:
             stranger_r, stranger_w = await asyncio.open_connection(
                 "127.0.0.1", port, local_addr=("127.0.0.2", 0)
             )
-            results["stranger closed"] = await _closed_within(stranger_r, 0.3)
+            results["stranger closed"] = await closed_within(stranger_r, 0.3)
             stranger_w.close()
             held = [await asyncio.open_connection("127.0.0.1", port) for _ in range(4)]
-            results["fourth closed"] = await _closed_within(held[3][0], 0.3)
-            results["first open"] = not await _closed_within(held[0][0], 0.1)
+            results["fourth closed"] = await closed_within(held[3][0], 0.3)
+            results["first open"] = not await closed_within(held[0][0], 0.1)
             held[1][1].write(
                 b"OPTIONS sip:a@127.0.0.1 SIP/2.0\r\nVia: SIP/2.0/TCP 127.0.0.1:1"
             )  # never finished
-            results["unfinished closed"] = await _closed_within(held[1][0], 0.55)
+            results["unfinished closed"] = await closed_within(held[1][0], 0.55)
             busy_r, busy_w = held[2]
             for n in range(4):  # whole messages every 0.3 s: busy, never idle for 0.6 s
                 busy_w.write(OPTIONS + f"Content-Length: 0\r\nCall-ID-Extra: {n}\r\n\r\n".encode())
                 await asyncio.sleep(0.3)
             answers = await asyncio.wait_for(busy_r.read(65536), 1.0)
             results["busy answered"] = answers.startswith(b"SIP/2.0 200")
-            results["idle closed"] = await _closed_within(held[0][0], 1.0)
-            results["busy closed after going idle"] = await _closed_within(busy_r, 1.5)
+            results["idle closed"] = await closed_within(held[0][0], 1.0)
+            results["busy closed after going idle"] = await closed_within(busy_r, 1.5)
             for _, writer in held:
                 writer.close()
             return results
