@@ -9,7 +9,6 @@ import os
 from pathlib import Path
 
 import numpy as np
-import pytest
 
 from appliance.audio.call import call_session_kwargs
 from appliance.config import load_settings
@@ -21,15 +20,15 @@ from engines.audio import load_audio, resample
 from tests.fixtures.pipeline import english_words
 from tests.test_sip_helpers import (
     SCENARIOS,
-    SIPP,
     free_udp_port,
+    requires_sipp,
     rtp_capture,
     run_sipp,
     running_server,
     write_rtp_pcap,
 )
 
-pytestmark = pytest.mark.skipif(SIPP is None, reason="SIPp is not installed (apt-get install sip-tester)")
+pytestmark = requires_sipp
 
 QUESTION_WAV = "speech/en/google_audio.wav"  # "how old is the Brooklyn Bridge"
 # The caller keeps sending (silent) RTP after the question, as a phone without silence suppression

@@ -20,9 +20,9 @@ from appliance.sip import Call, CallAudio, EchoHandler, PlaybackHandler, SipServ
 from engines.audio import load_audio, resample
 from engines.manifest import Bundle
 from tests.test_sip_helpers import (
-    SIPP,
     RtpCapture,
     free_udp_port,
+    requires_sipp,
     rtp_capture,
     run_sipp,
     running_server,
@@ -30,7 +30,7 @@ from tests.test_sip_helpers import (
     write_rtp_pcap,
 )
 
-pytestmark = pytest.mark.skipif(SIPP is None, reason="SIPp is not installed (apt-get install sip-tester)")
+pytestmark = requires_sipp
 
 CALLER_WAV = "speech/telephony_8k/deepspeech_LDC93S1_pcms16le_1_8000.wav"
 CALLER_TEXT = "she had your dark suit in greasy wash water all year"

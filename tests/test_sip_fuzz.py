@@ -25,8 +25,8 @@ from appliance.sip.sdp import SdpError, negotiate, parse_sdp
 from appliance.sip.transactions import transaction_key
 from tests.test_sip_helpers import (
     LOOPBACK,
-    SIPP,
     free_udp_port,
+    requires_sipp,
     rtp_capture,
     run_sipp,
     running_server,
@@ -150,7 +150,7 @@ def test_rtp_parsing_dtmf_and_jitter_buffer_survive_random_input() -> None:
     assert buffer.stats.received == parsed
 
 
-pcap_needed = pytest.mark.skipif(SIPP is None, reason="SIPp is not installed (apt-get install sip-tester)")
+pcap_needed = requires_sipp
 
 
 @pcap_needed

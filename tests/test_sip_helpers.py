@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 import random
 import shutil
 import socket
@@ -16,6 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
+import pytest
 
 from appliance.config import SipConfig
 from appliance.rtp import g711
@@ -25,6 +27,11 @@ from appliance.sip import CallHandler, SipServer
 SCENARIOS = Path(__file__).parent / "fixtures" / "sip"
 LOOPBACK = "127.0.0.1"
 SIPP = shutil.which("sipp")
+# The only real-SIP coverage: skipped where SIPp is missing on a developer's machine, but on CI a
+# missing SIPp fails (scripts/setup installs it), so the calls can never be skipped silently there.
+requires_sipp = pytest.mark.skipif(
+    SIPP is None and not os.environ.get("CI"), reason="SIPp is not installed (apt-get install sip-tester)"
+)
 
 
 def free_udp_port(host: str = LOOPBACK) -> int:
@@ -75,7 +82,8 @@ async def run_sipp(
     workdir: Path,
 ) -> SippResult:
     """One SIPp call as UAC against ``server``; returns SIPp's exit status (0: the scenario passed)."""
-    assert SIPP is not None
+    if SIPP is None:
+        pytest.fail("SIPp is required for the SIP call tests on CI (apt-get install sip-tester)")
     args = [
         SIPP, "-sf", str(SCENARIOS / scenario), f"{LOOPBACK}:{server.local_port}",
         "-i", local_ip, "-p", str(free_udp_port(local_ip)), "-mp", str(free_udp_port(local_ip)),

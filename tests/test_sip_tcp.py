@@ -7,15 +7,14 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import pytest
 
 from appliance.sip import Call, CallAudio, EchoHandler
 from appliance.sip.tcp import SipTcpConnection, TcpLimits, stream_content_length
 from engines.audio import load_audio
 from tests.fixtures.net import closed_within
 from tests.test_sip_helpers import (
-    SIPP,
     free_udp_port,
+    requires_sipp,
     rtp_capture,
     run_sipp,
     running_server,
@@ -101,7 +100,7 @@ def test_oversized_message_closes_the_connection() -> None:
     assert not asyncio.run(scenario())
 
 
-@pytest.mark.skipif(SIPP is None, reason="SIPp is not installed (apt-get install sip-tester)")
+@requires_sipp
 def test_call_over_tcp_is_answered_echoed_and_hung_up(tmp_path: Path, data_dir: Path) -> None:
     audio, _ = load_audio(data_dir / "speech/telephony_8k/deepspeech_LDC93S1_pcms16le_1_8000.wav")
     pcap = write_rtp_pcap(tmp_path / "speech.pcap", audio / float(np.abs(audio).max()) * 0.5)
@@ -140,7 +139,7 @@ def test_call_over_tcp_is_answered_echoed_and_hung_up(tmp_path: Path, data_dir: 
     assert speech_span_s(echo, 8000) > 2.0
 
 
-@pytest.mark.skipif(SIPP is None, reason="SIPp is not installed (apt-get install sip-tester)")
+@requires_sipp
 def test_appliance_bye_goes_down_the_callers_tcp_connection(tmp_path: Path, data_dir: Path) -> None:
     audio, _ = load_audio(data_dir / "speech/telephony_8k/deepspeech_LDC93S1_pcms16le_1_8000.wav")
     pcap = write_rtp_pcap(tmp_path / "short.pcap", audio[:1600])
