@@ -74,6 +74,7 @@ class Daemon:
     no_microphone_reason: str
     load_seconds: dict[str, float]
     config_path: Path | None = None
+    notice: str | None = None  # running on the last configuration that started, and why
 
 
 def open_store(settings: Settings) -> TraceStore | None:
@@ -125,6 +126,36 @@ def load(
     )
 
 
+def load_with_fallback(
+    settings: Settings, *, microphone: str | None, no_microphone_reason: str, config_path: Path | None
+) -> Daemon:
+    """``load``; when the engines cannot load with ``settings``, the last configuration that started
+    (``appliance.last_good``), loudly. The microphone probed for ``settings`` is kept."""
+    from appliance import last_good
+    from engines.errors import EngineError
+
+    try:
+        return load(
+            settings,
+            microphone=microphone,
+            no_microphone_reason=no_microphone_reason,
+            config_path=config_path,
+        )
+    except EngineError as err:
+        kept = last_good.fallback(config_path, str(err))
+        if kept is None:
+            raise
+        fallback_settings, notice = kept
+        daemon = load(
+            fallback_settings,
+            microphone=microphone,
+            no_microphone_reason=no_microphone_reason,
+            config_path=config_path,
+        )
+        daemon.notice = notice
+        return daemon
+
+
 def close(daemon: Daemon) -> None:
     asyncio.run(daemon.engines.close())
     if daemon.store is not None:
@@ -170,7 +201,13 @@ async def run_session(
 
 async def serve(daemon: Daemon, control: ServiceControl) -> None:
     """The daemon after READY; returns (demo) or runs until cancelled (SIGTERM/SIGINT)."""
+    from appliance import last_good
+
     settings = daemon.settings
+    if daemon.notice is None:
+        last_good.remember(daemon.config_path)  # READY was reached with this file
+    else:
+        control.status(f"degraded: {daemon.notice}")
     config = session_config(settings)
     registry, background = _start_listeners(daemon, config)
     try:
@@ -205,7 +242,9 @@ def _start_listeners(
         for state in engine_states(settings, daemon.load_seconds):
             live.set_engine(state)
         registry = live
-        page = run_admin_page(settings, daemon.store, live, daemon.bundle, config_path=daemon.config_path)
+        page = run_admin_page(
+            settings, daemon.store, live, daemon.bundle, config_path=daemon.config_path, notice=daemon.notice
+        )
         tasks.append(asyncio.create_task(_logged(page, "admin page"), name="admin-page"))
     if settings.sip.enabled:
         calls = _answer_calls(daemon, registry, config)

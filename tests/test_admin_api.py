@@ -12,6 +12,7 @@ import pytest
 
 from appliance.admin.security import SESSION_COOKIE
 from appliance.auth.passwords import write_password_file
+from appliance.config import Settings
 from tests.fixtures.admin import (
     ADMIN_PASSWORD,
     ADMIN_USER,
@@ -456,3 +457,20 @@ def test_a_persona_too_long_for_the_context_is_refused_before_it_can_stop_the_da
         headers={"X-CSRF-Token": token},
     )
     assert fine.status_code == 200, fine.text
+
+
+def test_status_carries_the_daemons_notice_for_the_banner(
+    tmp_path: Path, settings: Settings, admin_users_file: Path
+) -> None:
+    notice = "site.toml could not be used (llm.model); running with the last configuration that started"
+    env = make_admin_env(tmp_path, settings, admin_users_file, notice=notice)
+    client = env.client()
+    env.login(client)
+    assert client.get("/api/status").json()["notice"] == notice
+    env.store.close()
+    (tmp_path / "plain").mkdir()
+    plain = make_admin_env(tmp_path / "plain", settings, admin_users_file)
+    client = plain.client()
+    plain.login(client)
+    assert client.get("/api/status").json()["notice"] is None
+    plain.store.close()

@@ -23,6 +23,7 @@ def run_daemon(
 ) -> tuple[subprocess.CompletedProcess[str], list[str]]:
     """``appliance run --config CONFIG`` as a process, with a notify socket: its result and what it told systemd."""
     notify_path = tmp_path / "notify.sock"
+    notify_path.unlink(missing_ok=True)  # a test may start the daemon more than once
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
     listener.bind(str(notify_path))
     env = {k: v for k, v in os.environ.items() if not k.startswith("APPLIANCE_")}
@@ -93,3 +94,42 @@ def test_run_on_a_llama_build_that_crashes_exits_78_with_the_cause_and_the_fix(t
     assert "Traceback" not in done.stderr
     assert not any("READY=1" in m for m in messages), messages
     assert any("SIGILL" in m and m.startswith("STATUS=failed") for m in messages), messages
+
+
+def test_a_configuration_that_cannot_start_falls_back_to_the_last_one_that_did(tmp_path: Path) -> None:
+    """The real daemon, three starts with one configuration file: a good one (kept as the last that
+    started), one naming a model the bundle does not have, one that is not TOML at all. Both bad ones
+    start on the kept configuration, say so on stderr and in STATUS, and still answer the demo turn;
+    without a kept configuration a bad one exits 78."""
+    state = tmp_path / "state"
+    config = tmp_path / "site.toml"
+    good = f"""
+[bundle]
+verify_on_start = false
+[audio]
+input_device = "no-such-capture-device"
+[llm]
+model = "gemma-270m"
+max_reply_tokens = 8
+[trace]
+db_path = "{state / "turns.sqlite3"}"
+"""
+    kept = tmp_path / ".site.toml.last-good"
+    config.write_text(good.replace('model = "gemma-270m"', 'model = "no-such-model"'))
+    done, _ = run_daemon(config, tmp_path, timeout_s=300)
+    assert done.returncode == 78 and "no-such-model" in done.stderr, done.stderr[-2000:]
+    assert not kept.exists()
+
+    config.write_text(good)
+    done, _ = run_daemon(config, tmp_path, timeout_s=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert kept.read_text() == good
+
+    for broken in (good.replace('model = "gemma-270m"', 'model = "no-such-model"'), "[llm\nmodel = "):
+        config.write_text(broken)
+        done, messages = run_daemon(config, tmp_path, timeout_s=300)
+        assert done.returncode == 0, done.stderr[-2000:]
+        assert "running with the last configuration that started" in done.stderr, done.stderr[-2000:]
+        assert "transcript:" in done.stdout
+        assert any(m.startswith("STATUS=degraded:") for m in messages), messages
+        assert kept.read_text() == good  # the broken file never replaces the kept one

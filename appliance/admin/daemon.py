@@ -80,6 +80,7 @@ async def run_admin_page(
     config_path: Path | None = None,
     live_keys: Iterable[str] = (),
     on_apply: ApplyHook | None = None,
+    notice: str | None = None,
 ) -> None:
     """Serve the admin page on ``admin.bind_host:admin.port`` until cancelled; returns at once when
     ``admin.enabled`` is false. Raises OSError naming the fix when the address cannot be used."""
@@ -87,7 +88,14 @@ async def run_admin_page(
         log.info("admin page disabled (admin.enabled = false)")
         return
     backend = LocalBackend(
-        settings, store, registry, bundle, config_path=config_path, live_keys=live_keys, on_apply=on_apply
+        settings,
+        store,
+        registry,
+        bundle,
+        config_path=config_path,
+        live_keys=live_keys,
+        on_apply=on_apply,
+        notice=notice,
     )
     admin = settings.admin
     await serve(

@@ -81,6 +81,7 @@ class LocalBackend:
         live_keys: Iterable[str] = (),
         on_apply: ApplyHook | None = None,
         started_at: float | None = None,
+        notice: str | None = None,
     ) -> None:
         self._settings = settings
         self.store = store
@@ -94,6 +95,7 @@ class LocalBackend:
         self._probe = HostProbe(settings.trace.db_path.parent)
         self._runtimes = dict(runtime_versions())
         self._bundle = bundle  # the daemon's summary of the bundle it opened
+        self._notice = notice  # e.g. running on the last configuration that started
         self._config_lock = threading.Lock()
 
     @property
@@ -124,6 +126,7 @@ class LocalBackend:
             runtimes=self._runtimes,
             bundle=self._bundle,
             host=self._probe.read(),
+            notice=self._notice,
         )
 
     def sessions(self) -> list[LiveSession]:

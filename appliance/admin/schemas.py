@@ -91,6 +91,7 @@ class StatusReport(Body):
     runtimes: dict[str, str | None] = Field(description="installed runtime package versions")
     bundle: BundleSummary
     host: HostStats
+    notice: str | None = Field(None, description="what the operator must know, e.g. a configuration fallback")
 
 
 class LiveSession(Body):

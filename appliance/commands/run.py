@@ -15,7 +15,8 @@ import argparse
 import logging
 import sys
 
-from appliance.commands.common import EXIT_FAILED, add_config_option, settings_or_exit
+from appliance.commands.common import EXIT_CONFIG, EXIT_FAILED, add_config_option
+from appliance.config import ConfigError, load_settings
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -25,8 +26,17 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def handle(args: argparse.Namespace) -> int:
-    settings = settings_or_exit(args)
-    from appliance import daemon
+    from appliance import daemon, last_good
+
+    notice: str | None = None
+    try:
+        settings = load_settings(args.config)
+    except ConfigError as err:
+        kept = last_good.fallback(args.config, str(err))
+        if kept is None:
+            print(f"error: {err}", file=sys.stderr)
+            return EXIT_CONFIG
+        settings, notice = kept
     from appliance.audio.devices import probe_device
     from appliance.service import configure_logging, run_service
 
@@ -48,8 +58,11 @@ def handle(args: argparse.Namespace) -> int:
             reason = probe.reason
 
     def load() -> daemon.Daemon:
-        return daemon.load(
+        started = daemon.load_with_fallback(
             settings, microphone=microphone, no_microphone_reason=reason, config_path=args.config
         )
+        if notice is not None:
+            started.notice = notice
+        return started
 
     return run_service(load, daemon.serve, daemon.close)

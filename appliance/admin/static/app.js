@@ -64,6 +64,9 @@ function showStatus(status) {
   const health = document.getElementById("health");
   health.textContent = status.ready ? "healthy · ready" : "running · engines not ready";
   health.className = `badge ${status.ready ? "ok" : "bad"}`;
+  const notice = document.getElementById("notice");
+  notice.hidden = !status.notice;
+  notice.textContent = status.notice || "";
   const host = status.host;
   text("uptime", duration(status.uptime_s));
   text("cpu", `${host.cpu_percent.toFixed(0)} % of ${host.cpu_count} · load ${host.load_avg_1m}`);
