@@ -4,6 +4,7 @@ echo gate, engine failures. The same logic on the real engines: tests/test_pipel
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 from collections.abc import AsyncIterator
 
@@ -329,3 +330,29 @@ def test_a_call_is_a_session_whose_reply_is_queued_for_the_caller() -> None:
     assert session.session_id == "call-c1" and session.turns_done == 1
     assert sum(len(a) for a in call.queued) / 16000 == pytest.approx(3 * fakes.tts.word_s, abs=0.01)
     assert session.traces[0].played_reply == "Thanks for calling."
+
+
+def test_a_turn_still_playing_when_the_caller_hangs_up_is_stored_with_what_was_played(tmp_path) -> None:
+    """The source ends (the call hung up) while the reply plays in real time, and the session is then
+    stopped, as the SIP server does after its grace: the turn is logged and stored, outcome 'hangup',
+    with only the words that were played."""
+    fakes = make_fakes(REPLY)
+    sink = MemorySink(16000, realtime=True)
+    store = TraceStore(tmp_path / "turns.sqlite3", max_turns=10)
+    source = ArraySource(np.concatenate([silence(0.3), tone(1.0), silence(0.8)]), realtime=True)
+    session = Session(engines=fakes.engines, source=source, sink=sink, store=store, session_id="call-1")
+
+    async def hang_up() -> None:
+        task = asyncio.create_task(session.run())
+        await asyncio.sleep(3.0)  # the source ended at 2.1 s; the 3.8 s reply is still playing
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+
+    _run(hang_up())
+    (stored,) = store.recent(5)
+    assert stored.outcome == "hangup" and stored.cancelled and stored.session_id == "call-1"
+    assert stored.reply == REPLY
+    played = stored.played_reply.split()
+    assert 0 < len(played) < len(REPLY.split()) and REPLY.startswith(" ".join(played))
+    store.close()

@@ -153,6 +153,7 @@ class Session:
         self._frame_count = 0
         self._active: _ActiveTurn | None = None
         self._speech_start_mono: float | None = None
+        self._source_ended = False
 
     @property
     def speaking(self) -> bool:
@@ -176,6 +177,7 @@ class Session:
                 if max_turns is not None and self.turns_done >= max_turns and self._active is None:
                     break
             else:
+                self._source_ended = True
                 for event in self.endpointer.finish():
                     await self._on_event(event, time.monotonic())
         finally:
@@ -253,17 +255,27 @@ class Session:
         active, self._active = self._active, None
         if active is None:
             return
-        if not active.task.done():
-            if cancel:
-                active.task.cancel()
-            else:
-                with contextlib.suppress(asyncio.TimeoutError):
-                    await asyncio.wait_for(asyncio.shield(active.task), self.config.drain_timeout_s)
-                if not active.task.done():
-                    log.error("turn %s did not finish in time; cancelling it", active.turn.trace.turn_id)
+        try:
+            if not active.task.done():
+                if cancel:
                     active.task.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await active.task
+                else:
+                    with contextlib.suppress(asyncio.TimeoutError):
+                        await asyncio.wait_for(asyncio.shield(active.task), self.config.drain_timeout_s)
+                    if not active.task.done():
+                        log.error("turn %s did not finish in time; cancelling it", active.turn.trace.turn_id)
+                        active.task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await active.task
+        except asyncio.CancelledError:
+            # The session itself is being stopped with the reply still playing (a call that hung up, or
+            # the daemon shutting down): stop the turn, and keep its record with what was played.
+            active.task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await active.task
+            active.turn.trace.outcome = "hangup" if self._source_ended else "stopped"
+            await self._finish(active.turn)
+            raise
         await self._finish(active.turn)
 
     async def _finish(self, turn: Turn) -> None:

@@ -63,6 +63,10 @@ class TurnTrace:
     played_reply: str = ""
     cancelled: bool = False
     error: str | None = None
+    # "" for a turn that ran its course (or was cut by barge-in: ``cancelled``); "hangup" when the
+    # source had ended (a call hung up) and the session was stopped with the reply still playing;
+    # "stopped" when the session was stopped otherwise (the daemon shutting down).
+    outcome: str = ""
     speculative: bool = False  # ASR started before the endpoint was confirmed
     audio_s: float = 0.0  # utterance audio given to ASR
     reply_audio_s: float = 0.0  # reply audio actually played
@@ -112,6 +116,7 @@ class TurnTrace:
             "session_id": self.session_id,
             "cancelled": self.cancelled,
             "error": self.error,
+            "outcome": self.outcome,
             "speculative": self.speculative,
             "transcript": self.transcript,
             "reply": self.reply,
