@@ -51,11 +51,30 @@ def test_rate_limiter_blocks_after_the_limit_and_frees_after_the_window() -> Non
         clock.now += 1
     assert limiter.retry_after_s(keys) == pytest.approx(57.0)
     assert limiter.retry_after_s(["client:10.0.0.10", "user:other"]) == 0  # others are not affected
-    assert limiter.retry_after_s(["client:10.0.0.10", "user:tech"]) > 0  # the name is limited too
+    # The name waits only 1 s after its third failure, which has passed (see the test below).
+    assert limiter.retry_after_s(["client:10.0.0.10", "user:tech"]) == pytest.approx(0.0)
     clock.now += 57.5
     assert limiter.retry_after_s(keys) == 0  # the first failure left the window
     limiter.reset(keys)
     assert limiter.retry_after_s(keys) == 0
+
+
+def test_a_user_name_is_slowed_down_by_a_doubling_delay_never_locked_out() -> None:
+    """Wrong guesses for one name from ever new addresses: past the limit each attempt waits 1, 2, 4,
+    ... s (at most max_delay_s) after the last failure; the real user, from a fresh address, gets in
+    after that short wait instead of being locked out for the whole window."""
+    clock = Clock()
+    limiter = LoginRateLimiter(3, 300.0, clock=clock, max_delay_s=8.0)
+    waits = []
+    for n in range(8):
+        keys = [f"client:10.1.0.{n}", "user:tech"]
+        waits.append(limiter.retry_after_s(keys))
+        clock.now += waits[-1]
+        limiter.record_failure(keys)
+    assert waits == [0, 0, 0, 1.0, 2.0, 4.0, 8.0, 8.0]
+    assert limiter.retry_after_s(["client:10.9.9.9", "user:tech"]) == pytest.approx(8.0)
+    clock.now += 8.0
+    assert limiter.retry_after_s(["client:10.9.9.9", "user:tech"]) == 0  # the real user can try now
 
 
 def test_rate_limiter_memory_stays_bounded() -> None:

@@ -9,10 +9,13 @@ from collections.abc import Callable
 
 
 class LoginRateLimiter:
-    """Sliding-window count of failed logins; a key over the limit is refused until the window passes.
+    """Sliding-window count of failed logins per key: the client address and the user name tried.
 
-    Keys are the client address and the user name tried, so neither one address trying many names
-    nor many addresses trying one name gets more than ``max_failures`` guesses per ``window_s``.
+    A client address over ``max_failures`` in ``window_s`` is refused until the window passes. A user
+    name is not locked out (anyone could lock the real technician out by guessing wrong five times):
+    past the limit each further attempt waits for a delay that doubles with every failure, 1 s, 2 s,
+    4 s, ... up to ``max_delay_s``, so guessing one name from many addresses stays slow while the real
+    user gets in after a short wait.
     """
 
     def __init__(
@@ -22,6 +25,8 @@ class LoginRateLimiter:
         *,
         clock: Callable[[], float] = time.monotonic,
         max_keys: int = 10_000,
+        max_delay_s: float = 60.0,
+        growing_prefix: str = "user:",
     ) -> None:
         if max_failures < 1 or window_s <= 0:
             raise ValueError("max_failures must be at least 1 and window_s above 0")
@@ -29,6 +34,8 @@ class LoginRateLimiter:
         self.window_s = window_s
         self._clock = clock
         self._max_keys = max_keys
+        self.max_delay_s = max_delay_s
+        self._growing_prefix = growing_prefix
         self._failures: dict[str, deque[float]] = {}
         self._lock = threading.Lock()
 
@@ -39,7 +46,12 @@ class LoginRateLimiter:
         with self._lock:
             for key in keys:
                 times = self._prune(key, now)
-                if len(times) >= self.max_failures:
+                if len(times) < self.max_failures:
+                    continue
+                if key.startswith(self._growing_prefix):
+                    delay = min(2.0 ** (len(times) - self.max_failures), self.max_delay_s)
+                    wait = max(wait, times[-1] + delay - now)
+                else:
                     wait = max(wait, times[0] + self.window_s - now)
         return wait
 
