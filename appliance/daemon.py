@@ -127,33 +127,38 @@ def load(
 
 
 def load_with_fallback(
-    settings: Settings, *, microphone: str | None, no_microphone_reason: str, config_path: Path | None
+    settings: Settings,
+    *,
+    microphone: str | None,
+    no_microphone_reason: str,
+    config_path: Path | None,
+    notice: str | None = None,
 ) -> Daemon:
     """``load``; when the engines cannot load with ``settings``, the last configuration that started
-    (``appliance.last_good``), loudly. The microphone probed for ``settings`` is kept."""
+    (``appliance.last_good``), loudly. ``notice`` says ``settings`` already are that configuration
+    (the file itself was invalid): no second fallback then. The microphone probed first is kept."""
     from appliance import last_good
     from engines.errors import EngineError
 
-    try:
-        return load(
-            settings,
-            microphone=microphone,
-            no_microphone_reason=no_microphone_reason,
-            config_path=config_path,
+    def started(chosen: Settings, why: str | None) -> Daemon:
+        daemon = load(
+            chosen, microphone=microphone, no_microphone_reason=no_microphone_reason, config_path=config_path
         )
+        if why is not None:
+            log.error("%s", why)
+            daemon.notice = why
+        return daemon
+
+    try:
+        return started(settings, notice)
     except EngineError as err:
-        kept = last_good.fallback(config_path, str(err))
+        kept = None if notice is not None else last_good.fallback(config_path, str(err))
         if kept is None:
             raise
-        fallback_settings, notice = kept
-        daemon = load(
-            fallback_settings,
-            microphone=microphone,
-            no_microphone_reason=no_microphone_reason,
-            config_path=config_path,
-        )
-        daemon.notice = notice
-        return daemon
+        try:
+            return started(*kept)
+        except EngineError:
+            raise err from None  # the kept configuration fails too: the file's own problem is the news
 
 
 def close(daemon: Daemon) -> None:

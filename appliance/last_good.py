@@ -34,8 +34,8 @@ def remember(config_path: Path | None) -> None:
 
 
 def fallback(config_path: Path | None, why: str) -> tuple[Settings, str] | None:
-    """The last configuration that started, and the notice to show, when there is one that differs
-    from ``config_path``; None otherwise."""
+    """The last configuration that started, and the notice to show once the daemon has started with
+    it, when there is one that differs from ``config_path``; None otherwise."""
     if config_path is None:
         return None
     kept = last_good_path(config_path)
@@ -50,5 +50,4 @@ def fallback(config_path: Path | None, why: str) -> tuple[Settings, str] | None:
         f"{config_path} could not be used ({why.splitlines()[0]}); running with the last configuration "
         f"that started ({kept}). Fix the file (appliance config check {config_path}) and restart."
     )
-    log.error("%s", notice)
     return settings, notice

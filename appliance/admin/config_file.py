@@ -71,15 +71,30 @@ def merge_changes(
 _ABSENT = object()
 
 
+# The keys the bundle check can judge alone, when other keys of the file fail the schema.
+_CHOICES = {"bundle": ("dir",), "llm": ("model",), "asr": ("model",), "tts": ("voice",)}
+
+
 def validate_file_data(data: dict[str, Any], source: str) -> Settings:
-    """The file's settings, checked by the schema and, for the models and voice, against the bundle."""
+    """The file's settings, checked by the schema and by what would stop the daemon from starting
+    (``appliance.engine_set.startup_problems``: the bundle's models and voice, the persona's length)."""
+    from appliance.engine_set import startup_problems
+
+    settings = _schema_checked(data, source)
+    problems = startup_problems(settings)
+    if problems:
+        raise ConfigError(source, problems)
+    return settings
+
+
+def _schema_checked(data: dict[str, Any], source: str) -> Settings:
     from appliance.engine_set import startup_problems
 
     try:
-        settings = _FileSettings(**data)
+        return _FileSettings(**data)
     except ValidationError as err:
         problems = _problems(err)
-        try:  # the choices too, so that one answer lists every problem
+        try:  # the bundle's choices too, so that one answer lists every problem
             chosen = {
                 s: {k: v for k, v in data.get(s, {}).items() if k in keys} for s, keys in _CHOICES.items()
             }
@@ -87,13 +102,6 @@ def validate_file_data(data: dict[str, Any], source: str) -> Settings:
         except (ValidationError, AttributeError, TypeError):
             pass
         raise ConfigError(source, problems) from err
-    problems = startup_problems(settings)
-    if problems:
-        raise ConfigError(source, problems)
-    return settings
-
-
-_CHOICES = {"bundle": ("dir",), "llm": ("model",), "asr": ("model",), "tts": ("voice",)}  # checkable alone
 
 
 def read_file_data(path: Path) -> dict[str, Any]:
@@ -147,8 +155,8 @@ def apply_changes(path: Path, changes: dict[str, dict[str, Any]]) -> tuple[Setti
     merged, changed = merge_changes(read_file_data(path), changes)
     file_settings = validate_file_data(merged, "changes")
     text = to_toml(merged)
-    # What is written must read back as the same settings.
-    if validate_file_data(loads_toml(text), str(path)) != file_settings:
+    # What is written must read back as the same settings (the schema alone: the rest was checked).
+    if _schema_checked(loads_toml(text), str(path)) != file_settings:
         raise ValueError("the configuration did not survive a TOML round trip; nothing was written")
     if changed:
         atomic_write(path, text)

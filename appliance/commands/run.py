@@ -58,11 +58,12 @@ def handle(args: argparse.Namespace) -> int:
             reason = probe.reason
 
     def load() -> daemon.Daemon:
-        started = daemon.load_with_fallback(
-            settings, microphone=microphone, no_microphone_reason=reason, config_path=args.config
+        return daemon.load_with_fallback(
+            settings,
+            microphone=microphone,
+            no_microphone_reason=reason,
+            config_path=args.config,
+            notice=notice,
         )
-        if notice is not None:
-            started.notice = notice
-        return started
 
     return run_service(load, daemon.serve, daemon.close)

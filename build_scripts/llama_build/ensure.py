@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -141,7 +141,3 @@ def check(tools: Toolbox, wheels: Path, bundle: Path) -> SmokeResult:
 
 def parse_extra(cmake_args: str | None) -> tuple[str, ...]:
     return tuple((cmake_args or "").split())
-
-
-def features_of(values: Iterable[str]) -> frozenset[str]:
-    return frozenset(values)

@@ -17,7 +17,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -133,11 +133,11 @@ def installed_key(venv: Path) -> str | None:
 
 
 def install_wheel(python: str, cached: CachedWheel, venv: Path, *, run: Runner = subprocess.run) -> None:
-    command: Sequence[str] = [
+    command = [
         python, "-m", "pip", "--disable-pip-version-check", "install", "--quiet", "--no-deps",
         "--force-reinstall", "--no-cache-dir", str(cached.wheel),
     ]  # fmt: skip
-    result = run(list(command))
+    result = run(command)
     if result.returncode != 0:
         raise RuntimeError(f"installing {cached.wheel} failed (pip exit {result.returncode})")
     record = {"key": cached.key, "wheel": str(cached.wheel), "profile": cached.profile.name}

@@ -81,12 +81,7 @@ class LlamaCppLlm:
             threads=self.threads,
         )
         try:
-            self._template = ChatTemplate.for_model(
-                runtime.chat_template(),
-                info.architecture,
-                bos_token=runtime.token_text(runtime.bos_token),
-                eos_token=runtime.token_text(runtime.eos_token),
-            )
+            self._template = _template(runtime, info.architecture)
             prefix = self._template.system_prefix(self.system_prompt)
             tokens = _prefix_tokens(runtime, prefix)
             if len(tokens) + self.max_reply_tokens >= runtime.context_tokens:
@@ -301,6 +296,16 @@ def _is_set(cancel: threading.Event | None) -> bool:
     return cancel is not None and cancel.is_set()
 
 
+def _template(runtime: Any, architecture: str) -> ChatTemplate:
+    """The model's own chat template (or the architecture's fallback), as the engine renders it."""
+    return ChatTemplate.for_model(
+        runtime.chat_template(),
+        architecture,
+        bos_token=runtime.token_text(runtime.bos_token),
+        eos_token=runtime.token_text(runtime.eos_token),
+    )
+
+
 def _prefix_tokens(runtime: Any, prefix: str) -> list[int]:
     tokens: list[int] = runtime.tokenize(prefix)
     if runtime.adds_bos and (not tokens or tokens[0] != runtime.bos_token):
@@ -317,12 +322,7 @@ def system_prompt_tokens(model_path: Path, system_prompt: str) -> int:
 
     runtime = LlamaRuntime(model_path, gpu_layers=0, context_tokens=256, threads=1, vocab_only=True)
     try:
-        template = ChatTemplate.for_model(
-            runtime.chat_template(),
-            info.architecture,
-            bos_token=runtime.token_text(runtime.bos_token),
-            eos_token=runtime.token_text(runtime.eos_token),
-        )
-        return len(_prefix_tokens(runtime, template.system_prefix(system_prompt)))
+        prefix = _template(runtime, info.architecture).system_prefix(system_prompt)
+        return len(_prefix_tokens(runtime, prefix))
     finally:
         runtime.close()

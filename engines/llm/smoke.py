@@ -87,9 +87,9 @@ def run_smoke(model: Path, *, python: str | None = None, timeout_s: float = TIME
 def smallest_gguf(bundle_dir: Path) -> Path | None:
     """The smallest language model in a bundle (read straight from its manifest)."""
     try:
-        manifest = json.loads((bundle_dir / "manifest.json").read_text())
-        artifacts = manifest["artifacts"]
-        entries = artifacts.values() if isinstance(artifacts, dict) else artifacts
+        # Plain JSON, not engines.manifest: the set-up imports this module before the project's
+        # dependencies are installed (engines.manifest needs tomli on Python 3.10).
+        entries = json.loads((bundle_dir / "manifest.json").read_text())["artifacts"]
         models = [a for a in entries if a.get("kind") == "llm-gguf"]
     except (OSError, ValueError, KeyError, TypeError, AttributeError):
         return None
