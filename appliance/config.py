@@ -11,7 +11,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
 from engines.files import TOMLDecodeError, loads_toml
@@ -64,10 +64,36 @@ class VadConfig(Section):
 
 
 class EndpointerConfig(Section):
+    mode: Literal["silence", "smart_turn"] = Field(
+        "smart_turn",
+        description="silence: a turn ends after end_silence_ms of silence; smart_turn: after "
+        "turn_check_ms the Smart Turn model judges whether the utterance sounds finished, and a turn "
+        "it judges unfinished ends after incomplete_silence_ms",
+    )
     min_speech_ms: int = Field(96, ge=0, le=2000)
-    end_silence_ms: int = Field(500, ge=64, le=5000)
+    end_silence_ms: int = Field(
+        500, ge=64, le=5000, description="silence mode; smart_turn falls back to it if the model fails"
+    )
+    turn_check_ms: int = Field(
+        160, ge=32, le=2000, description="smart_turn: silence before the model is asked"
+    )
+    incomplete_silence_ms: int = Field(
+        1600, ge=200, le=10000, description="smart_turn: silence that ends a turn the model judged unfinished"
+    )
+    turn_threshold: float = Field(
+        0.5, gt=0.0, lt=1.0, description="smart_turn: probability at or above which a turn is complete"
+    )
     pre_roll_ms: int = Field(256, ge=0, le=2000)
     max_utterance_s: float = Field(20.0, gt=1.0, le=60.0)
+
+    @model_validator(mode="after")
+    def _check_order(self) -> EndpointerConfig:
+        if self.incomplete_silence_ms <= self.turn_check_ms:
+            raise ValueError(
+                f"incomplete_silence_ms ({self.incomplete_silence_ms}) must be longer than turn_check_ms "
+                f"({self.turn_check_ms}): the model is asked before the long silence ends the turn"
+            )
+        return self
 
 
 class AsrConfig(Section):

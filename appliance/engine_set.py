@@ -20,6 +20,7 @@ from engines.errors import EngineError
 from engines.llm import LlmEngine
 from engines.manifest import Bundle
 from engines.tts import TtsEngine
+from engines.turn import TurnDetector
 from engines.vad import VadEngine
 from engines.vad.endpointer import EndpointerParams
 
@@ -47,6 +48,7 @@ def startup_problems(settings: Settings) -> list[ConfigProblem]:
     from engines.asr.artifacts import whisper_models
     from engines.llm import available_models
     from engines.tts import bundled_voices
+    from engines.turn import SMART_TURN_ARTIFACT
 
     try:
         bundle = Bundle.open(settings.bundle.dir, verify=False)
@@ -72,6 +74,15 @@ def startup_problems(settings: Settings) -> list[ConfigProblem]:
         for key, value, have, how in choices
         if value not in have
     ]
+    if settings.endpointer.mode == "smart_turn" and bundle.manifest.get(SMART_TURN_ARTIFACT) is None:
+        problems.append(
+            ConfigProblem(
+                "endpointer.mode",
+                f"the bundle {bundle.root} has no Smart Turn model ({SMART_TURN_ARTIFACT}); rebuild it with "
+                f"python -m build_scripts bundle --out {bundle.root}, or set endpointer.mode = 'silence'",
+                "smart_turn",
+            )
+        )
     if settings.llm.model in models:
         problems += _persona_problems(settings, bundle)
     return problems
@@ -159,6 +170,10 @@ def endpointer_params(settings: Settings) -> EndpointerParams:
         end_silence_s=ep.end_silence_ms / 1000.0,
         pre_roll_s=ep.pre_roll_ms / 1000.0,
         max_utterance_s=ep.max_utterance_s,
+        mode=ep.mode,
+        turn_check_s=ep.turn_check_ms / 1000.0,
+        incomplete_silence_s=ep.incomplete_silence_ms / 1000.0,
+        turn_threshold=ep.turn_threshold,
     )
 
 
@@ -193,14 +208,25 @@ def check_llm_runs(bundle: Bundle) -> None:
     log.info("llama.cpp runs on this processor (%s in %.1f s)", result.detail, result.seconds)
 
 
+def turn_detector(settings: Settings, bundle: Bundle) -> TurnDetector | None:
+    """Smart Turn when ``endpointer.mode`` asks for it; None in silence mode (no file needed)."""
+    if settings.endpointer.mode != "smart_turn":
+        return None
+    from engines.turn import create_turn_detector
+
+    return create_turn_detector(bundle, threads=1)
+
+
 def build_engines(settings: Settings, bundle: Bundle) -> SessionEngines:
-    """The four engines, unloaded, each with its worker thread. Raises the factories' errors
-    (engines.errors.BackendUnavailable / ModelFileError) for a backend or model that is not there."""
+    """The engines, unloaded, each with its worker thread. Raises the factories' errors
+    (engines.errors.BackendUnavailable / ModelFileError / BundleError) for a backend or model that
+    is not there."""
     return SessionEngines.create(
         vad=vad_engine(settings, bundle),
         asr=asr_engine(settings, bundle),
         llm=llm_engine(settings, bundle),
         tts=tts_engine(settings, bundle),
+        turn=turn_detector(settings, bundle),
     )
 
 

@@ -195,7 +195,11 @@ def feed_all(ep: Endpointer, probabilities: list[float]) -> list[EndpointEvent]:
 def test_smart_turn_asks_once_at_the_short_silence_and_a_complete_verdict_ends_the_turn() -> None:
     ep = smart()
     events = feed_all(ep, [ON] * 10 + [OFF] * 5)
-    assert [e.kind for e in events] == [EventKind.SPEECH_START, EventKind.PROBABLY_ENDED, EventKind.TURN_CHECK]
+    assert [e.kind for e in events] == [
+        EventKind.SPEECH_START,
+        EventKind.PROBABLY_ENDED,
+        EventKind.TURN_CHECK,
+    ]
     check = events[-1]
     assert check.time_s - check.speech_end_s == pytest.approx(5 * F)  # 160 ms of silence
     assert feed_all(ep, [OFF] * 3) == []  # no second check in the same pause

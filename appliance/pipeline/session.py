@@ -6,6 +6,8 @@ interrupt turns:
 
     PROBABLY_ENDED  start a turn at once (ASR, LLM, TTS run; playback waits)
     RESUMED         the person kept talking: drop that turn
+    TURN_CHECK      ask the turn detector (its own worker) whether the utterance sounds finished;
+                    its verdict goes back to the endpointer, which may then send ENDPOINT
     ENDPOINT        confirm it (or start one now if none is running): playback may begin
     SPEECH_START    while a turn is running or playing: barge-in, cancel it
 
@@ -34,6 +36,7 @@ from appliance.pipeline.turn import Turn, TurnConfig, TurnEngines
 from appliance.pipeline.workers import EngineWorker
 from appliance.trace.record import TurnTrace, new_turn_id
 from appliance.trace.store import TraceStore
+from engines.turn import TurnDetector
 from engines.vad import VadEngine
 from engines.vad.endpointer import Endpointer, EndpointerParams, EndpointEvent, EventKind
 
@@ -71,9 +74,13 @@ class SessionEngines(TurnEngines):
 
     vad: VadEngine
     vad_worker: EngineWorker
+    turn: TurnDetector | None = None  # endpointer.mode = "smart_turn" only
+    turn_worker: EngineWorker | None = None
 
     @classmethod
-    def create(cls, *, vad: VadEngine, asr: Any, llm: Any, tts: Any) -> SessionEngines:
+    def create(
+        cls, *, vad: VadEngine, asr: Any, llm: Any, tts: Any, turn: TurnDetector | None = None
+    ) -> SessionEngines:
         return cls(
             asr=asr,
             asr_worker=EngineWorker("asr"),
@@ -83,15 +90,20 @@ class SessionEngines(TurnEngines):
             tts_worker=EngineWorker("tts"),
             vad=vad,
             vad_worker=EngineWorker("vad"),
+            turn=turn,
+            turn_worker=None if turn is None else EngineWorker("turn"),
         )
 
     def pairs(self) -> dict[str, tuple[Any, EngineWorker]]:
-        return {
+        pairs: dict[str, tuple[Any, EngineWorker]] = {
             "vad": (self.vad, self.vad_worker),
             "asr": (self.asr, self.asr_worker),
             "llm": (self.llm, self.llm_worker),
             "tts": (self.tts, self.tts_worker),
         }
+        if self.turn is not None and self.turn_worker is not None:
+            pairs["turn"] = (self.turn, self.turn_worker)
+        return pairs
 
     async def load(self) -> dict[str, float]:
         """Load (and warm up) every engine on its own thread, all at once; seconds per engine."""
@@ -112,6 +124,17 @@ class SessionEngines(TurnEngines):
             except Exception:
                 log.exception("closing the %s engine failed", worker.name)
             worker.shutdown()
+
+
+@dataclass
+class _UtteranceChecks:
+    """What the turn detector said during one utterance, for the trace of the turn that answers it."""
+
+    checks: int = 0
+    incomplete: int = 0
+    failed: int = 0
+    last_ms: float | None = None
+    last_probability: float | None = None
 
 
 class _ActiveTurn:
@@ -154,6 +177,8 @@ class Session:
         self._active: _ActiveTurn | None = None
         self._speech_start_mono: float | None = None
         self._source_ended = False
+        self._checks = _UtteranceChecks()
+        self._check_tasks: set[asyncio.Task[None]] = set()
 
     @property
     def speaking(self) -> bool:
@@ -181,6 +206,8 @@ class Session:
                 for event in self.endpointer.finish():
                     await self._on_event(event, time.monotonic())
         finally:
+            for task in list(self._check_tasks):
+                task.cancel()
             await self._close_active(cancel=stopped_early)
 
     async def _on_frame(self, frame: np.ndarray, vad_stream: Any) -> None:
@@ -200,6 +227,7 @@ class Session:
         log.debug("session %s: %s at %.3f s", self.session_id, event.kind.value, event.time_s)
         if event.kind is EventKind.SPEECH_START:
             self._speech_start_mono = self._monotonic_at(event.speech_start_s, now)
+            self._checks = _UtteranceChecks()
             if self._active is not None:
                 self.barge_ins += 1
                 log.info("session %s: barge-in on turn %s", self.session_id, self._active.turn.trace.turn_id)
@@ -211,13 +239,57 @@ class Session:
                 self._active.turn.dropped = True
                 self.dropped_speculative += 1
                 await self._close_active(cancel=True)
+        elif event.kind is EventKind.TURN_CHECK:
+            await self._check_turn(event)
         elif event.kind is EventKind.ENDPOINT:
             active = self._active
             if active is not None and not active.turn.confirmed:
-                active.turn.trace.mark("endpoint", now)
+                self._stamp_endpoint(active.turn.trace, event, now)
                 active.turn.confirm()
             else:
                 await self._start_turn(event, now, confirmed=True)
+
+    async def _check_turn(self, event: EndpointEvent) -> None:
+        audio = self._audio_between(event.utterance_start_s, event.time_s)
+        task = asyncio.create_task(self._judge(event.check_id, audio), name=f"turn-check-{event.check_id}")
+        self._check_tasks.add(task)
+        task.add_done_callback(self._check_tasks.discard)
+        if not getattr(self.source, "realtime", True):
+            await task  # a file fed faster than real time: the verdict comes before the next frame
+
+    async def _judge(self, check_id: int, audio: np.ndarray) -> None:
+        """Ask the turn detector on its worker; hand its verdict to the endpointer."""
+        detector, worker = self.engines.turn, self.engines.turn_worker
+        started = time.monotonic()
+        complete: bool | None = None
+        try:
+            if detector is None or worker is None:
+                raise RuntimeError("endpointer.mode is smart_turn but the session has no turn detector")
+            probability = await worker.call(detector.complete_probability, audio)
+        except asyncio.CancelledError:
+            raise
+        except Exception:
+            log.exception("session %s: the turn detector failed; this pause ends on silence", self.session_id)
+            self._checks.failed += 1
+        else:
+            complete = probability >= self.config.endpointer.turn_threshold
+            self._checks.last_probability = round(probability, 4)
+            self._checks.incomplete += 0 if complete else 1
+        self._checks.checks += 1
+        self._checks.last_ms = round((time.monotonic() - started) * 1000.0, 1)
+        for ended in self.endpointer.verdict(check_id, complete):
+            await self._on_event(ended, time.monotonic())
+
+    def _stamp_endpoint(self, trace: TurnTrace, event: EndpointEvent, now: float) -> None:
+        trace.mark("endpoint", now)
+        trace.endpoint_by = event.by
+        checks = self._checks
+        trace.turn_checks, trace.turn_incomplete, trace.turn_check_failed = (
+            checks.checks,
+            checks.incomplete,
+            checks.failed,
+        )
+        trace.turn_check_ms, trace.turn_complete_p = checks.last_ms, checks.last_probability
 
     async def _start_turn(self, event: EndpointEvent, now: float, *, confirmed: bool) -> None:
         if self._active is not None:
@@ -236,7 +308,7 @@ class Session:
             config=self.config.turn,
         )
         if confirmed:
-            trace.mark("endpoint", now)
+            self._stamp_endpoint(trace, event, now)
             turn.confirm()
         task = asyncio.create_task(turn.run(), name=f"turn-{trace.turn_id}")
         self._active = _ActiveTurn(turn, task)

@@ -71,6 +71,14 @@ class TurnTrace:
     audio_s: float = 0.0  # utterance audio given to ASR
     reply_audio_s: float = 0.0  # reply audio actually played
     llm_tokens: int = 0
+    # What ended the utterance: "silence", "smart_turn" (judged complete), "incomplete_silence" (the
+    # long silence after an unfinished verdict), "max_length", "stream_end"; "" in older records.
+    endpoint_by: str = ""
+    turn_checks: int = 0  # times the turn detector was asked during the utterance
+    turn_incomplete: int = 0  # ... and said "not finished"
+    turn_check_failed: int = 0  # ... and could not answer
+    turn_check_ms: float | None = None  # cost of the last check (queue + model), ms
+    turn_complete_p: float | None = None  # the last check's probability that the turn was complete
 
     def mark(self, name: str, at: float | None = None) -> None:
         """Set timestamp ``name`` to now (or ``at``) unless it is already set."""
@@ -124,6 +132,10 @@ class TurnTrace:
             "audio_s": round(self.audio_s, 3),
             "reply_audio_s": round(self.reply_audio_s, 3),
             "llm_tokens": self.llm_tokens,
+            "endpoint_by": self.endpoint_by,
+            "turn_checks": self.turn_checks,
+            "turn_incomplete": self.turn_incomplete,
+            "turn_check_ms": self.turn_check_ms,
             "stages_ms": self.stages_ms(),
         }
         return json.dumps(payload, ensure_ascii=False, separators=(",", ":"))

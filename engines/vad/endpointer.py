@@ -44,9 +44,11 @@ class EndpointerParams:
     mode: str = "silence"  # or "smart_turn": a verdict on the utterance decides, see the module text
     turn_check_s: float = 0.16  # smart_turn: silence before the verdict is asked for
     incomplete_silence_s: float = 1.6  # smart_turn: silence that ends a turn judged incomplete
+    turn_threshold: float = 0.5  # smart_turn: the caller's probability at or above which it is complete
 
     def __post_init__(self) -> None:
         _check_threshold(self.threshold)
+        _check_threshold(self.turn_threshold)
         if self.mode not in ENDPOINTER_MODES:
             raise ValueError(f"EndpointerParams.mode must be one of {ENDPOINTER_MODES}, got {self.mode!r}")
         for name in ("min_speech_s", "end_silence_s", "pre_roll_s", "turn_check_s", "incomplete_silence_s"):
@@ -196,8 +198,10 @@ class Endpointer:
             if not self._trailing:
                 self._trailing = True
                 events.append(self._event(EventKind.PROBABLY_ENDED, speech_end_s=self._last_voiced_end_s))
-            if self.params.mode == "smart_turn" and self._check_id == 0 and self._silence_reached(
-                self.params.turn_check_s
+            if (
+                self.params.mode == "smart_turn"
+                and self._check_id == 0
+                and self._silence_reached(self.params.turn_check_s)
             ):
                 self._checks_sent += 1
                 self._check_id = self._checks_sent
