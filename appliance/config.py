@@ -67,21 +67,31 @@ class EndpointerConfig(Section):
     mode: Literal["silence", "smart_turn"] = Field(
         "smart_turn",
         description="silence: a turn ends after end_silence_ms of silence; smart_turn: after "
-        "turn_check_ms the Smart Turn model judges whether the utterance sounds finished, and a turn "
-        "it judges unfinished ends after incomplete_silence_ms",
+        "turn_check_ms the Smart Turn model judges how likely the utterance is finished: sure "
+        "(turn_complete_threshold) ends it at once, sure it is not (below turn_incomplete_threshold) "
+        "waits incomplete_silence_ms, unsure waits end_silence_ms",
     )
     min_speech_ms: int = Field(96, ge=0, le=2000)
     end_silence_ms: int = Field(
-        500, ge=64, le=5000, description="silence mode; smart_turn falls back to it if the model fails"
+        500,
+        ge=64,
+        le=5000,
+        description="silence mode; smart_turn when the model is unsure (or fails)",
     )
     turn_check_ms: int = Field(
-        160, ge=32, le=2000, description="smart_turn: silence before the model is asked"
+        256, ge=32, le=2000, description="smart_turn: silence before the model is asked"
     )
     incomplete_silence_ms: int = Field(
         1600, ge=200, le=10000, description="smart_turn: silence that ends a turn the model judged unfinished"
     )
-    turn_threshold: float = Field(
-        0.5, gt=0.0, lt=1.0, description="smart_turn: probability at or above which a turn is complete"
+    turn_complete_threshold: float = Field(
+        0.9, gt=0.0, lt=1.0, description="smart_turn: a probability at or above it ends the turn at once"
+    )
+    turn_incomplete_threshold: float = Field(
+        0.05,
+        gt=0.0,
+        lt=1.0,
+        description="smart_turn: below it the turn waits incomplete_silence_ms; in between, end_silence_ms",
     )
     pre_roll_ms: int = Field(256, ge=0, le=2000)
     max_utterance_s: float = Field(20.0, gt=1.0, le=60.0)
@@ -92,6 +102,11 @@ class EndpointerConfig(Section):
             raise ValueError(
                 f"incomplete_silence_ms ({self.incomplete_silence_ms}) must be longer than turn_check_ms "
                 f"({self.turn_check_ms}): the model is asked before the long silence ends the turn"
+            )
+        if self.turn_incomplete_threshold > self.turn_complete_threshold:
+            raise ValueError(
+                f"turn_incomplete_threshold ({self.turn_incomplete_threshold}) must not be above "
+                f"turn_complete_threshold ({self.turn_complete_threshold})"
             )
         return self
 

@@ -173,7 +173,8 @@ def endpointer_params(settings: Settings) -> EndpointerParams:
         mode=ep.mode,
         turn_check_s=ep.turn_check_ms / 1000.0,
         incomplete_silence_s=ep.incomplete_silence_ms / 1000.0,
-        turn_threshold=ep.turn_threshold,
+        complete_threshold=ep.turn_complete_threshold,
+        incomplete_threshold=ep.turn_incomplete_threshold,
     )
 
 

@@ -107,11 +107,13 @@ def cold_start(llm: str, wav: Path) -> dict[str, Any]:
     return dict(json.loads(done.stdout.strip().splitlines()[-1]))
 
 
-async def bench_model(llm: str, utterances: list[Utterance]) -> dict[str, Any]:
+async def bench_model(llm: str, utterances: list[Utterance], mode: str | None = None) -> dict[str, Any]:
     from appliance.config import load_settings, override
     from appliance.engine_set import build_engines, load_engines, open_bundle, session_config
 
     settings = override(load_settings(None), llm={"model": llm})
+    if mode is not None:
+        settings = override(settings, endpointer={"mode": mode})
     engines = build_engines(settings, open_bundle(settings))
     config = session_config(settings)
     rows: list[dict[str, Any]] = []
@@ -134,8 +136,9 @@ async def bench_model(llm: str, utterances: list[Utterance]) -> dict[str, Any]:
         await engines.close()
     return {
         "llm": llm,
+        "endpointer_mode": settings.endpointer.mode,
         "settings": {
-            "end_silence_ms": settings.endpointer.end_silence_ms,
+            "endpointer": settings.endpointer.model_dump(),
             "first_clause_words": settings.tts.first_clause_words,
             "max_reply_tokens": settings.llm.max_reply_tokens,
             "temperature": settings.llm.temperature,
@@ -169,7 +172,8 @@ def describe(result: dict[str, Any]) -> str:
         cold = model["cold_start"]
         lines += [
             "",
-            f"== {model['llm']}: {s['turns_ok']} turns ok, {s['turns_failed']} failed",
+            f"== {model['llm']}, endpointer {model.get('endpointer_mode', 'silence')}: {s['turns_ok']} turns ok,"
+            f" {s['turns_failed']} failed",
             f"turn latency (speech_end -> playback_start) ms: {_fmt(s['turn_latency_ms'])}",
             f"floor (ASR + LLM first clause + TTS first chunk) ms: {_fmt(s['floor_ms']['floor_ms'])}",
             f"sequential (endpoint + ASR + whole reply + whole synthesis) ms: {_fmt(s['sequential_ms'])}",
@@ -200,6 +204,13 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument(
         "--data", type=Path, default=Path(os.environ.get("APPLIANCE_TEST_DATA", DEFAULT_DATA))
+    )
+    parser.add_argument(
+        "--endpointer",
+        nargs="+",
+        choices=["silence", "smart_turn"],
+        default=None,
+        help="endpointer modes to run side by side (default: the configured one)",
     )
     parser.add_argument("--no-cold-start", action="store_true", help="skip the cold-start subprocess")
     parser.add_argument("--no-plots", action="store_true", help="JSON only")
@@ -237,9 +248,11 @@ def main(argv: list[str] | None = None) -> int:
         "plots": [],
     }
     for llm in models:
-        model = asyncio.run(bench_model(llm, utterances))
-        model["cold_start"] = {"skipped": True} if args.no_cold_start else cold_start(llm, utterances[0].path)
-        result["models"].append(model)
+        for mode in args.endpointer or [None]:
+            model = asyncio.run(bench_model(llm, utterances, mode))
+            skip = args.no_cold_start or mode != (args.endpointer or [None])[0]
+            model["cold_start"] = {"skipped": True} if skip else cold_start(llm, utterances[0].path)
+            result["models"].append(model)
     if not args.no_plots:
         from bench.plots import write_plots
 

@@ -203,16 +203,16 @@ def test_smart_turn_asks_once_at_the_short_silence_and_a_complete_verdict_ends_t
     check = events[-1]
     assert check.time_s - check.speech_end_s == pytest.approx(5 * F)  # 160 ms of silence
     assert feed_all(ep, [OFF] * 3) == []  # no second check in the same pause
-    (end,) = ep.verdict(check.check_id, complete=True)
+    (end,) = ep.verdict(check.check_id, 0.9)
     assert end.kind is EventKind.ENDPOINT and end.by == "smart_turn"
     assert not ep.in_speech
-    assert ep.verdict(check.check_id, complete=True) == []  # answered twice: nothing more
+    assert ep.verdict(check.check_id, 0.9) == []  # answered twice: nothing more
 
 
 def test_smart_turn_incomplete_waits_for_the_long_silence_not_end_silence() -> None:
     ep = smart()
     check = feed_all(ep, [ON] * 10 + [OFF] * 5)[-1]
-    assert ep.verdict(check.check_id, complete=False) == []
+    assert ep.verdict(check.check_id, 0.1) == []
     assert feed_all(ep, [OFF] * 40) == []  # 45 frames = 1.44 s: past end_silence_s, short of 1.6 s
     events = feed_all(ep, [OFF] * 6)
     assert [(e.kind, e.by) for e in events] == [(EventKind.ENDPOINT, "incomplete_silence")]
@@ -224,10 +224,23 @@ def test_smart_turn_with_no_verdict_yet_waits_for_the_long_silence() -> None:
     assert ep.in_speech  # 0.96 s of silence: end_silence_s alone does not end a smart turn
 
 
+def test_smart_turn_unsure_verdict_waits_for_end_silence() -> None:
+    ep = smart(complete_threshold=0.8, incomplete_threshold=0.2)
+    check = feed_all(ep, [ON] * 10 + [OFF] * 5)[-1]
+    assert ep.verdict(check.check_id, 0.5) == []
+    events = feed_all(ep, [OFF] * 11)  # 16 frames = 0.512 s of silence
+    assert [(e.kind, e.by) for e in events][-1] == (EventKind.ENDPOINT, "silence")
+
+
+def test_thresholds_in_the_wrong_order_are_refused() -> None:
+    with pytest.raises(ValueError, match="incomplete_threshold"):
+        EndpointerParams(complete_threshold=0.3, incomplete_threshold=0.6)
+
+
 def test_smart_turn_failed_detector_falls_back_to_end_silence() -> None:
     ep = smart()
     check = feed_all(ep, [ON] * 10 + [OFF] * 20)[-1]  # 0.64 s of silence, the verdict still out
-    (end,) = ep.verdict(check.check_id, complete=None)
+    (end,) = ep.verdict(check.check_id, None)
     assert end.by == "silence"  # already past end_silence_s: ends on the answer
 
 
@@ -236,11 +249,11 @@ def test_smart_turn_verdict_for_a_pause_that_is_over_is_ignored() -> None:
     check = feed_all(ep, [ON] * 10 + [OFF] * 5)[-1]
     resumed = feed_all(ep, [ON] * 5)
     assert [e.kind for e in resumed] == [EventKind.RESUMED]
-    assert ep.verdict(check.check_id, complete=True) == []
+    assert ep.verdict(check.check_id, 0.9) == []
     assert ep.in_speech
     second = feed_all(ep, [OFF] * 5)[-1]
     assert second.kind is EventKind.TURN_CHECK and second.check_id != check.check_id
-    assert [e.by for e in ep.verdict(second.check_id, complete=True)] == ["smart_turn"]
+    assert [e.by for e in ep.verdict(second.check_id, 0.9)] == ["smart_turn"]
 
 
 def test_silence_mode_never_asks() -> None:

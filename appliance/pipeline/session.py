@@ -261,7 +261,7 @@ class Session:
         """Ask the turn detector on its worker; hand its verdict to the endpointer."""
         detector, worker = self.engines.turn, self.engines.turn_worker
         started = time.monotonic()
-        complete: bool | None = None
+        probability: float | None = None
         try:
             if detector is None or worker is None:
                 raise RuntimeError("endpointer.mode is smart_turn but the session has no turn detector")
@@ -272,12 +272,11 @@ class Session:
             log.exception("session %s: the turn detector failed; this pause ends on silence", self.session_id)
             self._checks.failed += 1
         else:
-            complete = probability >= self.config.endpointer.turn_threshold
             self._checks.last_probability = round(probability, 4)
-            self._checks.incomplete += 0 if complete else 1
+            self._checks.incomplete += probability < self.config.endpointer.complete_threshold
         self._checks.checks += 1
         self._checks.last_ms = round((time.monotonic() - started) * 1000.0, 1)
-        for ended in self.endpointer.verdict(check_id, complete):
+        for ended in self.endpointer.verdict(check_id, probability):
             await self._on_event(ended, time.monotonic())
 
     def _stamp_endpoint(self, trace: TurnTrace, event: EndpointEvent, now: float) -> None:

@@ -10,12 +10,13 @@ stream time is the sum of the durations fed since the last ``reset()``.
     in speech or trailing silence --(max_utterance_s since speech start)--> ENDPOINT(forced) --> idle
 
 In ``smart_turn`` mode the silence alone does not decide. After ``turn_check_s`` of it the endpointer
-asks (TURN_CHECK) whether the utterance sounds finished, and the caller answers with ``verdict()``:
+asks (TURN_CHECK) how likely the utterance so far is finished, and the caller answers with
+``verdict()``, a probability:
 
     trailing silence --(silence for turn_check_s)--> TURN_CHECK, waiting for the verdict
-    verdict complete --> ENDPOINT (by "smart_turn")
-    verdict incomplete, or none yet --(silence for incomplete_silence_s)--> ENDPOINT
-    verdict unknown (the detector failed) --(silence for end_silence_s)--> ENDPOINT
+    p >= complete_threshold --> ENDPOINT now (by "smart_turn")
+    p < incomplete_threshold, or no verdict yet --(silence for incomplete_silence_s)--> ENDPOINT
+    in between, or the detector failed --(silence for end_silence_s)--> ENDPOINT (by "silence")
 
 A verdict that arrives after the person resumed speaking belongs to a pause that is over: ignored.
 """
@@ -42,13 +43,20 @@ class EndpointerParams:
     pre_roll_s: float = 0.256  # audio kept before the speech start
     max_utterance_s: float = 20.0  # forced endpoint
     mode: str = "silence"  # or "smart_turn": a verdict on the utterance decides, see the module text
-    turn_check_s: float = 0.16  # smart_turn: silence before the verdict is asked for
+    turn_check_s: float = 0.256  # smart_turn: silence before the verdict is asked for
     incomplete_silence_s: float = 1.6  # smart_turn: silence that ends a turn judged incomplete
-    turn_threshold: float = 0.5  # smart_turn: the caller's probability at or above which it is complete
+    complete_threshold: float = 0.5  # smart_turn: a verdict at or above it ends the turn at once
+    incomplete_threshold: float = 0.5  # smart_turn: below it, the turn waits for incomplete_silence_s
 
     def __post_init__(self) -> None:
         _check_threshold(self.threshold)
-        _check_threshold(self.turn_threshold)
+        _check_threshold(self.complete_threshold)
+        _check_threshold(self.incomplete_threshold)
+        if self.incomplete_threshold > self.complete_threshold:
+            raise ValueError(
+                f"EndpointerParams.incomplete_threshold ({self.incomplete_threshold}) must not be above "
+                f"complete_threshold ({self.complete_threshold})"
+            )
         if self.mode not in ENDPOINTER_MODES:
             raise ValueError(f"EndpointerParams.mode must be one of {ENDPOINTER_MODES}, got {self.mode!r}")
         for name in ("min_speech_s", "end_silence_s", "pre_roll_s", "turn_check_s", "incomplete_silence_s"):
@@ -89,6 +97,11 @@ def _check_threshold(value: float) -> None:
 class Endpointer:
     """Turns a stream of (probability, duration) into utterance events; one instance per audio stream."""
 
+    _check_id: int
+    _answered: bool
+    _pause_silence_s: float
+    _pause_by: str
+
     def __init__(self, params: EndpointerParams = EndpointerParams()) -> None:
         self.params = params
         self._threshold = params.threshold
@@ -126,24 +139,25 @@ class Endpointer:
         self._last_voiced_end_s = 0.0
         self._trailing = False  # PROBABLY_ENDED sent, waiting for the endpoint or a resume
         self._floor_s = 0.0  # audio before the previous endpoint belongs to the previous utterance
-        self._check_id = 0  # the TURN_CHECK of the current pause (0: none asked yet)
-        self._verdict: bool | None = None  # its answer; None while waiting
-        self._verdict_failed = False  # the detector could not answer: fall back to end_silence_s
+        self._new_pause()
 
-    def verdict(self, check_id: int, complete: bool | None) -> list[EndpointEvent]:
-        """The answer to TURN_CHECK ``check_id``: complete, incomplete, or None when the detector failed.
+    def verdict(self, check_id: int, probability: float | None) -> list[EndpointEvent]:
+        """The answer to TURN_CHECK ``check_id``: the probability that the turn is complete, or None
+        when the detector failed.
 
-        Returns the ENDPOINT a complete verdict causes; nothing for a stale check (the person spoke
-        again, or the turn already ended) or an incomplete one (the long silence decides then)."""
-        if not (self._trailing and check_id == self._check_id and self._verdict is None):
+        Returns the ENDPOINT it causes (at once when complete, or when the silence it calls for has
+        already passed); nothing for a stale check (the person spoke again, or the turn ended)."""
+        if not (self._trailing and check_id == self._check_id and not self._answered):
             return []
-        if complete is None:
-            self._verdict_failed = True
-            return self._silence_endpoint()
-        self._verdict = complete
-        if complete:
+        self._answered = True
+        params = self.params
+        if probability is not None and probability >= params.complete_threshold:
             return [self._end(by="smart_turn")]
-        return []
+        if probability is not None and probability < params.incomplete_threshold:
+            self._pause_silence_s, self._pause_by = params.incomplete_silence_s, "incomplete_silence"
+        else:
+            self._pause_silence_s, self._pause_by = params.end_silence_s, "silence"
+        return self._silence_endpoint()
 
     def feed(self, probability: float, duration_s: float) -> list[EndpointEvent]:
         """One frame: its speech probability and its duration. Returns the events it caused, in order."""
@@ -218,16 +232,16 @@ class Endpointer:
 
     def _silence_endpoint(self) -> list[EndpointEvent]:
         """The ENDPOINT the trailing silence alone causes by now, if any."""
-        if self.params.mode == "silence" or self._verdict_failed:
-            return [self._end(by="silence")] if self._silence_reached(self.params.end_silence_s) else []
-        if self._silence_reached(self.params.incomplete_silence_s):
-            return [self._end(by="incomplete_silence")]
-        return []
+        return [self._end(by=self._pause_by)] if self._silence_reached(self._pause_silence_s) else []
 
     def _new_pause(self) -> None:
-        self._check_id = 0
-        self._verdict = None
-        self._verdict_failed = False
+        self._check_id = 0  # the TURN_CHECK of this pause (0: none asked yet)
+        self._answered = False
+        # The silence that ends this pause: until a verdict says otherwise, the long one in smart_turn.
+        if self.params.mode == "silence":
+            self._pause_silence_s, self._pause_by = self.params.end_silence_s, "silence"
+        else:
+            self._pause_silence_s, self._pause_by = self.params.incomplete_silence_s, "incomplete_silence"
 
     def _over_max_length(self) -> bool:
         return self._time_s - self._speech_start_s + _EPS_S >= self.params.max_utterance_s

@@ -1,0 +1,142 @@
+"""A labelled end-of-turn set from real recordings: each sentence as recorded (complete), and the same
+sentence cut at the word boundary nearest its middle with 500-900 ms of the recording's own
+background inserted (a mid-sentence pause). Word timings come from Whisper (faster-whisper on the
+bundle's CTranslate2 weights); the background is the quietest quarter second of the recording, tiled.
+"""
+
+from __future__ import annotations
+
+import csv
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from engines.audio import SAMPLE_RATE_HZ, load_audio_16k
+
+LEAD_S = 0.5  # background before the speech
+TAIL_S = 2.5  # background after it: longer than any silence that may end a turn
+MIN_WORDS = 4
+# Keyword-spotting clips are isolated command words with gaps between them: no sentence to cut.
+SKIP_PREFIXES = ("speechcommands_",)
+_BACKGROUND_S = 0.25
+_RMS_WINDOW = 320  # 20 ms
+
+
+@dataclass(frozen=True)
+class Clip:
+    name: str
+    kind: str  # "complete" or "pause"
+    audio: np.ndarray  # 16 kHz float32: lead background, speech (with the pause), tail background
+    speech_end_s: float  # where the recording's own audio ends (the tail background starts)
+    pause_start_s: float | None = None  # pause clips: the inserted background
+    pause_end_s: float | None = None
+    cut_after: str = ""  # pause clips: the words before the pause
+
+    @property
+    def duration_s(self) -> float:
+        return len(self.audio) / SAMPLE_RATE_HZ
+
+
+def sentences(data_dir: Path) -> list[tuple[Path, str]]:
+    """(file, transcript) for the English sentences of at least MIN_WORDS words."""
+    found: list[tuple[Path, str]] = []
+    with (data_dir / "MANIFEST.tsv").open(encoding="utf-8", newline="") as handle:
+        for row in csv.DictReader(handle, delimiter="\t"):
+            text, name = row["transcript"], Path(row["file"]).name
+            if not row["file"].startswith("speech/en/") or text == "-" or text.startswith("[partial]"):
+                continue
+            if name.startswith(SKIP_PREFIXES) or len(text.split()) < MIN_WORDS:
+                continue
+            found.append((data_dir / row["file"], text))
+    return sorted(found, key=lambda item: item[0].name)
+
+
+def background(audio: np.ndarray, seconds: float, rng: np.random.Generator) -> np.ndarray:
+    """``seconds`` of the recording's quietest quarter second, tiled from a random offset."""
+    length = int(_BACKGROUND_S * SAMPLE_RATE_HZ)
+    if len(audio) <= length:
+        piece = audio
+    else:
+        windows = len(audio) // _RMS_WINDOW
+        rms = np.sqrt(np.mean(audio[: windows * _RMS_WINDOW].reshape(windows, _RMS_WINDOW) ** 2, axis=1))
+        span = max(1, length // _RMS_WINDOW)
+        sums = np.convolve(rms, np.ones(span), mode="valid")
+        start = int(np.argmin(sums)) * _RMS_WINDOW
+        piece = audio[start : start + length]
+    wanted = round(seconds * SAMPLE_RATE_HZ)
+    tiled = np.tile(piece, wanted // max(1, len(piece)) + 2)
+    offset = int(rng.integers(0, max(1, len(piece))))
+    return np.ascontiguousarray(tiled[offset : offset + wanted], dtype=np.float32)
+
+
+def word_times(whisper: Any, audio: np.ndarray) -> list[tuple[str, float, float]]:
+    segments, _info = whisper.transcribe(audio, language="en", beam_size=1, word_timestamps=True)
+    return [(w.word.strip(), float(w.start), float(w.end)) for s in segments for w in s.words or []]
+
+
+def middle_boundary(words: list[tuple[str, float, float]]) -> tuple[int, float] | None:
+    """(words before the cut, cut time): the boundary nearest the middle, a word kept on each side."""
+    if len(words) < 3:
+        return None
+    middle = (words[0][1] + words[-1][2]) / 2.0
+    index = min(range(1, len(words)), key=lambda i: abs((words[i - 1][2] + words[i][1]) / 2.0 - middle))
+    return index, (words[index - 1][2] + words[index][1]) / 2.0
+
+
+def quietest_near(audio: np.ndarray, at_s: float, within_s: float = 0.06) -> int:
+    """The sample index of the quietest 10 ms within ``within_s`` of ``at_s``: Whisper's word times are
+    tens of ms off, and a cut inside a word's last sound would make it sound clipped, not paused."""
+    hop = SAMPLE_RATE_HZ // 100
+    centre = round(at_s * SAMPLE_RATE_HZ)
+    starts = range(
+        max(0, centre - round(within_s * SAMPLE_RATE_HZ)),
+        min(len(audio) - hop, centre + round(within_s * SAMPLE_RATE_HZ)),
+        hop // 2,
+    )
+    if not starts:
+        return min(max(centre, 0), len(audio))
+    best = min(starts, key=lambda i: float(np.sum(audio[i : i + hop] ** 2)))
+    return best + hop // 2
+
+
+def build_clips(
+    data_dir: Path, whisper: Any, *, pause_s: tuple[float, float] = (0.5, 0.9), seed: int = 0
+) -> list[Clip]:
+    rng = np.random.default_rng(seed)
+    clips: list[Clip] = []
+    for path, _text in sentences(data_dir):
+        speech = load_audio_16k(path)
+        lead, tail = background(speech, LEAD_S, rng), background(speech, TAIL_S, rng)
+        end_s = LEAD_S + len(speech) / SAMPLE_RATE_HZ
+        clips.append(Clip(path.name, "complete", np.concatenate([lead, speech, tail]), end_s))
+        words = word_times(whisper, speech)
+        boundary = middle_boundary(words)
+        if boundary is None:
+            continue
+        index, cut_s = boundary
+        cut = quietest_near(speech, cut_s)
+        gap_s = float(rng.uniform(*pause_s))
+        gap = background(speech, gap_s, rng)
+        audio = np.concatenate([lead, speech[:cut], gap, speech[cut:], tail])
+        clips.append(
+            Clip(
+                path.name,
+                "pause",
+                audio,
+                end_s + len(gap) / SAMPLE_RATE_HZ,
+                pause_start_s=LEAD_S + cut / SAMPLE_RATE_HZ,
+                pause_end_s=LEAD_S + (cut + len(gap)) / SAMPLE_RATE_HZ,
+                cut_after=" ".join(w for w, _s, _e in words[:index]),
+            )
+        )
+    return clips
+
+
+def load_whisper(bundle: Any, threads: int = 2) -> Any:
+    """faster-whisper on the bundle's CTranslate2 Whisper (a dev dependency: benchmarks and tests)."""
+    from faster_whisper import WhisperModel
+
+    folder = bundle.path("asr/whisper-base/ct2/model.bin").parent
+    return WhisperModel(str(folder), device="cpu", compute_type="int8", cpu_threads=threads)
