@@ -75,7 +75,7 @@ class TurnTrace:
     # long silence after an unfinished verdict), "max_length", "stream_end"; "" in older records.
     endpoint_by: str = ""
     turn_checks: int = 0  # times the turn detector was asked during the utterance
-    turn_incomplete: int = 0  # ... and said "not finished"
+    turn_incomplete: int = 0  # ... and did not hear it as finished (below endpointer.turn_complete_threshold)
     turn_check_failed: int = 0  # ... and could not answer
     turn_check_ms: float | None = None  # cost of the last check (queue + model), ms
     turn_complete_p: float | None = None  # the last check's probability that the turn was complete

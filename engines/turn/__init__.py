@@ -24,6 +24,13 @@ class TurnDetector(Protocol):
 
 def create_turn_detector(bundle: Bundle, *, threads: int) -> TurnDetector:
     """An unloaded Smart Turn v3.2 detector; stateless per call, so one serves every session."""
+    from engines.errors import BundleError
     from engines.turn.smart_turn import SmartTurnDetector
 
+    if bundle.manifest.get(SMART_TURN_ARTIFACT) is None:
+        raise BundleError(
+            f"the bundle {bundle.root} has no Smart Turn model ({SMART_TURN_ARTIFACT})",
+            fix=f"rebuild it (python -m build_scripts bundle --out {bundle.root}), "
+            "or set endpointer.mode = 'silence'",
+        )
     return SmartTurnDetector(bundle.path(SMART_TURN_ARTIFACT), threads=threads)

@@ -1,0 +1,76 @@
+"""Turn-taking with the shipped endpointer (smart_turn) on the real engines and real speech: a finished
+sentence ends at the short check, the same sentence with a pause in the middle is answered once, as a
+whole; silence mode still ends turns on silence alone."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+import numpy as np
+
+from appliance.audio import ArraySource, MemorySink
+from appliance.config import load_settings, override
+from appliance.engine_set import session_config
+from appliance.pipeline import Session, SessionEngines
+from bench.turn_set import background
+from engines.audio import load_audio_16k
+
+SENTENCE = "speech/en/speechbrain_spk1_snt2.wav"  # "DROP THE TWO WHEN | YOU ADD THE FIGURES"
+CUT_S = 1.56  # the word boundary after "when" (Whisper's word times, see tests/test_turn_detector.py)
+
+
+def _run(engines: SessionEngines, audio: np.ndarray, mode: str = "smart_turn") -> Session:
+    settings = override(load_settings(None), endpointer={"mode": mode})
+    session = Session(
+        engines=engines,
+        source=ArraySource(audio, realtime=False),
+        sink=MemorySink(engines.tts.sample_rate_hz),
+        config=session_config(settings),
+    )
+    asyncio.run(asyncio.wait_for(session.run(), 300))
+    return session
+
+
+def _sentence(data_dir: Path) -> tuple[np.ndarray, np.ndarray]:
+    speech = load_audio_16k(data_dir / SENTENCE)
+    return speech, background(speech, 2.5, np.random.default_rng(0))
+
+
+def test_a_finished_sentence_ends_at_the_short_check(real_engines: SessionEngines, data_dir: Path) -> None:
+    speech, quiet = _sentence(data_dir)
+    session = _run(real_engines, np.concatenate([quiet[:8000], speech, quiet]))
+
+    (trace,) = session.traces
+    assert trace.endpoint_by == "smart_turn", trace
+    assert (trace.turn_checks, trace.turn_incomplete, trace.turn_check_failed) == (1, 0, 0)
+    assert trace.turn_complete_p is not None and trace.turn_complete_p >= 0.9
+    assert trace.turn_check_ms is not None and trace.turn_check_ms > 0
+    assert "figures" in trace.transcript.lower(), trace.transcript
+
+
+def test_a_pause_in_the_middle_is_not_taken_for_the_end(real_engines: SessionEngines, data_dir: Path) -> None:
+    speech, quiet = _sentence(data_dir)
+    cut = round(CUT_S * 16000)
+    pause = quiet[:12800]  # 0.8 s of the recording's own background: longer than end_silence_ms
+    session = _run(real_engines, np.concatenate([quiet[:8000], speech[:cut], pause, speech[cut:], quiet]))
+
+    (trace,) = session.traces  # one turn: the sentence was answered once, as a whole
+    assert session.turns_done == 1
+    words = trace.transcript.lower()
+    assert "drop" in words and "figures" in words, trace.transcript
+    assert trace.turn_incomplete >= 1  # the model heard "drop the two when" as unfinished
+    # The whole sentence then ends on the model's second verdict: at once when sure, else end_silence_ms.
+    assert trace.turn_checks == 2 and trace.endpoint_by in {"smart_turn", "silence"}, trace
+
+
+def test_silence_mode_ends_the_pause_as_a_turn(real_engines: SessionEngines, data_dir: Path) -> None:
+    speech, quiet = _sentence(data_dir)
+    cut = round(CUT_S * 16000)
+    pause = quiet[:12800]
+    session = _run(
+        real_engines, np.concatenate([quiet[:8000], speech[:cut], pause, speech[cut:], quiet]), mode="silence"
+    )
+
+    assert session.turns_done == 2  # what the fixed 500 ms does to a 0.8 s pause: two turns
+    assert all(t.endpoint_by == "silence" and t.turn_checks == 0 for t in session.traces)
