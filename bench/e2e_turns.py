@@ -133,6 +133,9 @@ async def run_turn(engines: SessionEngines, utterance: Utterance, config: Sessio
             "reply": trace.reply,
             "llm_tokens": trace.llm_tokens,
             "stages_ms": stages_ms,
+            "endpoint_by": trace.endpoint_by,
+            "turn_checks": trace.turn_checks,
+            "turn_complete_p": trace.turn_complete_p,
         }
     )
     audio = load_audio_16k(utterance.path)

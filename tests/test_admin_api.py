@@ -296,6 +296,8 @@ def test_sessions_follow_the_live_registry(admin_env: AdminEnv) -> None:
 def test_turns_and_latency_come_from_the_trace_store(admin_env: AdminEnv) -> None:
     fast = recorded_turn(transcript="fast one", scale=0.1)
     slow = recorded_turn(transcript="slow one", scale=1.0)
+    fast.endpoint_by, fast.turn_checks = "smart_turn", 1
+    slow.endpoint_by, slow.turn_checks, slow.turn_incomplete = "incomplete_silence", 2, 2
     admin_env.store.add(fast)
     admin_env.store.add(slow)
     client = admin_env.client()
@@ -315,17 +317,28 @@ def test_turns_and_latency_come_from_the_trace_store(admin_env: AdminEnv) -> Non
     stages = {s["stage"]: s for s in latency["stages"]}
     assert stages["turn_latency"]["count"] == 2 and stages["turn_latency"]["max_ms"] == expected_ms
     assert stages["turn_latency"]["p95_over_budget"] is True and stages["asr"]["budget_ms"] is None
+    # How turns ended: per turn (with the endpoint wait), and how often the model heard "unfinished".
+    assert (slow_view["endpoint_by"], slow_view["turn_incomplete"]) == ("incomplete_silence", 2)
+    assert slow_view["endpoint_wait_ms"] == round(slow.stage_s("endpoint_wait") * 1000, 1)
+    assert (latency["turn_checks"], latency["turn_incomplete"]) == (3, 2)
+    assert latency["endings"] == {"smart_turn": 1, "incomplete_silence": 1}
 
 
 def test_metrics_histograms_count_each_stored_turn_once(admin_env: AdminEnv) -> None:
     client = admin_env.client()
     admin_env.login(client)
-    admin_env.store.add(recorded_turn(scale=1.0))
+    checked = recorded_turn(scale=1.0)
+    checked.endpoint_by, checked.turn_checks, checked.turn_incomplete = "incomplete_silence", 2, 1
+    admin_env.store.add(checked)
     first = client.get("/metrics")
     assert first.status_code == 200 and first.headers["content-type"].startswith("text/plain")
     assert 'appliance_stage_latency_seconds_count{stage="turn_latency"} 1.0' in first.text
     assert 'appliance_turns_total{outcome="ok"} 1.0' in first.text
     assert "appliance_turns_over_budget_total 1.0" in first.text
+    assert 'appliance_turn_checks_total{verdict="checked"} 2.0' in first.text
+    assert 'appliance_turn_checks_total{verdict="unfinished"} 1.0' in first.text
+    assert 'appliance_turn_endings_total{by="incomplete_silence"} 1.0' in first.text
+    assert 'appliance_stage_latency_seconds_count{stage="endpoint_wait"} 1.0' in first.text
     cancelled = recorded_turn(scale=0.1)
     cancelled.cancelled = True
     admin_env.store.add(cancelled)

@@ -161,11 +161,14 @@ def test_dashboard_logs_in_and_plots_a_real_turn_from_the_device_only(
     page.wait_for_selector("#turns-table tbody tr[data-turn-id]")
     row = page.inner_text("#turns-table tbody tr[data-turn-id]").lower()
     assert "high level" in row or "air is pure" in row, row
+    turn = admin_env.store.recent(1)[0]
+    ended = {"smart_turn": "heard finished", "silence": "silence", "incomplete_silence": "long silence"}
+    assert ended.get(turn.endpoint_by, turn.endpoint_by or "?") in row, (turn.endpoint_by, row)
+    assert "checks" in page.inner_text("#turn-incomplete") or turn.turn_checks == 0
     stages_drawn = page.eval_on_selector_all(
         "#latency-plot polyline", "lines => lines.map(l => l.dataset.stage)"
     )
     assert {"asr", "llm_first_token", "tts_first_audio", "turn_latency"} <= set(stages_drawn)
-    turn = admin_env.store.recent(1)[0]
     if (turn.stage_s("turn_latency") or 0.0) * 1000 > admin_env.settings.trace.budget_ms:
         assert page.locator("#turns-table tr.over").count() == 1
         assert page.locator("#latency-plot circle.over-mark").count() == 1

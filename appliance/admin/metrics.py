@@ -85,6 +85,19 @@ class TraceMetrics:
         self.over_budget = Counter(
             "appliance_turns_over_budget", "turns whose latency exceeded the budget", registry=self.registry
         )
+        self.turn_checks = Counter(
+            "appliance_turn_checks",
+            "end-of-turn model checks: all (checked), not heard as finished (unfinished), failed",
+            ["verdict"],
+            registry=self.registry,
+        )
+        self.endings = Counter(
+            "appliance_turn_endings", "turns by what ended the utterance", ["by"], registry=self.registry
+        )
+        for verdict in ("checked", "unfinished", "failed"):
+            self.turn_checks.labels(verdict=verdict)
+        for by in ("silence", "smart_turn", "incomplete_silence", "max_length", "stream_end"):
+            self.endings.labels(by=by)
         for stage in STAGES:
             self.stage_seconds.labels(stage=stage)
         for outcome in ("ok", "cancelled", "error"):
@@ -97,6 +110,11 @@ class TraceMetrics:
     def observe(self, trace: TurnTrace) -> None:
         outcome = "error" if trace.error else "cancelled" if trace.cancelled else "ok"
         self.turns.labels(outcome=outcome).inc()
+        self.turn_checks.labels(verdict="checked").inc(trace.turn_checks)
+        self.turn_checks.labels(verdict="unfinished").inc(trace.turn_incomplete)
+        self.turn_checks.labels(verdict="failed").inc(trace.turn_check_failed)
+        if trace.endpoint_by:
+            self.endings.labels(by=trace.endpoint_by).inc()
         if outcome != "ok":
             return
         for stage in STAGES:

@@ -120,6 +120,13 @@ class TurnView(Body):
     timeline_s: dict[str, float | None] = Field(description="each timestamp relative to speech start")
     turn_latency_ms: float | None
     over_budget: bool
+    endpoint_wait_ms: float | None = Field(description="end of speech -> end of turn decided")
+    endpoint_by: str = Field(
+        description="what ended the turn: silence, smart_turn (heard as finished), incomplete_silence "
+        "(the long silence after an unfinished verdict), max_length, stream_end; empty in older records"
+    )
+    turn_checks: int = Field(description="times the end-of-turn model was asked during the utterance")
+    turn_incomplete: int = Field(description="... and did not hear it as finished")
 
 
 class StageLatency(Body):
@@ -138,6 +145,9 @@ class LatencyReport(Body):
     budget_ms: float = Field(description="turn latency budget (trace.budget_ms)")
     over_budget: int = Field(description="turns whose turn_latency exceeded the budget")
     stages: list[StageLatency]
+    turn_checks: int = Field(0, description="end-of-turn model verdicts in these turns")
+    turn_incomplete: int = Field(0, description="... that did not hear the utterance as finished")
+    endings: dict[str, int] = Field(default_factory=dict, description="turns by what ended them")
 
 
 class ConfigView(Body):

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections import Counter
+
 from appliance.admin.schemas import LatencyReport, StageLatency, TurnView
 from appliance.trace import STAGES, TurnTrace, summarize
 
@@ -29,6 +31,10 @@ def turn_view(trace: TurnTrace, budget_ms: float) -> TurnView:
         timeline_s=trace.relative_s(),
         turn_latency_ms=latency,
         over_budget=latency is not None and latency > budget_ms,
+        endpoint_wait_ms=stages.get("endpoint_wait"),
+        endpoint_by=trace.endpoint_by,
+        turn_checks=trace.turn_checks,
+        turn_incomplete=trace.turn_incomplete,
     )
 
 
@@ -57,4 +63,12 @@ def latency_report(traces: list[TurnTrace], budget_ms: float) -> LatencyReport:
         seconds = trace.stage_s(BUDGET_STAGE)
         if seconds is not None and seconds * 1000.0 > budget_ms:
             over += 1
-    return LatencyReport(turns=len(traces), budget_ms=budget_ms, over_budget=over, stages=stages)
+    return LatencyReport(
+        turns=len(traces),
+        budget_ms=budget_ms,
+        over_budget=over,
+        stages=stages,
+        turn_checks=sum(t.turn_checks for t in traces),
+        turn_incomplete=sum(t.turn_incomplete for t in traces),
+        endings=dict(Counter(t.endpoint_by for t in traces if t.endpoint_by)),
+    )

@@ -88,8 +88,22 @@ function showStatus(status) {
   });
 }
 
+const ENDED_BY = {
+  smart_turn: "heard finished", silence: "silence", incomplete_silence: "long silence",
+  max_length: "too long", stream_end: "audio ended",
+};
+
+function endOfTurn(t) {
+  const how = ENDED_BY[t.endpoint_by] || t.endpoint_by || "–";
+  const wait = t.endpoint_wait_ms == null ? "" : `${Math.round(t.endpoint_wait_ms)} ms · `;
+  const unfinished = t.turn_incomplete ? ` · ${t.turn_incomplete}× unfinished` : "";
+  return `${wait}${how}${unfinished}`;
+}
+
 function showLatency(report, turns) {
   text("over-budget", `${report.over_budget} of ${report.turns}`);
+  text("turn-incomplete", report.turn_checks
+    ? `${report.turn_incomplete} of ${report.turn_checks} checks` : "no checks");
   fillTable("stage-table", report.stages, (row, s) => {
     cell(row, s.stage); cell(row, s.count, "num"); cell(row, s.p50_ms, "num");
     cell(row, s.p95_ms, s.p95_over_budget ? "num over" : "num"); cell(row, s.p99_ms, "num");
@@ -103,6 +117,7 @@ function showLatency(report, turns) {
     cell(row, new Date(t.wall_time * 1000).toLocaleTimeString());
     cell(row, t.session_id); cell(row, t.transcript); cell(row, t.played_reply || t.reply);
     cell(row, t.turn_latency_ms, t.over_budget ? "num over" : "num");
+    cell(row, endOfTurn(t));
     cell(row, t.error ? `error: ${t.error}` : t.cancelled ? "interrupted" : "ok");
   });
 }
