@@ -82,7 +82,7 @@ class EndpointerConfig(Section):
         256, ge=32, le=2000, description="smart_turn: silence before the model is asked"
     )
     incomplete_silence_ms: int = Field(
-        1600, ge=200, le=10000, description="smart_turn: silence that ends a turn the model judged unfinished"
+        1000, ge=200, le=10000, description="smart_turn: silence that ends a turn the model judged unfinished"
     )
     turn_complete_threshold: float = Field(
         0.9, gt=0.0, lt=1.0, description="smart_turn: a probability at or above it ends the turn at once"

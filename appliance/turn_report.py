@@ -27,6 +27,9 @@ def turn_summary(
         "reply_audio_s": round(reply_audio_s, 3),
         "reply_wav": str(reply_wav) if reply_wav else None,
         "llm_tokens": trace.llm_tokens,
+        "endpoint_by": trace.endpoint_by,
+        "turn_checks": trace.turn_checks,
+        "turn_complete_p": trace.turn_complete_p,
         "fast": fast,
     }
 
@@ -44,6 +47,11 @@ def describe_turn(summary: dict[str, Any]) -> str:
         if summary["fast"]:
             note += "; --fast compresses the audio's own time, so this is not a live figure"
         lines.append(f"latency:    {latency:.3f} s ({note})")
+    if summary["endpoint_by"]:
+        ended = f"end of turn: {summary['endpoint_by']}"
+        if summary["turn_complete_p"] is not None:
+            ended += f" (end-of-turn model: {summary['turn_complete_p']:.2f} finished, {summary['turn_checks']} check(s))"
+        lines.append(ended)
     stages = " | ".join(f"{k} {v:.0f}" for k, v in summary["stages_ms"].items() if v is not None)
     lines.append(f"stages ms:  {stages}")
     stamps = " | ".join(f"{k} {v:+.3f}" for k, v in summary["timestamps_s"].items() if v is not None)

@@ -132,6 +132,29 @@ def summarize(clips: list[Clip], outcomes: list[Outcome]) -> dict[str, Any]:
     return result
 
 
+def compare_call_path(detector: Any, clips: list[Clip], check_s: float) -> dict[str, Any]:
+    """Smart Turn on each clip's words as heard on a call (16 kHz -> 8 kHz G.711 u-law -> the call's
+    own 16 kHz upsampler) vs at 16 kHz: the audio up to the end of speech (complete) or to the
+    pause (pause clips), plus ``check_s`` of the clip's background."""
+    from appliance.rtp.g711 import decode, encode
+    from appliance.rtp.resample import Upsampler2x, downsample_16k_to_8k
+
+    wide, narrow = [], []
+    for clip in clips:
+        words_end_s = clip.pause_start_s if clip.kind == "pause" else clip.speech_end_s
+        assert words_end_s is not None
+        audio = clip.audio[: round((words_end_s + check_s) * 16000)]
+        call = Upsampler2x().process(decode(encode(downsample_16k_to_8k(audio), "PCMU"), "PCMU"))
+        wide.append(detector.complete_probability(audio))
+        narrow.append(detector.complete_probability(call))
+    w, n = np.asarray(wide), np.asarray(narrow)
+    return {
+        "clips": len(clips),
+        "same_side_of_0.5": round(float(np.mean((w >= 0.5) == (n >= 0.5))), 3),
+        "mean_abs_difference": round(float(np.mean(np.abs(w - n))), 3),
+    }
+
+
 def settings_grid(args: argparse.Namespace, base: Any) -> list[tuple[str, Any]]:
     grid = [
         (f"silence {ms} ms", replace(base, mode="silence", end_silence_s=ms / 1000)) for ms in args.silence_ms
@@ -197,6 +220,7 @@ def main(argv: list[str] | None = None) -> int:
             cache[key] = (probability, cost)
         return cache[key]
 
+    call_path = compare_call_path(detector, clips, endpointer_params(settings).turn_check_s)
     rows = []
     for label, params in settings_grid(args, endpointer_params(settings)):
         outcomes = [replay(i, probabilities[i], params, judge) for i in range(len(clips))]
@@ -212,6 +236,7 @@ def main(argv: list[str] | None = None) -> int:
             for c in clips
         ],
         "smart_turn_call_ms": _stats(costs),
+        "call_path_8khz": call_path,
         "settings": rows,
     }
     out = args.out or RESULTS / f"turn-{stamp}.json"
@@ -228,6 +253,8 @@ def describe(result: dict[str, Any]) -> str:
     lines = [
         f"{counts['complete']} complete sentences, {counts['pause']} with a mid-sentence pause",
         f"Smart Turn call: p50 {cost['p50']} ms, p95 {cost['p95']} ms, p99 {cost['p99']} ms ({cost['count']} calls)",
+        f"8 kHz call path vs 16 kHz: same verdict (0.5) on {result['call_path_8khz']['same_side_of_0.5']:.0%} of "
+        f"{result['call_path_8khz']['clips']} clips, mean |difference| {result['call_path_8khz']['mean_abs_difference']}",
         "",
         f"{'setting':<52} {'wait p50':>9} {'p95':>7} {'p99':>7} {'complete split':>15} {'pause cut':>10}",
     ]

@@ -103,7 +103,7 @@ def test_the_engines_never_import_the_appliance(modules: dict[str, Path]) -> Non
 
 
 def test_engines_are_built_from_settings_in_one_place(modules: dict[str, Path]) -> None:
-    factories = {"create_vad", "create_asr", "create_llm", "create_tts"}
+    factories = {"create_vad", "create_asr", "create_llm", "create_tts", "create_turn_detector"}
     for name, path in modules.items():
         if name.startswith(("engines", "appliance.engine_set")):
             continue

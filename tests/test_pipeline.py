@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from appliance.audio import ArraySource, MemorySink
-from appliance.pipeline import Conversation, Session, SessionConfig, played_text
+from appliance.pipeline import Conversation, Session, SessionConfig, SessionEngines, played_text
 from appliance.pipeline.session import EchoGate
 from appliance.trace import TIMESTAMPS, TraceStore
 from engines.llm import Message
@@ -356,3 +356,64 @@ def test_a_turn_still_playing_when_the_caller_hangs_up_is_stored_with_what_was_p
     played = stored.played_reply.split()
     assert 0 < len(played) < len(REPLY.split()) and REPLY.startswith(" ".join(played))
     store.close()
+
+
+class _ScriptedDetector:
+    """The turn detector's interface: a fixed answer (or a failure) after ``delay_s``."""
+
+    def __init__(self, answer: float | Exception, delay_s: float = 0.0) -> None:
+        self.answer, self.delay_s, self.calls = answer, delay_s, 0
+
+    def load(self) -> None:
+        return None
+
+    def complete_probability(self, audio_16k: np.ndarray) -> float:
+        self.calls += 1
+        time.sleep(self.delay_s)
+        if isinstance(self.answer, Exception):
+            raise self.answer
+        return self.answer
+
+    def close(self) -> None:
+        return None
+
+
+def _smart_session(detector: _ScriptedDetector, audio: np.ndarray, *, realtime: bool) -> Session:
+    fakes = make_fakes(REPLY)
+    engines = SessionEngines.create(vad=fakes.vad, asr=fakes.asr, llm=fakes.llm, tts=fakes.tts, turn=detector)
+    params = EndpointerParams(
+        mode="smart_turn", turn_check_s=0.16, complete_threshold=0.9, incomplete_threshold=0.1
+    )
+    return Session(
+        engines=engines,
+        source=ArraySource(audio, realtime=realtime),
+        sink=MemorySink(16000),
+        config=SessionConfig(endpointer=params),
+    )
+
+
+def test_a_failing_turn_detector_ends_the_turn_on_silence(caplog) -> None:
+    detector = _ScriptedDetector(RuntimeError("onnxruntime: bad allocation (injected)"))
+    session = _smart_session(
+        detector, np.concatenate([silence(0.3), tone(1.0), silence(1.5)]), realtime=False
+    )
+    _run(session.run())
+
+    (trace,) = session.traces
+    assert trace.endpoint_by == "silence" and trace.turn_check_failed == 1 and detector.calls == 1
+    assert trace.error is None and trace.reply == REPLY
+    assert "the turn detector failed" in caplog.text
+
+
+def test_a_verdict_still_out_when_speech_resumes_is_ignored() -> None:
+    # The check at 160 ms of the first pause takes 0.4 s; speech resumes 0.3 s into the pause, so
+    # the "finished" answer about the pause arrives after it is over and must not end the turn.
+    detector = _ScriptedDetector(0.99, delay_s=0.4)
+    audio = np.concatenate([silence(0.3), tone(0.8), silence(0.3), tone(0.8), silence(1.5)])
+    session = _smart_session(detector, audio, realtime=True)
+    _run(session.run())
+
+    (trace,) = session.traces
+    assert session.turns_done == 1 and session.dropped_speculative == 1
+    assert trace.endpoint_by == "smart_turn" and trace.turn_checks == 2
+    assert trace.audio_s > 1.8  # both halves reached the ASR

@@ -52,7 +52,7 @@ def test_a_finished_sentence_ends_at_the_short_check(real_engines: SessionEngine
 def test_a_pause_in_the_middle_is_not_taken_for_the_end(real_engines: SessionEngines, data_dir: Path) -> None:
     speech, quiet = _sentence(data_dir)
     cut = round(CUT_S * 16000)
-    pause = quiet[:12800]  # 0.8 s of the recording's own background: longer than end_silence_ms
+    pause = quiet[:11200]  # 0.7 s of the recording's own background: longer than end_silence_ms
     session = _run(real_engines, np.concatenate([quiet[:8000], speech[:cut], pause, speech[cut:], quiet]))
 
     (trace,) = session.traces  # one turn: the sentence was answered once, as a whole
@@ -67,10 +67,10 @@ def test_a_pause_in_the_middle_is_not_taken_for_the_end(real_engines: SessionEng
 def test_silence_mode_ends_the_pause_as_a_turn(real_engines: SessionEngines, data_dir: Path) -> None:
     speech, quiet = _sentence(data_dir)
     cut = round(CUT_S * 16000)
-    pause = quiet[:12800]
+    pause = quiet[:11200]
     session = _run(
         real_engines, np.concatenate([quiet[:8000], speech[:cut], pause, speech[cut:], quiet]), mode="silence"
     )
 
-    assert session.turns_done == 2  # what the fixed 500 ms does to a 0.8 s pause: two turns
+    assert session.turns_done == 2  # what the fixed 500 ms does to a 0.7 s pause: two turns
     assert all(t.endpoint_by == "silence" and t.turn_checks == 0 for t in session.traces)

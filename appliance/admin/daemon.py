@@ -38,10 +38,11 @@ def _version(package: str) -> str | None:
 def engine_states(
     settings: Settings, load_seconds: Mapping[str, float] | None = None, *, warm: bool = True
 ) -> list[EngineState]:
-    """The four engines as configured, marked loaded (and warm) with their load times."""
+    """The engines as configured (the end-of-turn model in smart_turn mode only), marked loaded (and
+    warm) with their load times."""
     seconds = load_seconds or {}
     asr_runtime = "tensorrt" if settings.asr.backend == "tensorrt" else "onnxruntime"
-    described = (
+    described: list[tuple[str, str, str, str]] = [
         (
             "vad",
             settings.vad.backend,
@@ -56,7 +57,9 @@ def engine_states(
         ),
         ("llm", f"llama.cpp ({settings.llm.gpu_layers} GPU layers)", settings.llm.model, "llama-cpp-python"),
         ("tts", "piper", settings.tts.voice, "piper-tts"),
-    )
+    ]
+    if settings.endpointer.mode == "smart_turn":
+        described.append(("turn", "onnxruntime (cpu)", "smart-turn-v3.2", "onnxruntime"))
     return [
         EngineState(
             name=name,

@@ -44,7 +44,7 @@ class EndpointerParams:
     max_utterance_s: float = 20.0  # forced endpoint
     mode: str = "silence"  # or "smart_turn": a verdict on the utterance decides, see the module text
     turn_check_s: float = 0.256  # smart_turn: silence before the verdict is asked for
-    incomplete_silence_s: float = 1.6  # smart_turn: silence that ends a turn judged incomplete
+    incomplete_silence_s: float = 1.0  # smart_turn: silence that ends a turn judged incomplete
     complete_threshold: float = 0.5  # smart_turn: a verdict at or above it ends the turn at once
     incomplete_threshold: float = 0.5  # smart_turn: below it, the turn waits for incomplete_silence_s
 
