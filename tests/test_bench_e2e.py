@@ -61,8 +61,8 @@ def test_two_turn_run_writes_a_result_with_the_full_schema(data_dir: Path, tmp_p
         assert (tmp_path / name).read_bytes()[:8] == PNG_MAGIC
 
     [model] = result["models"]
-    assert model["llm"] == "gemma-270m"
-    assert set(model["engine_load_s"]) == {"vad", "asr", "llm", "tts"}
+    assert model["llm"] == "gemma-270m" and model["endpointer_mode"] == "smart_turn"
+    assert set(model["engine_load_s"]) == {"vad", "asr", "llm", "tts", "turn"}
     cold = model["cold_start"]
     assert "error" not in cold, cold
     assert cold["ready_s"] > 0 and 100 < cold["peak_rss_mb"] <= cold["peak_rss_after_turn_mb"]
