@@ -1,16 +1,21 @@
 # Two entry points; both set up what is missing first (see scripts/setup).
+# Another interpreter in its own environment: make test PYTHON=python3.10 VENV=.venv-py310
 .PHONY: run test setup lint
+
+VENV ?= .venv
+export VENV
+export PYTHON
 
 setup:
 	./scripts/setup
 
 run: setup
-	.venv/bin/appliance run
+	$(VENV)/bin/appliance run
 
 lint:
-	.venv/bin/ruff check .
-	.venv/bin/ruff format --check .
-	.venv/bin/mypy
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
+	$(VENV)/bin/mypy
 
 test: setup lint
-	.venv/bin/python -m pytest
+	$(VENV)/bin/python -m pytest

@@ -1,7 +1,7 @@
 """End of turn: a fixed silence vs Smart Turn, on complete sentences and on mid-sentence pauses.
 
-    .venv/bin/python -m bench turn [--thresholds 0.3 0.5 0.7] [--checks-ms 96 160 256]
-                                   [--incomplete-ms 1000 1600 2000] [--silence-ms 300 500 800]
+    .venv/bin/python -m bench turn [--bands 0.5:0.5 0.9:0.05 ...] [--checks-ms 160 256]
+                                   [--incomplete-ms 1000 1600] [--silence-ms 300 500 800]
 
 The labelled set (bench/turn_set.py) is built from ../shared/data/speech/en: every sentence as
 recorded, and the same sentence with 500-900 ms of its own background inserted at the word boundary

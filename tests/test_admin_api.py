@@ -22,6 +22,7 @@ from tests.fixtures.admin import (
     make_admin_env,
     mark_engines_ready,
     recorded_turn,
+    stage_ms,
 )
 
 if sys.version_info >= (3, 11):
@@ -305,7 +306,7 @@ def test_turns_and_latency_come_from_the_trace_store(admin_env: AdminEnv) -> Non
     turns = client.get("/api/turns", params={"limit": 10}).json()
     assert [t["transcript"] for t in turns] == ["slow one", "fast one"]
     slow_view = turns[0]
-    expected_ms = round(slow.stage_s("turn_latency") * 1000, 1)
+    expected_ms = round(stage_ms(slow, "turn_latency"), 1)
     assert slow_view["turn_latency_ms"] == expected_ms and slow_view["over_budget"] is True
     assert turns[1]["over_budget"] is False
     assert slow_view["timeline_s"]["speech_start"] == 0.0
@@ -319,7 +320,7 @@ def test_turns_and_latency_come_from_the_trace_store(admin_env: AdminEnv) -> Non
     assert stages["turn_latency"]["p95_over_budget"] is True and stages["asr"]["budget_ms"] is None
     # How turns ended: per turn (with the endpoint wait), and how often the model heard "unfinished".
     assert (slow_view["endpoint_by"], slow_view["turn_incomplete"]) == ("incomplete_silence", 2)
-    assert slow_view["endpoint_wait_ms"] == round(slow.stage_s("endpoint_wait") * 1000, 1)
+    assert slow_view["endpoint_wait_ms"] == round(stage_ms(slow, "endpoint_wait"), 1)
     assert (latency["turn_checks"], latency["turn_incomplete"]) == (3, 2)
     assert latency["endings"] == {"smart_turn": 1, "incomplete_silence": 1}
 

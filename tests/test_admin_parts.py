@@ -8,6 +8,7 @@ import os
 import stat
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -25,7 +26,7 @@ from appliance.admin.users import UserDirectory, UserFileError, read_users, set_
 from appliance.admin.views import latency_report, turn_view
 from appliance.cli import main
 from appliance.config import ConfigError, load_settings
-from tests.fixtures.admin import recorded_turn
+from tests.fixtures.admin import recorded_turn, stage_ms
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -105,7 +106,10 @@ def test_sessions_expire_and_keep_only_digests_of_tokens() -> None:
 
 
 def test_merge_changes_sets_removes_and_lists_changed_keys() -> None:
-    current = {"llm": {"temperature": 0.2, "model": "qwen-1.5b"}, "agent": {"site_name": "A"}}
+    current: dict[str, dict[str, Any]] = {
+        "llm": {"temperature": 0.2, "model": "qwen-1.5b"},
+        "agent": {"site_name": "A"},
+    }
     merged, changed = merge_changes(
         current, {"llm": {"temperature": 0.5, "model": None}, "trace": {"budget_ms": 700}}
     )
@@ -207,7 +211,7 @@ def test_views_flag_turns_over_budget_and_skip_failed_turns() -> None:
     report = latency_report([slow, fast, failed], 800)
     latency = next(s for s in report.stages if s.stage == "turn_latency")
     assert latency.count == 2  # the failed turn is not in the percentiles
-    assert latency.max_ms == pytest.approx(slow.stage_s("turn_latency") * 1000, abs=0.1)
+    assert latency.max_ms == pytest.approx(stage_ms(slow, "turn_latency"), abs=0.1)
     assert report.turns == 3 and report.over_budget == 2
 
 

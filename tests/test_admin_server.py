@@ -6,6 +6,7 @@ import asyncio
 import contextlib
 from collections.abc import AsyncIterator
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -138,7 +139,7 @@ async def serving(env: AdminEnv) -> AsyncIterator[int]:
         await asyncio.gather(task, return_exceptions=True)
 
 
-def served_env(tmp_path: Path, settings: Settings, admin_users_file: Path, **admin: object) -> AdminEnv:
+def served_env(tmp_path: Path, settings: Settings, admin_users_file: Path, **admin: Any) -> AdminEnv:
     holder = bind_socket("127.0.0.1", 0)
     port = holder.getsockname()[1]
     holder.close()

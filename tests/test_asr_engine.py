@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -18,7 +19,7 @@ from tests.fixtures import build
 from tests.fixtures.asr import SpeechCase
 
 # Every keyword of the factory, for the tests that call it with one choice changed.
-FACTORY_DEFAULTS = {
+FACTORY_DEFAULTS: dict[str, Any] = {
     "backend": "onnxruntime",
     "device": "cpu",
     "precision": "int8",

@@ -201,6 +201,7 @@ def test_smart_turn_asks_once_at_the_short_silence_and_a_complete_verdict_ends_t
         EventKind.TURN_CHECK,
     ]
     check = events[-1]
+    assert check.speech_end_s is not None
     assert check.time_s - check.speech_end_s == pytest.approx(5 * F)  # 160 ms of silence
     assert feed_all(ep, [OFF] * 3) == []  # no second check in the same pause
     (end,) = ep.verdict(check.check_id, 0.9)

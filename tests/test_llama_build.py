@@ -7,6 +7,7 @@ import shutil
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -60,20 +61,19 @@ def test_arm64_profiles_never_enable_sve() -> None:
     assert not any("sve" in a for a in orin.cmake_args)
 
 
-def test_the_cache_key_changes_with_options_features_python_and_version() -> None:
+def test_the_cache_key_changes_with_options_features_and_version() -> None:
     base = choose_profile(AVX512, machine="x86_64")
-    key = wheel_mod.cache_key("0.3.36", base, "cp311")
+    key = wheel_mod.cache_key("0.3.36", base, "py3")
     others = {
-        wheel_mod.cache_key("0.3.36", choose_profile(AVX512 | {"avx512vbmi"}, machine="x86_64"), "cp311"),
-        wheel_mod.cache_key("0.3.36", choose_profile(AVX512, machine="x86_64", level=SAFE), "cp311"),
+        wheel_mod.cache_key("0.3.36", choose_profile(AVX512 | {"avx512vbmi"}, machine="x86_64"), "py3"),
+        wheel_mod.cache_key("0.3.36", choose_profile(AVX512, machine="x86_64", level=SAFE), "py3"),
         wheel_mod.cache_key(
-            "0.3.36", choose_profile(AVX512, machine="x86_64", extra_args=["-DGGML_CUDA=on"]), "cp311"
+            "0.3.36", choose_profile(AVX512, machine="x86_64", extra_args=["-DGGML_CUDA=on"]), "py3"
         ),
-        wheel_mod.cache_key("0.3.36", base, "cp310"),
-        wheel_mod.cache_key("0.3.37", base, "cp311"),
+        wheel_mod.cache_key("0.3.37", base, "py3"),
     }
-    assert key not in others and len(others) == 5
-    assert wheel_mod.cache_key("0.3.36", choose_profile(AVX512, machine="x86_64"), "cp311") == key
+    assert key not in others and len(others) == 4
+    assert wheel_mod.cache_key("0.3.36", choose_profile(AVX512, machine="x86_64"), "py3") == key
 
 
 def test_build_asks_pip_for_a_fresh_compile_with_the_profile_options(tmp_path: Path) -> None:
@@ -82,7 +82,7 @@ def test_build_asks_pip_for_a_fresh_compile_with_the_profile_options(tmp_path: P
     def fake_pip(command: list[str], env: dict[str, str]) -> subprocess.CompletedProcess[str]:
         calls.append((command, env))
         out = Path(command[command.index("-w") + 1])
-        (out / "llama_cpp_python-0.3.36-cp311-cp311-linux_x86_64.whl").write_bytes(b"PK\x05\x06" + b"\0" * 18)
+        (out / "llama_cpp_python-0.3.36-py3-none-linux_x86_64.whl").write_bytes(b"PK\x05\x06" + b"\0" * 18)
         return subprocess.CompletedProcess(command, 0)
 
     profile = choose_profile(SAPPHIRE_RAPIDS, machine="x86_64")
@@ -98,7 +98,14 @@ def test_build_asks_pip_for_a_fresh_compile_with_the_profile_options(tmp_path: P
 
 
 def test_a_folder_without_its_build_record_is_not_a_cached_wheel(tmp_path: Path) -> None:
-    (tmp_path / "llama_cpp_python-0.3.36-cp311-cp311-linux_x86_64.whl").write_bytes(b"half")
+    (tmp_path / "llama_cpp_python-0.3.36-py3-none-linux_x86_64.whl").write_bytes(b"half")
+    assert wheel_mod.find_cached(tmp_path) is None
+
+
+def test_one_wheel_serves_every_python_3_and_a_cpython_bound_one_is_not_reused(tmp_path: Path) -> None:
+    assert wheel_mod.python_tag(sys.executable) == "py3"  # 3.10 and 3.11 share the cache folder
+    (tmp_path / wheel_mod.BUILD_RECORD).write_text("{}")
+    (tmp_path / "llama_cpp_python-0.3.36-cp311-cp311-linux_x86_64.whl").write_bytes(b"PK")
     assert wheel_mod.find_cached(tmp_path) is None
 
 
@@ -169,19 +176,19 @@ def _tools(tmp_path: Path, log: list[str], **kwargs: object) -> Toolbox:
     venv = tmp_path / "venv"
     venv.mkdir(exist_ok=True)
 
-    def build(profile: object, folder: Path) -> Path:
-        log.append(f"build {profile.name}")  # type: ignore[attr-defined]
+    def build(profile: Any, folder: Path) -> Path:
+        log.append(f"build {profile.name}")
         folder.mkdir(parents=True, exist_ok=True)
-        wheel = folder / "llama_cpp_python-0.3.36-cp311-cp311-linux_x86_64.whl"
+        wheel = folder / "llama_cpp_python-0.3.36-py3-none-linux_x86_64.whl"
         wheel.write_bytes(b"wheel")
         record = {
             "profile": {
                 "name": profile.name,
-                "cmake_args": list(profile.cmake_args),  # type: ignore[attr-defined]
+                "cmake_args": list(profile.cmake_args),
                 "features": list(profile.features),
                 "machine": profile.machine,
             }
-        }  # type: ignore[attr-defined]
+        }
         (folder / wheel_mod.BUILD_RECORD).write_text(json.dumps(record))
         return wheel
 
@@ -191,7 +198,7 @@ def _tools(tmp_path: Path, log: list[str], **kwargs: object) -> Toolbox:
 
     defaults: dict[str, object] = {
         "python": sys.executable, "venv": venv, "version": "0.3.36", "features": frozenset(AVX512),
-        "machine": "x86_64", "py_tag": "cp311", "log": log.append, "build": build, "install": installed,
+        "machine": "x86_64", "py_tag": "py3", "log": log.append, "build": build, "install": installed,
     }  # fmt: skip
     defaults.update(kwargs)
     return Toolbox(**defaults)  # type: ignore[arg-type]

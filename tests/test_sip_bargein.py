@@ -15,6 +15,7 @@ from appliance.rtp.packet import RtpPacket, parse_rtp
 from appliance.sip import CallAudio
 from appliance.sip.message import SipResponse, parse_message
 from engines.vad.endpointer import EndpointerParams
+from tests.fixtures.net import send_datagram
 from tests.fixtures.pipeline import make_fakes
 from tests.test_sip_helpers import LOOPBACK, running_server
 
@@ -56,9 +57,7 @@ def test_caller_talking_over_the_reply_stops_it_within_a_few_frames() -> None:
                 kind = "Content-Type: application/sdp\r\n" if body else ""
                 return f"{method} {target} SIP/2.0\r\n{via}{head}To: {to}\r\nCSeq: {cseq} {method}\r\n{kind}Content-Length: {len(body)}\r\n\r\n{body}".encode()
 
-            await loop.sock_sendto(
-                sip, request("INVITE", 1, f"<{target}>", sdp), (LOOPBACK, server.local_port)
-            )
+            await send_datagram(sip, request("INVITE", 1, f"<{target}>", sdp), (LOOPBACK, server.local_port))
             while True:
                 response = parse_message(await asyncio.wait_for(loop.sock_recv(sip, 65535), 3))
                 if isinstance(response, SipResponse) and response.status >= 200:
@@ -67,7 +66,7 @@ def test_caller_talking_over_the_reply_stops_it_within_a_few_frames() -> None:
             remote = int(
                 next(x for x in response.body.decode().splitlines() if x.startswith("m=audio")).split()[1]
             )
-            await loop.sock_sendto(sip, request("ACK", 1, to), (LOOPBACK, server.local_port))
+            await send_datagram(sip, request("ACK", 1, to), (LOOPBACK, server.local_port))
 
             question, interruption = _tone_8k(0.8), _tone_8k(0.6)
             loud_at: list[float] = []
@@ -86,7 +85,7 @@ def test_caller_talking_over_the_reply_stops_it_within_a_few_frames() -> None:
                 else:
                     chunk = np.zeros(160, np.float32)
                 packet = RtpPacket(0, index & 0xFFFF, index * 160, 7, g711.encode(chunk, "PCMU"))
-                await loop.sock_sendto(rtp, packet.to_bytes(), (LOOPBACK, remote))
+                await send_datagram(rtp, packet.to_bytes(), (LOOPBACK, remote))
                 sequence += 1
                 index += 1
                 while True:  # read what came back meanwhile
@@ -100,7 +99,7 @@ def test_caller_talking_over_the_reply_stops_it_within_a_few_frames() -> None:
                 if loud_at and interruption_from is None and loop.time() - loud_at[0] > 0.6:
                     interruption_from, barge_at = index, loop.time()  # talk over the reply
                 await asyncio.sleep(max(0.0, start + index * 0.02 - loop.time()))
-            await loop.sock_sendto(sip, request("BYE", 2, to), (LOOPBACK, server.local_port))
+            await send_datagram(sip, request("BYE", 2, to), (LOOPBACK, server.local_port))
             await asyncio.sleep(0.2)
             sip.close()
             rtp.close()

@@ -23,6 +23,7 @@ from appliance.sip.headers import HeaderError
 from appliance.sip.message import SipRequest, SipSyntaxError, parse_message
 from appliance.sip.sdp import SdpError, negotiate, parse_sdp
 from appliance.sip.transactions import transaction_key
+from tests.fixtures.net import send_datagram
 from tests.test_sip_helpers import (
     LOOPBACK,
     free_udp_port,
@@ -168,7 +169,6 @@ def test_server_under_a_flood_of_fuzzed_sip_and_rtp_keeps_both_calls_going(
         await EchoHandler()(call)
 
     async def flood(server_port: int, rtp_port: int, rng: random.Random) -> int:
-        loop = asyncio.get_running_loop()
         sent = 0
         with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
             sock.bind((LOOPBACK, 0))
@@ -176,8 +176,8 @@ def test_server_under_a_flood_of_fuzzed_sip_and_rtp_keeps_both_calls_going(
             good_rtp = RtpPacket(0, 500, 80000, 99, bytes(160)).to_bytes()
             for _ in range(40):
                 for _ in range(25):
-                    await loop.sock_sendto(sock, mutate(rng, rng.choice(CORPUS)), (LOOPBACK, server_port))
-                    await loop.sock_sendto(sock, mutate(rng, good_rtp), (LOOPBACK, rtp_port))
+                    await send_datagram(sock, mutate(rng, rng.choice(CORPUS)), (LOOPBACK, server_port))
+                    await send_datagram(sock, mutate(rng, good_rtp), (LOOPBACK, rtp_port))
                     sent += 2
                 await asyncio.sleep(0.05)
         return sent
@@ -243,7 +243,7 @@ async def _options(port: int) -> bytes | None:
             f"OPTIONS sip:appliance@{LOOPBACK} SIP/2.0\r\nVia: SIP/2.0/UDP {LOOPBACK}:{local};branch=z9hG4bKafter\r\n"
             f"From: <sip:t@{LOOPBACK}>;tag=1\r\nTo: <sip:appliance@{LOOPBACK}>\r\nCall-ID: after-flood\r\nCSeq: 1 OPTIONS\r\n\r\n"
         ).encode()
-        await loop.sock_sendto(sock, request, (LOOPBACK, port))
+        await send_datagram(sock, request, (LOOPBACK, port))
         try:
             return await asyncio.wait_for(loop.sock_recv(sock, 65535), 2.0)
         except asyncio.TimeoutError:

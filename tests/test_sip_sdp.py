@@ -19,7 +19,7 @@ def offer(*media: str, session: str = "c=IN IP4 192.0.2.50") -> str:
     )
 
 
-def answer(text: str, **kwargs: object):  # type: ignore[no-untyped-def]
+def answer(text: str, **kwargs: object):
     params: dict[str, object] = {
         "local_host": "192.0.2.1",
         "local_port": 40000,

@@ -12,6 +12,7 @@ from appliance.ratelog import ThrottledLog
 from appliance.sip import CallAudio, SipServer
 from appliance.sip.message import SipRequest, SipResponse, parse_message
 from appliance.sip.transactions import Retransmitter
+from tests.fixtures.net import send_datagram
 from tests.test_sip_helpers import LOOPBACK, free_udp_port, running_server
 
 
@@ -34,7 +35,7 @@ class Phone:
         ).encode()
 
     async def send(self, data: bytes, port: int) -> None:
-        await asyncio.get_running_loop().sock_sendto(self.sock, data, (LOOPBACK, port))
+        await send_datagram(self.sock, data, (LOOPBACK, port))
 
     async def collect(self, seconds: float) -> list[SipRequest | SipResponse]:
         loop = asyncio.get_running_loop()

@@ -15,6 +15,7 @@ from appliance.sip import EchoHandler
 from appliance.sip.checks import check_request
 from appliance.sip.headers import parse_name_addr, parse_via
 from appliance.sip.message import SipRequest, SipResponse, SipSyntaxError, parse_message
+from tests.fixtures.net import send_datagram
 from tests.test_sip_helpers import LOOPBACK, running_server
 
 MESSAGES: dict[str, bytes] = {
@@ -1051,14 +1052,13 @@ ON_THE_WIRE = sorted(
 def test_server_answers_or_drops_every_torture_message_and_keeps_serving() -> None:
     async def scenario() -> dict[str, bytes | None]:
         async with running_server(EchoHandler()) as server:
-            loop = asyncio.get_running_loop()
             sockets = {}
             for name in ON_THE_WIRE:
                 sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
                 sock.bind((LOOPBACK, 0))
                 sock.setblocking(False)
                 sockets[name] = sock
-                await loop.sock_sendto(sock, MESSAGES[name], (LOOPBACK, server.local_port))
+                await send_datagram(sock, MESSAGES[name], (LOOPBACK, server.local_port))
             await asyncio.sleep(0.6)
             replies: dict[str, bytes | None] = {}
             for name, sock in sockets.items():
@@ -1101,7 +1101,7 @@ async def _options_roundtrip(port: int) -> bytes | None:
             f"From: <sip:t@{LOOPBACK}>;tag=1\r\nTo: <sip:appliance@{LOOPBACK}>\r\nCall-ID: alive\r\nCSeq: 1 OPTIONS\r\n"
             "Content-Length: 0\r\n\r\n"
         ).encode()
-        await loop.sock_sendto(sock, options, (LOOPBACK, port))
+        await send_datagram(sock, options, (LOOPBACK, port))
         try:
             return await asyncio.wait_for(loop.sock_recv(sock, 65535), 2.0)
         except asyncio.TimeoutError:

@@ -1,8 +1,10 @@
 """Compile, cache and install the llama-cpp-python wheel of one build profile.
 
 Each profile's wheel lives in its own folder of the cache, named by a key over everything that
-decides the machine code (package version, Python tag, architecture, CMake options and the processor
-features the options were chosen from), with ``build.json`` beside it. A wheel is reused only where
+decides the machine code (package version, the wheel's Python tag, architecture, CMake options and the
+processor features the options were chosen from), with ``build.json`` beside it. llama-cpp-python loads
+its native library through ctypes, so its wheels are ``py3-none-<platform>``: one build serves every
+Python 3 of the machine (3.10 and 3.11 alike). A wheel is reused only where
 the same key comes out; pip's own cache is never consulted, since it keys a source build by version
 alone and would hand back a wheel compiled with other options.
 """
@@ -40,14 +42,15 @@ class CachedWheel:
     profile: BuildProfile
 
 
+WHEEL_PYTHON_TAG = "py3"  # the package's wheels carry no CPython ABI (see above)
+
+
 def python_tag(python: str) -> str:
+    """The Python tag of the wheels ``python`` takes from this cache: ``py3`` for any Python 3."""
     out = subprocess.run(
-        [python, "-c", "import sys; print(f'cp{sys.version_info[0]}{sys.version_info[1]}')"],
-        check=True,
-        capture_output=True,
-        text=True,
+        [python, "-c", "import sys; print(sys.version_info[0])"], check=True, capture_output=True, text=True
     )
-    return out.stdout.strip()
+    return f"py{out.stdout.strip()}"
 
 
 def cache_key(version: str, profile: BuildProfile, py_tag: str) -> str:
@@ -69,7 +72,8 @@ def cache_folder(wheels: Path, version: str, profile: BuildProfile, py_tag: str)
 def find_cached(folder: Path) -> Path | None:
     if not (folder / BUILD_RECORD).is_file():
         return None  # a build that never finished leaves no record
-    found = sorted(folder.glob("llama_cpp_python-*.whl"))
+    # A wheel tied to one CPython (cp311-cp311) would not install for another: not this cache's kind.
+    found = sorted(folder.glob(f"llama_cpp_python-*-{WHEEL_PYTHON_TAG}-none-*.whl"))
     return found[0] if found else None
 
 
