@@ -170,6 +170,14 @@ class SipConfig(Section):
     rtp_port_max: int = Field(40100, ge=1024, le=65535)
     rtp_timeout_s: float = Field(30.0, gt=0.0, le=3600.0, description="a call with no RTP this long ends")
     answer_delay_s: float = Field(0.0, ge=0.0, le=30.0, description="ringing time before answering")
+    t1_ms: int = Field(
+        500,
+        ge=50,
+        le=2000,
+        description="RFC 3261 timer T1, the round-trip estimate: answers are repeated from T1 on, and a "
+        "call whose 200 OK is never ACKed ends after 64*T1 (32 s at 500 ms), freeing its slot; lower it "
+        "only where the phone system is on the same LAN",
+    )
     codecs: tuple[Literal["PCMU", "PCMA"], ...] = Field(("PCMU", "PCMA"), min_length=1)
     jitter_depth_packets: int = Field(3, ge=0, le=25, description="reordering allowance, 20 ms packets")
     rtp_latch: bool = Field(

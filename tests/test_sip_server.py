@@ -185,3 +185,28 @@ def test_the_throttled_log_counts_what_it_held_back(caplog: pytest.LogCaptureFix
         "bad packet 5 (and 4 more like it in the last 10 s, not logged)",
         "another kind",
     ]
+
+
+def test_an_invite_never_acked_gives_its_slot_back_after_64_t1() -> None:
+    # T1 = 50 ms (a LAN): the 200 OK is repeated, then after 64*T1 = 3.2 s without an ACK the call
+    # ends with a BYE and a second caller gets the only slot.
+    async def scenario() -> tuple[list[int], list[str], list[int], float]:
+        async with running_server(_hold, max_calls=1, t1_ms=50) as server:
+            silent, second = Phone(), Phone()
+            started = asyncio.get_running_loop().time()
+            await silent.send(silent.invite("no-ack", "z9hG4bKnoack"), server.local_port)
+            await silent.collect(0.3)
+            await second.send(second.invite("busy", "z9hG4bKbusy"), server.local_port)
+            busy = _statuses(await second.collect(0.3))
+            heard = await silent.collect(3.5)
+            freed_after = asyncio.get_running_loop().time() - started
+            await second.send(second.invite("later", "z9hG4bKlater"), server.local_port)
+            later = _statuses(await second.collect(0.3))
+            silent.close()
+            second.close()
+            return busy, [m.method for m in heard if isinstance(m, SipRequest)], later, freed_after
+
+    busy, requests, later, freed_after = asyncio.run(scenario())
+    assert 486 in busy  # the unACKed call holds the slot at first
+    assert "BYE" in requests  # then it is ended, and the caller told so
+    assert 200 in later and freed_after < 5.0

@@ -57,6 +57,7 @@ def test_a_pause_in_the_middle_is_not_taken_for_the_end(real_engines: SessionEng
 
     (trace,) = session.traces  # one turn: the sentence was answered once, as a whole
     assert session.turns_done == 1
+    assert session.dropped_speculative >= 1  # the turn started at the pause was dropped when speech resumed
     words = trace.transcript.lower()
     assert "drop" in words and "figures" in words, trace.transcript
     assert trace.turn_incomplete >= 1  # the model heard "drop the two when" as unfinished

@@ -156,7 +156,10 @@ class InviteFlow:
         )
         call.stream.start()
         call.ok_retx = Retransmitter(
-            lambda: self.transport.send(data, source), lambda: self._no_ack(call), already_sent=True
+            lambda: self.transport.send(data, source),
+            lambda: self._no_ack(call),
+            t1_s=self.config.t1_ms / 1000.0,
+            already_sent=True,
         )
         log.info("call %s answered (%s from %s:%d)", call.call_id, call.caller, *source)
 
@@ -235,7 +238,10 @@ class InviteFlow:
             invite, source, 200, headers=(("Contact", self.transport.contact_for(source)),), body=sdp.encode()
         )
         call.ok_retx = Retransmitter(
-            lambda: self.transport.send(data, source), lambda: self._no_ack(call), already_sent=True
+            lambda: self.transport.send(data, source),
+            lambda: self._no_ack(call),
+            t1_s=self.config.t1_ms / 1000.0,
+            already_sent=True,
         )
 
     def send_final_failure(
@@ -263,7 +269,9 @@ class InviteFlow:
             )  # under a flood, answer once and do not repeat (no amplification)
             return
         self.final_retx[key] = Retransmitter(
-            lambda: self.transport.send(data, source), lambda: self._forget_final(key)
+            lambda: self.transport.send(data, source),
+            lambda: self._forget_final(key),
+            t1_s=self.config.t1_ms / 1000.0,
         )
 
     def _forget_final(self, key: tuple[str, ...]) -> None:

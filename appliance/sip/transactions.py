@@ -82,13 +82,16 @@ class Retransmitter:
         send: Callable[[], None],
         on_timeout: Callable[[], None] | None = None,
         *,
-        timeout_s: float = TRANSACTION_TIMEOUT_S,
+        timeout_s: float | None = None,
+        t1_s: float = T1_S,
         max_sends: int | None = None,
         already_sent: bool = False,
     ) -> None:
+        """``timeout_s`` defaults to 64*T1, RFC 3261's timer for a transaction (Timer H, the 2xx's)."""
         self._send = send
         self._on_timeout = on_timeout
-        self._timeout_s = timeout_s
+        self._t1_s = t1_s
+        self._timeout_s = 64 * t1_s if timeout_s is None else timeout_s
         self._max_sends = max_sends
         if not already_sent:
             self._send()  # the first copy goes now, even if the caller stops the repeats at once
@@ -104,7 +107,7 @@ class Retransmitter:
     async def _run(self) -> None:
         loop = asyncio.get_running_loop()
         deadline = loop.time() + self._timeout_s
-        interval, sends = T1_S, 1
+        interval, sends = self._t1_s, 1
         while self._max_sends is None or sends < self._max_sends:
             wait = min(interval, deadline - loop.time())
             if wait <= 0:
