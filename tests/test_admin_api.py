@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import sqlite3
 import stat
 import sys
 from collections.abc import Iterator
@@ -488,3 +489,21 @@ def test_status_carries_the_daemons_notice_for_the_banner(
     plain.login(client)
     assert client.get("/api/status").json()["notice"] is None
     plain.store.close()
+
+
+def test_turns_the_store_could_not_keep_are_shown_not_hidden(admin_env: AdminEnv) -> None:
+    # A full disk, as SQLite reports it (SQLITE_FULL): the database may not grow past its pages.
+    store = admin_env.store
+    store.add(recorded_turn(transcript="kept"))
+    (pages,) = store._db.execute("PRAGMA page_count").fetchone()
+    store._db.execute(f"PRAGMA max_page_count = {pages}")
+    big = recorded_turn(transcript="lost " * 4000)
+    with pytest.raises(sqlite3.OperationalError, match="full"):
+        store.add(big)
+    client = admin_env.client()
+    admin_env.login(client)
+    status = client.get("/api/status").json()
+    assert status["turns_not_stored"] == 1
+    assert "1 turn(s) could not be stored" in status["notice"] and "free disk space" in status["notice"]
+    assert "appliance_turns_not_stored 1.0" in client.get("/metrics").text
+    assert [t["transcript"] for t in client.get("/api/turns").json()] == ["kept"]  # nothing stored is lost

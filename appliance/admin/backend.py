@@ -43,6 +43,10 @@ class AdminBackend(Protocol):
         """The turn latency budget in force (``trace.budget_ms``)."""
         ...
 
+    def turns_not_stored(self) -> int:
+        """Turns the trace store failed to keep since the start."""
+        ...
+
     def config(self) -> ConfigView: ...
 
     def update_config(self, changes: dict[str, dict[str, Any]]) -> ConfigUpdate:

@@ -126,8 +126,19 @@ class LocalBackend:
             runtimes=self._runtimes,
             bundle=self._bundle,
             host=self._probe.read(),
-            notice=self._notice,
+            notice=self._notices(),
+            turns_not_stored=self.store.failed_writes,
         )
+
+    def _notices(self) -> str | None:
+        notices = [self._notice] if self._notice else []
+        if self.store.failed_writes:
+            notices.append(
+                f"{self.store.failed_writes} turn(s) could not be stored in {self.store.db_path} "
+                f"({self.store.last_write_error}); they are missing from this page (fix: free disk space "
+                "there, or point trace.db_path at a writable disk)"
+            )
+        return " · ".join(notices) or None
 
     def sessions(self) -> list[LiveSession]:
         return self.registry.sessions()
@@ -137,6 +148,9 @@ class LocalBackend:
 
     def budget_ms(self) -> float:
         return float(self._settings.trace.budget_ms)
+
+    def turns_not_stored(self) -> int:
+        return self.store.failed_writes
 
     def config(self) -> ConfigView:
         return ConfigView(

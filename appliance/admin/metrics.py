@@ -62,6 +62,11 @@ class _LiveGauges(Collector):
             sessions.add_metric([kind], count)
         yield sessions
         yield GaugeMetricFamily(
+            "appliance_turns_not_stored",
+            "turns the trace store could not keep since the start (disk full, read-only)",
+            value=self._backend.turns_not_stored(),
+        )
+        yield GaugeMetricFamily(
             "appliance_latency_budget_seconds",
             "turn latency budget",
             value=self._backend.budget_ms() / 1000.0,

@@ -92,6 +92,7 @@ class StatusReport(Body):
     bundle: BundleSummary
     host: HostStats
     notice: str | None = Field(None, description="what the operator must know, e.g. a configuration fallback")
+    turns_not_stored: int = Field(0, description="turns the trace store could not keep since the start")
 
 
 class LiveSession(Body):

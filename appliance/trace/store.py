@@ -50,9 +50,21 @@ class TraceStore:
             ) from err
         self._lock = threading.Lock()
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="trace-store")
+        self.db_path = db_path
+        self.failed_writes = 0  # turns that could not be stored (disk full, file gone read-only)
+        self.last_write_error: str | None = None
 
     def add(self, trace: TurnTrace) -> None:
-        """Commit one turn and drop the oldest beyond ``max_turns``."""
+        """Commit one turn and drop the oldest beyond ``max_turns``. A failure is counted (the admin
+        page warns about it) and raised."""
+        try:
+            self._add(trace)
+        except (sqlite3.Error, OSError) as err:
+            self.failed_writes += 1
+            self.last_write_error = str(err)
+            raise
+
+    def _add(self, trace: TurnTrace) -> None:
         record = json.dumps(trace.to_dict(), ensure_ascii=False)
         with self._lock:
             self._db.execute("BEGIN")
@@ -73,7 +85,8 @@ class TraceStore:
                     "DELETE FROM turns WHERE seq <= (SELECT MAX(seq) FROM turns) - ?", (self.max_turns,)
                 )
             except BaseException:
-                self._db.execute("ROLLBACK")
+                if self._db.in_transaction:  # SQLite rolls back by itself on some errors (disk full)
+                    self._db.execute("ROLLBACK")
                 raise
             self._db.execute("COMMIT")
 
