@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import socket
 import sqlite3
 import stat
 import sys
@@ -507,3 +508,37 @@ def test_turns_the_store_could_not_keep_are_shown_not_hidden(admin_env: AdminEnv
     assert "1 turn(s) could not be stored" in status["notice"] and "free disk space" in status["notice"]
     assert "appliance_turns_not_stored 1.0" in client.get("/metrics").text
     assert [t["transcript"] for t in client.get("/api/turns").json()] == ["kept"]  # nothing stored is lost
+
+
+def test_a_change_the_machine_cannot_honour_is_refused_before_it_is_written(
+    admin_env: AdminEnv, tmp_path: Path
+) -> None:
+    """A port another program holds, a folder with no bundle, a database folder that cannot be
+    written: each would stop the next start, so the page refuses it, naming the key, and writes nothing."""
+    client = admin_env.client()
+    token = admin_env.login(client)
+    before = admin_env.config_path.read_bytes()
+    not_a_folder = tmp_path / "a-file"
+    not_a_folder.write_text("")
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as taken:
+        taken.bind(("127.0.0.1", 0))
+        port = taken.getsockname()[1]
+        changes = {
+            "sip": {"enabled": True, "bind_host": "127.0.0.1", "port": port, "tcp": False},
+            "bundle": {"dir": str(tmp_path / "no-bundle-here")},
+            "trace": {"db_path": str(not_a_folder / "turns.sqlite3")},
+        }
+        response = client.put("/api/config", json={"changes": changes}, headers={"X-CSRF-Token": token})
+    assert response.status_code == 422, response.text
+    message = response.json()["message"]
+    assert f"sip.port: UDP 127.0.0.1:{port} cannot be used: another program already listens there" in message
+    assert "bundle.dir" in message and "no manifest.json" in message
+    assert "trace.db_path" in message and "cannot be written" in message
+    assert admin_env.config_path.read_bytes() == before
+    # The same port once it is free again is accepted.
+    fine = client.put(
+        "/api/config",
+        json={"changes": {"sip": {"enabled": True, "bind_host": "127.0.0.1", "port": port, "tcp": False}}},
+        headers={"X-CSRF-Token": token},
+    )
+    assert fine.status_code == 200, fine.text

@@ -7,6 +7,7 @@ the same schema as ``appliance config check``. Comments in the file are not kept
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -150,10 +151,19 @@ def _toml_string(text: str) -> str:
     return f'"{escaped}"'
 
 
-def apply_changes(path: Path, changes: dict[str, dict[str, Any]]) -> tuple[Settings, list[str]]:
-    """Merge ``changes`` into the file at ``path``, validate, write; the file's settings, changed keys."""
+def apply_changes(
+    path: Path,
+    changes: dict[str, dict[str, Any]],
+    *,
+    machine_check: Callable[[Settings], list[ConfigProblem]] | None = None,
+) -> tuple[Settings, list[str]]:
+    """Merge ``changes`` into the file at ``path``, validate (``machine_check``: what the machine must
+    offer the new settings), write; the file's settings and the changed keys."""
     merged, changed = merge_changes(read_file_data(path), changes)
     file_settings = validate_file_data(merged, "changes")
+    problems = machine_check(file_settings) if machine_check is not None else []
+    if problems:
+        raise ConfigError("changes", problems)
     text = to_toml(merged)
     # What is written must read back as the same settings (the schema alone: the rest was checked).
     if _schema_checked(loads_toml(text), str(path)) != file_settings:

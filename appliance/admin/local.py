@@ -16,6 +16,7 @@ import psutil
 from appliance import __version__
 from appliance.admin.backend import ConfigNotWritable, LiveRegistry
 from appliance.admin.config_file import apply_changes, environment_overrides
+from appliance.admin.placement import placement_problems
 from appliance.admin.schemas import (
     BundleSummary,
     ConfigUpdate,
@@ -168,7 +169,10 @@ class LocalBackend:
                 "start it with `appliance run --config FILE` to change settings here"
             )
         with self._config_lock:
-            _, changed = apply_changes(self.config_path, changes)
+            running = self._settings
+            _, changed = apply_changes(
+                self.config_path, changes, machine_check=lambda new: placement_problems(new, running)
+            )
             overridden = set(environment_overrides())
             effective = load_settings(self.config_path)
             live = [k for k in changed if k in self.live_keys and k not in overridden]
