@@ -90,10 +90,13 @@ def test_daemon_unit_is_notify_with_watchdog_and_sandbox() -> None:
         "NoNewPrivileges": "yes",
         "DevicePolicy": "closed",
         "StateDirectory": "appliance",
+        "IPAddressDeny": "any",  # the second wall of the air gap: only the site's own networks
     }
     for key, value in expected.items():
         assert unit[key] == [value], key
     assert int(unit["WatchdogSec"][0]) >= 10
+    allowed = unit["IPAddressAllow"][0].split()
+    assert {"localhost", "10.0.0.0/8", "192.168.0.0/16"} <= set(allowed) and "any" not in allowed
     assert "char-alsa rw" in unit["DeviceAllow"]
     assert any(d.startswith("/dev/nvmap") for d in unit["DeviceAllow"])
     assert unit["ExecStart"][0].startswith(
