@@ -146,3 +146,29 @@ def test_native_runtimes_try_no_network_in_a_namespace_of_their_own(tmp_path: Pa
     assert done.returncode == 0 and "done" in done.stdout, done.stderr[-2000:]
     attempts = [line for line in trace.read_text().splitlines() if "AF_INET" in line]
     assert attempts == [], "\n".join(attempts[:10])
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(
+    any(shutil.which(tool) is None for tool in ("unshare", "strace", "ip", "mount")) or os.geteuid() != 0,
+    reason="needs unshare, strace, ip, mount and root (network and mount namespaces of its own)",
+)
+def test_the_daemon_with_a_call_and_the_admin_page_sends_nothing_out(tmp_path: Path, data_dir: Path) -> None:
+    """`appliance run` with SIP and the admin page, a real SIPp call asking a question and admin
+    requests, held 40 s past READY (ONNX Runtime's telemetry looked its collector up ~9 s after the
+    first session), in a namespace where a resolver is reachable and records every query and a default
+    route exists: no DNS query, no connect or send to any address but loopback."""
+    done = subprocess.run(
+        ["unshare", "-n", "-m", "--propagation", "private", sys.executable, "-m", "tests.airgap_daemon",
+         "--tmp", str(tmp_path), "--data", str(data_dir), "--hold-s", "40"],
+        cwd=REPO, capture_output=True, text=True, timeout=600,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    report = json.loads(done.stdout.strip().splitlines()[-1])
+    assert report["returncode"] == 0, report["daemon_output"]
+    assert report["sipp_returncode"] == 0, report["sipp_output"]
+    assert any("brooklyn" in t.lower() for t in report["transcripts"]), report
+    assert report["pages"]["/healthz"] == 200 and report["pages"]["/metrics"] == 200, report["pages"]
+    assert report["inet_calls"] > 0  # strace saw the daemon's own loopback traffic: it was watching
+    assert report["dns_queries"] == [], report["dns_queries"]
+    assert report["outside_connects"] == [], "\n".join(report["outside_connects"])
