@@ -10,27 +10,20 @@ host would really send: the recorder counts the queries, strace the connects. Pr
 from __future__ import annotations
 
 import argparse
-import asyncio
 import json
 import os
-import signal
 import socket
-import sqlite3
 import subprocess
 import sys
 import threading
 import time
-import urllib.request
 from pathlib import Path
 
-import numpy as np
-import psutil
-
-from engines.audio import load_audio, resample
-from tests.test_sip_helpers import SCENARIOS, free_udp_port, run_sipp, write_rtp_pcap
+from tests.fixtures.daemon_proc import DaemonConfig, DaemonProcess, free_tcp_port, http_status, place_call
+from tests.test_sip_helpers import free_udp_port
 
 RESOLVER = "10.53.0.1"
-QUESTION = "speech/en/google_audio.wav"
+_LOOPBACK = ('"127.', '"::1"', '"::ffff:127.')
 
 
 def _sh(*command: str) -> None:
@@ -83,80 +76,6 @@ def _qname(question: bytes) -> str:
     return ".".join(labels)
 
 
-def write_config(tmp: Path, sip_port: int, admin_port: int) -> Path:
-    config = tmp / "appliance.toml"
-    config.write_text(
-        f"""
-[audio]
-input = "none"
-[llm]
-model = "gemma-270m"
-max_reply_tokens = 24
-[bundle]
-verify_on_start = false
-[trace]
-db_path = "{tmp / "turns.sqlite3"}"
-[sip]
-enabled = true
-bind_host = "127.0.0.1"
-port = {sip_port}
-allow_from = ["127.0.0.0/8"]
-[admin]
-enabled = true
-bind_host = "127.0.0.1"
-port = {admin_port}
-metrics_public = true
-users_file = "{tmp / "admin-users"}"
-password_file = "{tmp / "admin-password"}"
-""",
-        encoding="utf-8",
-    )
-    return config
-
-
-def _get(url: str) -> int:
-    try:
-        with urllib.request.urlopen(url, timeout=5) as response:
-            return int(response.status)
-    except OSError:
-        return 0
-
-
-def _free_tcp_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
-
-
-class _Server:
-    def __init__(self, port: int) -> None:
-        self.local_port = port
-
-
-def call(tmp: Path, data_dir: Path, sip_port: int) -> tuple[int, str]:
-    audio, rate = load_audio(data_dir / QUESTION)
-    question = resample(audio, rate, 8000)
-    question = question / float(np.abs(question).max()) * 0.5
-    silence = np.zeros(8000 * 6, np.float32)
-    pcap = write_rtp_pcap(
-        tmp / "question.pcap", np.concatenate([np.zeros(4000, np.float32), question, silence])
-    )
-    scenario = tmp / "call_until_bye_long.xml"
-    scenario.write_text(
-        (SCENARIOS / "call_until_bye.xml").read_text().replace('timeout="30000"', 'timeout="40000"')
-    )
-    result = asyncio.run(
-        run_sipp(
-            os.path.relpath(scenario, SCENARIOS),
-            _Server(sip_port),  # type: ignore[arg-type]
-            keys={"rtp_port": str(free_udp_port()), "codecs": "0 101", "pcap": str(pcap)},
-            timeout_s=45,
-            workdir=tmp,
-        )
-    )
-    return result.returncode, result.output[-1500:]
-
-
 def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--tmp", type=Path, required=True)
@@ -166,46 +85,33 @@ def main() -> int:
     tmp = args.tmp
     make_network(tmp)
     dns = DnsRecorder()
-    sip_port, admin_port = free_udp_port(), _free_tcp_port()
-    config = write_config(tmp, sip_port, admin_port)
+    config = DaemonConfig(tmp, sip_port=free_udp_port(), admin_port=free_tcp_port())
     trace = tmp / "net.trace"
-    env = {k: v for k, v in os.environ.items() if k not in ("ORT_DISABLE_TELEMETRY", "NOTIFY_SOCKET")}
-    command = ["strace", "-f", "-qq", "-e", "trace=connect,sendto,sendmsg", "-o", str(trace)]
-    command += [str(Path(sys.prefix) / "bin" / "appliance"), "run", "--config", str(config)]
-    daemon = subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    base = f"http://127.0.0.1:{admin_port}"
+    # The product must switch ONNX Runtime's telemetry off itself: not inherited from this process.
+    env = {k: v for k, v in os.environ.items() if k != "ORT_DISABLE_TELEMETRY"}
+    strace = ["strace", "-f", "-qq", "-e", "trace=connect,sendto,sendmsg", "-o", str(trace)]
+    daemon = DaemonProcess(config, wrapper=strace, env=env)
     started = time.monotonic()
-    while _get(f"{base}/readyz") != 200 and time.monotonic() - started < 300 and daemon.poll() is None:
-        time.sleep(0.5)
-    ready_s = time.monotonic() - started
-    sipp_rc, sipp_output = call(tmp, args.data, sip_port)
-    pages = {path: _get(base + path) for path in ("/healthz", "/readyz", "/metrics", "/login", "/api/status")}
+    ready_s = daemon.wait_ready()
+    sipp_rc, sipp_output = place_call(tmp, args.data, config.sip_port)
+    base = daemon.base_url
+    pages = {
+        path: http_status(base + path)
+        for path in ("/healthz", "/readyz", "/metrics", "/login", "/api/status")
+    }
     while time.monotonic() - started < ready_s + args.hold_s:
         time.sleep(1.0)
-    # SIGTERM to the daemon itself: strace, signalled, would only detach and leave it running.
-    for child in psutil.Process(daemon.pid).children():
-        child.send_signal(signal.SIGTERM)
-    try:
-        output, _ = daemon.communicate(timeout=60)
-    except subprocess.TimeoutExpired:
-        for child in psutil.Process(daemon.pid).children(recursive=True):
-            child.kill()
-        output, _ = daemon.communicate(timeout=30)
-    with sqlite3.connect(tmp / "turns.sqlite3") as db:
-        transcripts = [json.loads(r[0])["transcript"] for r in db.execute("SELECT record FROM turns")]
+    output = daemon.stop()
     lines = trace.read_text().splitlines() if trace.exists() else []
     outside = [
         line
         for line in lines
-        if ("AF_INET" in line or "AF_INET6" in line)
-        and not any(
-            local in line for local in ('"127.', '"::1"', '"::ffff:127.', 'sin_addr=inet_addr("0.0.0.0")')
-        )
+        if ("AF_INET" in line or "AF_INET6" in line) and not any(local in line for local in _LOOPBACK)
     ]
     print(
         json.dumps(
             {
-                "returncode": daemon.returncode,
+                "returncode": daemon.process.returncode,
                 "ready_s": round(ready_s, 1),
                 "held_s": round(time.monotonic() - started, 1),
                 "dns_queries": dns.queries,
@@ -214,7 +120,7 @@ def main() -> int:
                 "sipp_returncode": sipp_rc,
                 "sipp_output": sipp_output if sipp_rc else "",
                 "pages": pages,
-                "transcripts": transcripts,
+                "transcripts": [turn["transcript"] for turn in daemon.stored_turns()],
                 "daemon_output": output[-3000:],
             }
         )
