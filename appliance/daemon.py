@@ -40,7 +40,9 @@ DEMO_REPLY_NAME = "last-demo-reply.wav"
 class SessionRegistry(Protocol):
     """Where live sessions are shown (the admin page's ``LiveRegistry``)."""
 
-    def open_session(self, session_id: str, kind: str, peer: str = "") -> None: ...
+    def open_session(
+        self, session_id: str, kind: str, peer: str = "", state_of: Callable[[], str] | None = None
+    ) -> None: ...
 
     def update_session(
         self, session_id: str, *, state: str | None = None, turn_done: bool = False
@@ -52,7 +54,9 @@ class SessionRegistry(Protocol):
 class NullRegistry:
     """The registry when the admin page is off: sessions are shown nowhere."""
 
-    def open_session(self, session_id: str, kind: str, peer: str = "") -> None:
+    def open_session(
+        self, session_id: str, kind: str, peer: str = "", state_of: Callable[[], str] | None = None
+    ) -> None:
         return None
 
     def update_session(self, session_id: str, *, state: str | None = None, turn_done: bool = False) -> None:
@@ -196,7 +200,7 @@ async def run_session(
         session_id=session_id,
         on_turn=turn_done,
     )
-    registry.open_session(session_id, kind, peer)
+    registry.open_session(session_id, kind, peer, state_of=lambda: session.state)
     try:
         await session.run(max_turns=max_turns)
     finally:

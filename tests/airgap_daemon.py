@@ -93,7 +93,7 @@ def main() -> int:
     daemon = DaemonProcess(config, wrapper=strace, env=env)
     started = time.monotonic()
     ready_s = daemon.wait_ready()
-    sipp_rc, sipp_output = place_call(tmp, args.data, config.sip_port)
+    sipp_rc, sipp_output = place_call(tmp, args.data, config.sip_port, scenario="call.xml", pause_ms=10000)
     base = daemon.base_url
     pages = {
         path: http_status(base + path)

@@ -324,7 +324,7 @@ def test_a_call_is_a_session_whose_reply_is_queued_for_the_caller() -> None:
     from appliance.audio.call import call_session_kwargs
 
     fakes = make_fakes("Thanks for calling.")
-    call = _FakeCall(np.concatenate([tone(0.6), silence(1.0)]))
+    call = _FakeCall(np.concatenate([tone(0.6), silence(2.0)]))  # the caller stays until the answer is out
     session = Session(engines=fakes.engines, **call_session_kwargs(call))
     _run(session.run())
     assert session.session_id == "call-c1" and session.turns_done == 1
@@ -417,3 +417,53 @@ def test_a_verdict_still_out_when_speech_resumes_is_ignored() -> None:
     assert session.turns_done == 1 and session.dropped_speculative == 1
     assert trace.endpoint_by == "smart_turn" and trace.turn_checks == 2
     assert trace.audio_s > 1.8  # both halves reached the ASR
+
+
+class _CallLikeSource(ArraySource):
+    ends_with_listener = True  # as appliance.audio.call.CallSource: its end means the caller is gone
+
+
+LONG_REPLY = " ".join(["word"] * 200) + "."
+
+
+def test_stopping_a_session_mid_reply_cuts_the_turn_at_once_and_keeps_it(tmp_path) -> None:
+    fakes = make_fakes(LONG_REPLY, token_delay_s=0.05)
+    store = TraceStore(tmp_path / "turns.sqlite3", max_turns=10)
+    source = ArraySource(np.concatenate([silence(0.3), tone(1.0), silence(10.0)]), realtime=True)
+    session = Session(
+        engines=fakes.engines, source=source, sink=MemorySink(16000, realtime=True), store=store
+    )
+
+    async def stop_while_speaking() -> float:
+        task = asyncio.create_task(session.run())
+        while not session.speaking:
+            await asyncio.sleep(0.05)
+        await asyncio.sleep(0.5)
+        started = time.monotonic()
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+        return time.monotonic() - started
+
+    took_s = asyncio.run(asyncio.wait_for(stop_while_speaking(), 30))
+    (stored,) = store.recent(5)
+    assert stored.outcome == "stopped" and stored.cancelled, stored
+    assert 0 < len(stored.played_reply.split()) < 200
+    assert took_s < 5.0  # not the ~10 s the rest of the reply would have taken to play
+    store.close()
+
+
+def test_a_call_that_ends_cuts_its_turn_at_once_instead_of_playing_to_nobody(tmp_path) -> None:
+    fakes = make_fakes(LONG_REPLY, token_delay_s=0.05)
+    store = TraceStore(tmp_path / "turns.sqlite3", max_turns=10)
+    source = _CallLikeSource(np.concatenate([silence(0.3), tone(1.0), silence(2.0)]), realtime=True)
+    session = Session(
+        engines=fakes.engines, source=source, sink=MemorySink(16000, realtime=True), store=store
+    )
+    started = time.monotonic()
+    _run(session.run())
+
+    (stored,) = store.recent(5)
+    assert stored.outcome == "hangup" and stored.cancelled, stored
+    assert time.monotonic() - started < 6.0  # the source ended at 3.3 s; the reply would take ~10 s more
+    store.close()

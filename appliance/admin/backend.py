@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Callable
 from typing import Any, Protocol
 
 from appliance.admin.schemas import (
@@ -68,6 +69,7 @@ class LiveRegistry:
         self._lock = threading.Lock()
         self._engines: dict[str, EngineState] = {}
         self._sessions: dict[str, LiveSession] = {}
+        self._state_of: dict[str, Callable[[], str]] = {}
 
     def set_engine(self, state: EngineState) -> None:
         with self._lock:
@@ -83,11 +85,16 @@ class LiveRegistry:
         with self._lock:
             return list(self._engines.values())
 
-    def open_session(self, session_id: str, kind: str, peer: str = "") -> None:
+    def open_session(
+        self, session_id: str, kind: str, peer: str = "", state_of: Callable[[], str] | None = None
+    ) -> None:
+        """``state_of``: the session's own state (listening, thinking, speaking), read when shown."""
         with self._lock:
             self._sessions[session_id] = LiveSession(
                 session_id=session_id, kind=kind, peer=peer, started_at=time.time()
             )
+            if state_of is not None:
+                self._state_of[session_id] = state_of
 
     def update_session(self, session_id: str, *, state: str | None = None, turn_done: bool = False) -> None:
         with self._lock:
@@ -104,7 +111,14 @@ class LiveRegistry:
     def close_session(self, session_id: str) -> None:
         with self._lock:
             self._sessions.pop(session_id, None)
+            self._state_of.pop(session_id, None)
 
     def sessions(self) -> list[LiveSession]:
         with self._lock:
-            return sorted(self._sessions.values(), key=lambda s: s.started_at)
+            shown = [
+                s
+                if s.session_id not in self._state_of
+                else s.model_copy(update={"state": self._state_of[s.session_id]()})
+                for s in self._sessions.values()
+            ]
+        return sorted(shown, key=lambda s: s.started_at)

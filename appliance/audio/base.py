@@ -52,7 +52,7 @@ class Reframer:
 
     def __init__(self, frame_samples: int = FRAME_SAMPLES) -> None:
         self.frame_samples = frame_samples
-        self._pending = np.zeros(0, dtype=np.float32)
+        self._pending: np.ndarray = np.zeros(0, dtype=np.float32)
 
     def push(self, chunk: np.ndarray) -> list[np.ndarray]:
         data = np.concatenate([self._pending, np.asarray(chunk, dtype=np.float32).reshape(-1)])

@@ -22,6 +22,9 @@ class CallAudioLike(Protocol):
 
 class CallSource:
     realtime = True  # RTP arrives at the caller's pace
+    # When the call's audio ends the caller has hung up: nobody is left to hear a reply, so the
+    # session cuts the turn in progress at once instead of letting it run on (and hold the LLM).
+    ends_with_listener = True
 
     def __init__(self, call: CallAudioLike) -> None:
         self.call = call

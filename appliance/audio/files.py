@@ -21,7 +21,7 @@ class ArraySource:
     """
 
     def __init__(self, audio_16k: np.ndarray, *, realtime: bool, name: str = "array") -> None:
-        data = np.asarray(audio_16k, dtype=np.float32).reshape(-1)
+        data: np.ndarray = np.asarray(audio_16k, dtype=np.float32).reshape(-1)
         remainder = len(data) % FRAME_SAMPLES
         if remainder:
             data = np.concatenate([data, np.zeros(FRAME_SAMPLES - remainder, dtype=np.float32)])

@@ -184,6 +184,13 @@ class Session:
     def speaking(self) -> bool:
         return self._active is not None and self._active.turn.player.playing
 
+    @property
+    def state(self) -> str:
+        """What the admin page shows: speaking (a reply playing), thinking (a turn running), listening."""
+        if self.speaking:
+            return "speaking"
+        return "thinking" if self._active is not None else "listening"
+
     async def run(self, *, stop: asyncio.Event | None = None, max_turns: int | None = None) -> None:
         """Listen until the source ends, ``stop`` is set, or ``max_turns`` turns have finished."""
         vad_stream = await self.engines.vad_worker.call(self.engines.vad.stream)
@@ -203,12 +210,19 @@ class Session:
                     break
             else:
                 self._source_ended = True
-                for event in self.endpointer.finish():
-                    await self._on_event(event, time.monotonic())
+                if not getattr(self.source, "ends_with_listener", False):
+                    for event in self.endpointer.finish():
+                        await self._on_event(event, time.monotonic())
+        except asyncio.CancelledError:
+            stopped_early = True  # the session itself was stopped (the daemon shutting down, a call gone)
+            raise
         finally:
             for task in list(self._check_tasks):
                 task.cancel()
-            await self._close_active(cancel=stopped_early)
+            hung_up = self._source_ended and getattr(self.source, "ends_with_listener", False)
+            await self._close_active(
+                cancel=stopped_early or hung_up, outcome="hangup" if self._source_ended else "stopped"
+            )
 
     async def _on_frame(self, frame: np.ndarray, vad_stream: Any) -> None:
         if len(frame) != FRAME_SAMPLES:
@@ -322,13 +336,16 @@ class Session:
         if self._active is not None and self._active.turn.confirmed and self._active.task.done():
             await self._close_active(cancel=False)
 
-    async def _close_active(self, *, cancel: bool) -> None:
+    async def _close_active(self, *, cancel: bool, outcome: str = "") -> None:
+        """Close the active turn: cancel it (``outcome``: why it was cut, when the session ends) or
+        let it finish; record it either way."""
         active, self._active = self._active, None
         if active is None:
             return
         try:
             if not active.task.done():
                 if cancel:
+                    active.turn.trace.outcome = outcome
                     active.task.cancel()
                 else:
                     with contextlib.suppress(asyncio.TimeoutError):

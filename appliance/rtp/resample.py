@@ -33,7 +33,7 @@ class Upsampler2x:
         kernel = _design_lowpass(_TAPS, _CUTOFF_HZ, 16000.0) * 2.0  # gain 2 restores the zero-stuffed level
         self._even = kernel[0::2][::-1].copy()
         self._odd = kernel[1::2][::-1].copy()
-        self._history = np.zeros(len(self._even) - 1, dtype=np.float32)
+        self._history: np.ndarray = np.zeros(len(self._even) - 1, dtype=np.float32)
 
     def process(self, audio_8k: np.ndarray) -> np.ndarray:
         x = np.concatenate([self._history, np.asarray(audio_8k, dtype=np.float32)])

@@ -113,6 +113,17 @@ class SipServer(asyncio.DatagramProtocol):
         )
 
     async def stop(self) -> None:
+        # The calls' sessions stop first, while the rest of the daemon (the trace store) is still
+        # there: a reply cut by the shutdown is stored as such. Then each caller gets a BYE.
+        handlers = [
+            c.handler_task
+            for c in self.calls.values()
+            if c.handler_task is not None and not c.handler_task.done()
+        ]
+        for task in handlers:
+            task.cancel()
+        if handlers:
+            await asyncio.wait(handlers, timeout=HANDLER_GRACE_S)
         for call in list(self.calls.values()):
             await self.end_call(call, "appliance shutting down", send_bye=True)
         if self._watcher is not None:
