@@ -1,7 +1,7 @@
 """End-to-end turn latency: real speech through the real pipeline in real time, side by side with the
 processing floor and a sequential pipeline, per LLM; cold start and peak RSS; JSON and PNG plots.
 
-    .venv/bin/python -m bench [--llm gemma-270m qwen-1.5b] [--turns 8] [--out DIR]
+    .venv/bin/python -m bench [--llm gemma-270m qwen-1.5b] [--turns 20] [--out DIR]
 
 For each LLM the engines are loaded once; each turn feeds a real recording (../shared/data/speech/en)
 through ``one_turn`` at microphone pace, then measures the floor and the sequential baseline on the same
@@ -198,7 +198,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--llm", nargs="+", default=None, help="LLM models (default: every one in the bundle)"
     )
-    parser.add_argument("--turns", type=int, default=8, help="utterances per LLM (default 8)")
+    parser.add_argument(
+        "--turns", type=int, default=20, help="turns per LLM, cycling through the utterances (default 20)"
+    )
     parser.add_argument(
         "--out", type=Path, default=None, help="result folder (default bench/results/<time>/)"
     )
@@ -243,6 +245,7 @@ def main(argv: list[str] | None = None) -> int:
         "started_utc": stamp,
         "command": " ".join(["python -m bench", *(argv if argv is not None else sys.argv[1:])]),
         "machine": describe_machine(),
+        "load_average_before": list(os.getloadavg()),  # a contended run shows here
         "turns_per_model": args.turns,
         "models": [],
         "plots": [],
@@ -253,6 +256,7 @@ def main(argv: list[str] | None = None) -> int:
             skip = args.no_cold_start or mode != (args.endpointer or [None])[0]
             model["cold_start"] = {"skipped": True} if skip else cold_start(llm, utterances[0].path)
             result["models"].append(model)
+    result["load_average_after"] = list(os.getloadavg())
     if not args.no_plots:
         from bench.plots import write_plots
 

@@ -55,6 +55,7 @@ def test_two_turn_run_writes_a_result_with_the_full_schema(data_dir: Path, tmp_p
     assert machine["cpu_cores_logical"] >= 1 and machine["memory_gb"] > 0
     assert {"onnxruntime", "llama_cpp_python", "torch"} <= set(machine["versions"])
     assert machine["python"] == ".".join(map(str, sys.version_info[:3]))
+    assert len(result["load_average_before"]) == 3 and len(result["load_average_after"]) == 3
 
     assert sorted(result["plots"]) == ["latency_cdf.png", "latency_vs_sequential.png", "stages.png"]
     for name in result["plots"]:
