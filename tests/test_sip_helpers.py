@@ -40,6 +40,26 @@ def free_udp_port(host: str = LOOPBACK) -> int:
         return int(sock.getsockname()[1])
 
 
+def free_media_ports(host: str = LOOPBACK) -> int:
+    """A port P with P..P+3 free for UDP: SIPp's ``-mp`` binds audio RTP/RTCP at P, P+1 and video at
+    P+2, P+3, so one free port alone is not enough (a taken P+2 failed a call now and then)."""
+    for _attempt in range(200):
+        base = random.randrange(10000, 20000, 4)  # below the ephemeral ports and the tests' RTP ranges
+        sockets = []
+        try:
+            for port in range(base, base + 4):
+                sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+                sockets.append(sock)
+                sock.bind((host, port))
+        except OSError:
+            continue
+        finally:
+            for sock in sockets:
+                sock.close()
+        return base
+    raise RuntimeError(f"no four consecutive free UDP ports on {host}")
+
+
 def sip_config(**overrides: object) -> SipConfig:
     base = random.randrange(20000, 30000, 2)
     values: dict[str, object] = {
@@ -86,7 +106,7 @@ async def run_sipp(
         pytest.fail("SIPp is required for the SIP call tests on CI (apt-get install sip-tester)")
     args = [
         SIPP, "-sf", str(SCENARIOS / scenario), f"{LOOPBACK}:{server.local_port}",
-        "-i", local_ip, "-p", str(free_udp_port(local_ip)), "-mp", str(free_udp_port(local_ip)),
+        "-i", local_ip, "-p", str(free_udp_port(local_ip)), "-mp", str(free_media_ports(local_ip)),
         "-m", "1", "-l", "1", "-d", str(pause_ms), "-t", transport, "-nostdin", "-timeout", f"{int(timeout_s)}s", "-timeout_error",
         "-trace_err", "-error_file", str(workdir / f"{scenario}.{random.getrandbits(24)}.errors.log"),
     ]  # fmt: skip
