@@ -13,6 +13,7 @@ import numpy as np
 
 from engines.audio import resample
 from engines.errors import BackendUnavailable, InputError, ModelFileError
+from engines.onnx_cpu import cpu_session_options
 from engines.tts.clauses import split_text
 from engines.tts.text import speakable
 
@@ -50,10 +51,7 @@ class PiperTts:
 
         if not self.model_path.is_file():
             raise ModelFileError(f"Piper voice model {self.model_path} is missing", fix=_BUNDLE_FIX)
-        options = ort.SessionOptions()
-        options.intra_op_num_threads = self.threads
-        options.inter_op_num_threads = 1
-        options.log_severity_level = 3
+        options = cpu_session_options(ort, self.threads)
         # The appliance runs several engines on shared cores: idle threads that spin for work steal
         # CPU from the others (measured on a busy 2-core machine: 1.61 s -> 1.19 s for one sentence).
         options.add_session_config_entry("session.intra_op.allow_spinning", "0")

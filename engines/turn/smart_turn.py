@@ -16,6 +16,7 @@ import numpy as np
 from engines.asr.features import log_mel
 from engines.audio import SAMPLE_RATE_HZ
 from engines.errors import BackendUnavailable, InputError, ModelFileError
+from engines.onnx_cpu import open_cpu_session
 
 log = logging.getLogger(__name__)
 
@@ -55,16 +56,9 @@ class SmartTurnDetector:
                 "Smart Turn needs the onnxruntime package",
                 fix="pip install 'voice-appliance[cpu]', or set endpointer.mode = 'silence'",
             ) from err
-        if not self.model_path.is_file():
-            raise ModelFileError(f"Smart Turn model {self.model_path} is missing", fix=_FIX)
-        options = ort.SessionOptions()
-        options.intra_op_num_threads = self.threads
-        options.inter_op_num_threads = 1
-        options.log_severity_level = 3
-        try:
-            session = ort.InferenceSession(str(self.model_path), options, providers=["CPUExecutionProvider"])
-        except Exception as err:  # onnxruntime raises its own untyped errors for bad files
-            raise ModelFileError(f"{self.model_path} is not a loadable ONNX model ({err})", fix=_FIX) from err
+        session = open_cpu_session(
+            ort, self.model_path, threads=self.threads, what="Smart Turn model", fix=_FIX
+        )
         inputs = session.get_inputs()
         if [i.name for i in inputs] != ["input_features"] or list(inputs[0].shape[1:]) != list(FEATURE_SHAPE):
             shapes = [(i.name, i.shape) for i in inputs]

@@ -11,6 +11,7 @@ import numpy as np
 
 from engines.audio import FRAME_SAMPLES, SAMPLE_RATE_HZ
 from engines.errors import BackendUnavailable, ModelFileError
+from engines.onnx_cpu import open_cpu_session
 from engines.vad.frames import check_frame
 
 log = logging.getLogger(__name__)
@@ -58,22 +59,13 @@ class OnnxSileroVad:
             )
         import onnxruntime as ort
 
-        if not self.model_path.is_file():
-            raise ModelFileError(
-                f"Silero VAD model {self.model_path} is missing",
-                fix="rebuild the engine bundle: python -m build_scripts bundle --out DIR",
-            )
-        options = ort.SessionOptions()
-        options.intra_op_num_threads = self.threads
-        options.inter_op_num_threads = 1
-        options.log_severity_level = 3
-        try:
-            session = ort.InferenceSession(str(self.model_path), options, providers=["CPUExecutionProvider"])
-        except Exception as err:  # onnxruntime raises its own untyped errors for bad files
-            raise ModelFileError(
-                f"{self.model_path} is not a loadable ONNX model ({err})",
-                fix="rebuild the engine bundle: python -m build_scripts bundle --out DIR",
-            ) from err
+        session = open_cpu_session(
+            ort,
+            self.model_path,
+            threads=self.threads,
+            what="Silero VAD model",
+            fix="rebuild the engine bundle: python -m build_scripts bundle --out DIR",
+        )
         names = {i.name for i in session.get_inputs()}
         if names != {"input", "state", "sr"}:
             raise ModelFileError(
