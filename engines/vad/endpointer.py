@@ -81,12 +81,16 @@ class EndpointEvent:
     time_s: float  # stream time at the end of the frame that caused the event
     utterance_start_s: float  # speech start minus pre-roll, never below 0 (audio to keep from here)
     speech_end_s: float | None  # end of the last voiced frame (PROBABLY_ENDED, ENDPOINT), else None
-    forced: bool = False  # ENDPOINT because of max_utterance_s
     speech_start_s: float = 0.0  # start of the first voiced frame of the utterance (no pre-roll)
     check_id: int = 0  # TURN_CHECK: the number to answer verdict() with
     # ENDPOINT: what decided it: "silence", "smart_turn" (a complete verdict), "incomplete_silence"
     # (the long silence after an incomplete or missing verdict), "max_length", "stream_end"
     by: str = ""
+
+    @property
+    def forced(self) -> bool:
+        """ENDPOINT because of max_utterance_s."""
+        return self.by == "max_length"
 
 
 def _check_threshold(value: float) -> None:
@@ -260,7 +264,6 @@ class Endpointer:
             time_s=self._time_s,
             utterance_start_s=self._utterance_start_s,
             speech_end_s=speech_end_s,
-            forced=by == "max_length",
             speech_start_s=self._speech_start_s,
             check_id=self._check_id if kind is EventKind.TURN_CHECK else 0,
             by=by,
