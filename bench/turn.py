@@ -30,7 +30,7 @@ from typing import Any
 
 import numpy as np
 
-from bench.turn_set import Clip, build_clips, load_whisper
+from bench.turn_set import Clip, build_clips, call_path, load_whisper
 
 REPO = Path(__file__).resolve().parents[1]
 DEFAULT_DATA = Path(os.environ.get("APPLIANCE_TEST_DATA", REPO.parent / "shared" / "data"))
@@ -136,17 +136,13 @@ def compare_call_path(detector: Any, clips: list[Clip], check_s: float) -> dict[
     """Smart Turn on each clip's words as heard on a call (16 kHz -> 8 kHz G.711 u-law -> the call's
     own 16 kHz upsampler) vs at 16 kHz: the audio up to the end of speech (complete) or to the
     pause (pause clips), plus ``check_s`` of the clip's background."""
-    from appliance.rtp.g711 import decode, encode
-    from appliance.rtp.resample import Upsampler2x, downsample_16k_to_8k
-
     wide, narrow = [], []
     for clip in clips:
         words_end_s = clip.pause_start_s if clip.kind == "pause" else clip.speech_end_s
         assert words_end_s is not None
         audio = clip.audio[: round((words_end_s + check_s) * 16000)]
-        call = Upsampler2x().process(decode(encode(downsample_16k_to_8k(audio), "PCMU"), "PCMU"))
         wide.append(detector.complete_probability(audio))
-        narrow.append(detector.complete_probability(call))
+        narrow.append(detector.complete_probability(call_path(audio)))
     w, n = np.asarray(wide), np.asarray(narrow)
     return {
         "clips": len(clips),

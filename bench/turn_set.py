@@ -134,6 +134,15 @@ def build_clips(
     return clips
 
 
+def call_path(audio_16k: np.ndarray) -> np.ndarray:
+    """``audio_16k`` as a SIP call hands it to the session: 8 kHz G.711 u-law on the wire, decoded and
+    brought back to 16 kHz by the call's own upsampler."""
+    from appliance.rtp.g711 import decode, encode
+    from appliance.rtp.resample import Upsampler2x, downsample_16k_to_8k
+
+    return Upsampler2x().process(decode(encode(downsample_16k_to_8k(audio_16k), "PCMU"), "PCMU"))
+
+
 def load_whisper(bundle: Any, threads: int = 2) -> Any:
     """faster-whisper on the bundle's CTranslate2 Whisper (a dev dependency: benchmarks and tests)."""
     from faster_whisper import WhisperModel

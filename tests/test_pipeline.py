@@ -426,13 +426,17 @@ class _CallLikeSource(ArraySource):
 LONG_REPLY = " ".join(["word"] * 200) + "."
 
 
-def test_stopping_a_session_mid_reply_cuts_the_turn_at_once_and_keeps_it(tmp_path) -> None:
-    fakes = make_fakes(LONG_REPLY, token_delay_s=0.05)
+def _long_reply_session(tmp_path, source: ArraySource) -> tuple[Session, TraceStore]:
+    """A session answering a 1 s question with a 200-word reply (~10 s of audio), turns stored."""
     store = TraceStore(tmp_path / "turns.sqlite3", max_turns=10)
+    fakes = make_fakes(LONG_REPLY, token_delay_s=0.05)
+    sink = MemorySink(16000, realtime=True)
+    return Session(engines=fakes.engines, source=source, sink=sink, store=store), store
+
+
+def test_stopping_a_session_mid_reply_cuts_the_turn_at_once_and_keeps_it(tmp_path) -> None:
     source = ArraySource(np.concatenate([silence(0.3), tone(1.0), silence(10.0)]), realtime=True)
-    session = Session(
-        engines=fakes.engines, source=source, sink=MemorySink(16000, realtime=True), store=store
-    )
+    session, store = _long_reply_session(tmp_path, source)
 
     async def stop_while_speaking() -> float:
         task = asyncio.create_task(session.run())
@@ -454,12 +458,8 @@ def test_stopping_a_session_mid_reply_cuts_the_turn_at_once_and_keeps_it(tmp_pat
 
 
 def test_a_call_that_ends_cuts_its_turn_at_once_instead_of_playing_to_nobody(tmp_path) -> None:
-    fakes = make_fakes(LONG_REPLY, token_delay_s=0.05)
-    store = TraceStore(tmp_path / "turns.sqlite3", max_turns=10)
     source = _CallLikeSource(np.concatenate([silence(0.3), tone(1.0), silence(2.0)]), realtime=True)
-    session = Session(
-        engines=fakes.engines, source=source, sink=MemorySink(16000, realtime=True), store=store
-    )
+    session, store = _long_reply_session(tmp_path, source)
     started = time.monotonic()
     _run(session.run())
 

@@ -111,18 +111,25 @@ def test_ssrc_change_restarts_the_stream_without_losing_frames() -> None:
     assert len(frames) >= 49 * 320 // 512
 
 
+async def _stream_and_two_senders(
+    label: str, **options: bool
+) -> tuple[RtpStream, asyncio.DatagramTransport, asyncio.DatagramTransport, bytes]:
+    """An open stream, two UDP senders on the caller's host (two ports), and 20 ms of PCMU."""
+    stream = RtpStream(MediaParams(LOOPBACK, free_udp_port(), "PCMU", 0), label=label, **options)
+    await stream.open(LOOPBACK, free_udp_port())
+    loop = asyncio.get_running_loop()
+    first, _ = await loop.create_datagram_endpoint(asyncio.DatagramProtocol, local_addr=(LOOPBACK, 0))
+    second, _ = await loop.create_datagram_endpoint(asyncio.DatagramProtocol, local_addr=(LOOPBACK, 0))
+    return stream, first, second, g711.encode(_tone_8k(0.02), "PCMU")
+
+
 @pytest.mark.parametrize("latch", [True, False])
 def test_media_latches_to_the_first_port_of_the_callers_host_that_sends_it(latch: bool) -> None:
     """Two senders on the caller's own address: with latching (the default) only the first one's
     packets become frames and the other's are counted as foreign; without it both are taken."""
 
     async def scenario() -> RtpStream:
-        stream = RtpStream(MediaParams(LOOPBACK, free_udp_port(), "PCMU", 0), label="latch", latch=latch)
-        await stream.open(LOOPBACK, free_udp_port())
-        loop = asyncio.get_running_loop()
-        caller, _ = await loop.create_datagram_endpoint(asyncio.DatagramProtocol, local_addr=(LOOPBACK, 0))
-        other, _ = await loop.create_datagram_endpoint(asyncio.DatagramProtocol, local_addr=(LOOPBACK, 0))
-        payload = g711.encode(_tone_8k(0.02), "PCMU")
+        stream, caller, other, payload = await _stream_and_two_senders("latch", latch=latch)
         for index in range(10):
             caller.sendto(
                 RtpPacket(0, index, 160 * index, 7, payload).to_bytes(), (LOOPBACK, stream.local_port)
@@ -147,12 +154,7 @@ def test_media_latches_to_the_first_port_of_the_callers_host_that_sends_it(latch
 
 def test_a_re_invite_that_moves_the_media_latches_again() -> None:
     async def scenario() -> tuple[int, int]:
-        stream = RtpStream(MediaParams(LOOPBACK, free_udp_port(), "PCMU", 0), label="moved")
-        await stream.open(LOOPBACK, free_udp_port())
-        loop = asyncio.get_running_loop()
-        first, _ = await loop.create_datagram_endpoint(asyncio.DatagramProtocol, local_addr=(LOOPBACK, 0))
-        second, _ = await loop.create_datagram_endpoint(asyncio.DatagramProtocol, local_addr=(LOOPBACK, 0))
-        payload = g711.encode(_tone_8k(0.02), "PCMU")
+        stream, first, second, payload = await _stream_and_two_senders("moved")
         first.sendto(RtpPacket(0, 1, 160, 7, payload).to_bytes(), (LOOPBACK, stream.local_port))
         await asyncio.sleep(0.05)
         stream.update(MediaParams(LOOPBACK, free_udp_port(), "PCMU", 0))  # hold/transfer: new address

@@ -13,8 +13,7 @@ import pytest
 
 from appliance.config import load_settings, override
 from appliance.engine_set import build_engines, open_bundle, startup_problems, turn_detector
-from appliance.rtp.g711 import decode, encode
-from appliance.rtp.resample import Upsampler2x, downsample_16k_to_8k
+from bench.turn_set import call_path
 from engines.audio import load_audio_16k
 from engines.errors import BundleError, InputError, ModelFileError
 from engines.manifest import Bundle, Manifest
@@ -94,17 +93,11 @@ def test_finished_sentences_sound_finished_and_cut_ones_do_not(
     assert float(np.median(finished)) - float(np.median(cut)) > 0.5, (finished, cut)
 
 
-def _call_path(audio_16k: np.ndarray) -> np.ndarray:
-    """What a SIP call hands the session: 8 kHz G.711 u-law, decoded and upsampled to 16 kHz."""
-    wire = decode(encode(downsample_16k_to_8k(audio_16k), "PCMU"), "PCMU")
-    return Upsampler2x().process(wire)
-
-
 def test_the_call_path_at_8_khz_keeps_the_verdicts(smart_turn: TurnDetector, data_dir: Path) -> None:
     clips = [np.concatenate([_speech(data_dir, n), silence(TRAILING_S)]) for n in COMPLETE]
     clips += [np.concatenate([before, silence(TRAILING_S)]) for before, _ in cut_sentences(data_dir).values()]
     wide = np.array([smart_turn.complete_probability(c) for c in clips])
-    narrow = np.array([smart_turn.complete_probability(_call_path(c)) for c in clips])
+    narrow = np.array([smart_turn.complete_probability(call_path(c)) for c in clips])
     agree = np.mean((wide >= 0.5) == (narrow >= 0.5))
     assert agree >= 0.8, (wide.round(2), narrow.round(2))
     telephone = load_audio_16k(
