@@ -14,6 +14,10 @@ def system_prompt(agent: AgentConfig) -> str:
     return agent.persona.replace("{site_name}", agent.site_name).replace("{device_id}", agent.device_id)
 
 
+def _capitalised(text: str) -> str:
+    return text[:1].upper() + text[1:]
+
+
 class Conversation:
     """The messages of one session (without the system prompt), bounded to ``max_messages``."""
 
@@ -28,13 +32,15 @@ class Conversation:
         return tuple(self._messages)
 
     def with_user(self, text: str) -> list[Message]:
-        """The history as the LLM should see it with ``text`` as the next user message."""
+        """The history as the LLM should see it with ``text`` as the next user message (its first
+        letter capitalised: Whisper writes "the birch canoe" for part of an utterance and "The birch
+        canoe slid." for all of it, and a prefilled prompt must begin as the final one does)."""
         messages = list(self._messages)
         if messages and messages[-1].role == "user":
             # The previous question got no audible answer (barge-in before playback): one question.
-            messages[-1] = Message("user", f"{messages[-1].content} {text}".strip())
+            messages[-1] = Message("user", f"{messages[-1].content} {text.strip()}".strip())
         else:
-            messages.append(Message("user", text))
+            messages.append(Message("user", _capitalised(text.strip())))
         return messages
 
     def commit(self, user_text: str, assistant_text: str) -> None:

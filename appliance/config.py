@@ -123,6 +123,13 @@ class AsrConfig(Section):
     # 0.21x faster-whisper's latency, WER +0.5 points, on the test recordings (bench/asr.py).
     encode_real_length: bool = True
     threads: int = Field(2, ge=1, le=64)
+    partial_interval_ms: int = Field(
+        0,
+        ge=0,
+        le=10000,
+        description="while a person speaks, transcribe what was said so far after each this much new "
+        "speech (0: off); the LLM pre-evaluates the words two partials agree on (llm.prefill)",
+    )
 
 
 class LlmConfig(Section):
@@ -137,6 +144,9 @@ class LlmConfig(Section):
     temperature: float = Field(0.2, ge=0.0, le=2.0)
     threads: int = Field(2, ge=1, le=64)
     stop: tuple[str, ...] = ("\n\n",)
+    prefill: bool = Field(
+        True, description="evaluate the stable words of partial transcripts before the person stops speaking"
+    )
 
 
 class TtsConfig(Section):

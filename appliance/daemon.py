@@ -41,7 +41,12 @@ class SessionRegistry(Protocol):
     """Where live sessions are shown (the admin page's ``LiveRegistry``)."""
 
     def open_session(
-        self, session_id: str, kind: str, peer: str = "", state_of: Callable[[], str] | None = None
+        self,
+        session_id: str,
+        kind: str,
+        peer: str = "",
+        state_of: Callable[[], str] | None = None,
+        heard_of: Callable[[], str] | None = None,
     ) -> None: ...
 
     def update_session(
@@ -55,7 +60,12 @@ class NullRegistry:
     """The registry when the admin page is off: sessions are shown nowhere."""
 
     def open_session(
-        self, session_id: str, kind: str, peer: str = "", state_of: Callable[[], str] | None = None
+        self,
+        session_id: str,
+        kind: str,
+        peer: str = "",
+        state_of: Callable[[], str] | None = None,
+        heard_of: Callable[[], str] | None = None,
     ) -> None:
         return None
 
@@ -200,7 +210,9 @@ async def run_session(
         session_id=session_id,
         on_turn=turn_done,
     )
-    registry.open_session(session_id, kind, peer, state_of=lambda: session.state)
+    registry.open_session(
+        session_id, kind, peer, state_of=lambda: session.state, heard_of=lambda: session.heard
+    )
     try:
         await session.run(max_turns=max_turns)
     finally:

@@ -13,6 +13,7 @@ import logging
 
 from appliance.agent import system_prompt
 from appliance.config import ConfigProblem, Settings
+from appliance.pipeline.partials import PartialsConfig
 from appliance.pipeline.session import EchoGate, SessionConfig, SessionEngines
 from appliance.pipeline.turn import TurnConfig
 from engines.asr import AsrEngine
@@ -186,6 +187,9 @@ def session_config(settings: Settings) -> SessionConfig:
         echo=EchoGate(vad.threshold, vad.threshold_while_playing, vad.gate_while_playing),
         turn=TurnConfig(
             first_clause_words=settings.tts.first_clause_words, fallback_reply=agent.fallback_reply
+        ),
+        partials=PartialsConfig(
+            interval_s=settings.asr.partial_interval_ms / 1000.0, prefill=settings.llm.prefill
         ),
         max_history_messages=agent.max_history_messages,
     )

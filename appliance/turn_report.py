@@ -30,6 +30,10 @@ def turn_summary(
         "endpoint_by": trace.endpoint_by,
         "turn_checks": trace.turn_checks,
         "turn_complete_p": trace.turn_complete_p,
+        "partials": trace.partials,
+        "prefill_reused": trace.prefill_reused,
+        "llm_prompt_tokens": trace.llm_prompt_tokens,
+        "llm_evaluated_tokens": trace.llm_evaluated_tokens,
         "fast": fast,
     }
 
@@ -52,6 +56,12 @@ def describe_turn(summary: dict[str, Any]) -> str:
         if summary["turn_complete_p"] is not None:
             ended += f" (end-of-turn model: {summary['turn_complete_p']:.2f} finished, {summary['turn_checks']} check(s))"
         lines.append(ended)
+    if summary["partials"]:
+        lines.append(
+            f"partials:   {summary['partials']} while speaking; the LLM found {summary['prefill_reused']}"
+            f" prefilled prompt tokens and evaluated {summary['llm_evaluated_tokens']} of"
+            f" {summary['llm_prompt_tokens']} after the end of speech"
+        )
     stages = " | ".join(f"{k} {v:.0f}" for k, v in summary["stages_ms"].items() if v is not None)
     lines.append(f"stages ms:  {stages}")
     stamps = " | ".join(f"{k} {v:+.3f}" for k, v in summary["timestamps_s"].items() if v is not None)

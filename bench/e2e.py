@@ -83,9 +83,28 @@ def summarize_model(rows: list[dict[str, Any]]) -> dict[str, Any]:
         "llm_total_ms",
         "tts_whole_ms",
     )
+    from engines.asr.text import word_error_rate
+
+    counters = (
+        "partials",
+        "partial_asr_ms",
+        "prefill_tokens",
+        "prefill_reused",
+        "prefill_discarded",
+        "llm_prompt_tokens",
+        "llm_evaluated_tokens",
+    )
     return {
         "turns_ok": len(good),
         "turns_failed": len(rows) - len(good),
+        "transcript_wer": round(
+            word_error_rate([r["reference"] for r in good], [r["transcript"] for r in good]), 4
+        )
+        if good
+        else None,
+        # Per turn: partial transcripts and LLM prefill while the person spoke, and the prompt tokens
+        # the LLM still had to evaluate after the end of speech (llm_evaluated_tokens).
+        "during_speech": {k: summary([float(r.get(k) or 0) for r in good]) for k in counters},
         "turn_latency_ms": summary([r["latency_ms"] for r in good]),
         "stages_ms": stages,
         "floor_ms": {k: summary([r["floor"][k] for r in good]) for k in floor_keys},
@@ -107,13 +126,17 @@ def cold_start(llm: str, wav: Path) -> dict[str, Any]:
     return dict(json.loads(done.stdout.strip().splitlines()[-1]))
 
 
-async def bench_model(llm: str, utterances: list[Utterance], mode: str | None = None) -> dict[str, Any]:
+async def bench_model(
+    llm: str, utterances: list[Utterance], mode: str | None = None, partials_ms: int | None = None
+) -> dict[str, Any]:
     from appliance.config import load_settings, override
     from appliance.engine_set import build_engines, load_engines, open_bundle, session_config
 
     settings = override(load_settings(None), llm={"model": llm})
     if mode is not None:
         settings = override(settings, endpointer={"mode": mode})
+    if partials_ms is not None:
+        settings = override(settings, asr={"partial_interval_ms": partials_ms})
     engines = build_engines(settings, open_bundle(settings))
     config = session_config(settings)
     rows: list[dict[str, Any]] = []
@@ -137,12 +160,15 @@ async def bench_model(llm: str, utterances: list[Utterance], mode: str | None = 
     return {
         "llm": llm,
         "endpointer_mode": settings.endpointer.mode,
+        "partial_interval_ms": settings.asr.partial_interval_ms,
         "settings": {
             "endpointer": settings.endpointer.model_dump(),
             "first_clause_words": settings.tts.first_clause_words,
             "max_reply_tokens": settings.llm.max_reply_tokens,
             "temperature": settings.llm.temperature,
             "asr_model": settings.asr.model,
+            "partial_interval_ms": settings.asr.partial_interval_ms,
+            "llm_prefill": settings.llm.prefill,
             "tts_voice": settings.tts.voice,
             "threads": {
                 "asr": settings.asr.threads,
@@ -172,7 +198,8 @@ def describe(result: dict[str, Any]) -> str:
         cold = model["cold_start"]
         lines += [
             "",
-            f"== {model['llm']}, endpointer {model.get('endpointer_mode', 'silence')}: {s['turns_ok']} turns ok,"
+            f"== {model['llm']}, endpointer {model.get('endpointer_mode', 'silence')}, partials"
+            f" {model.get('partial_interval_ms') or 'off'}: {s['turns_ok']} turns ok,"
             f" {s['turns_failed']} failed",
             f"turn latency (speech_end -> playback_start) ms: {_fmt(s['turn_latency_ms'])}",
             f"floor (ASR + LLM first clause + TTS first chunk) ms: {_fmt(s['floor_ms']['floor_ms'])}",
@@ -180,6 +207,10 @@ def describe(result: dict[str, Any]) -> str:
             f"latency / floor: {_fmt(s['latency_over_floor'], 'x')}   (goal: latency <= floor + 50 ms)",
             f"latency - floor ms: {_fmt(s['latency_minus_floor_ms'])}",
             f"speed-up vs sequential: {_fmt(s['speedup_vs_sequential'], 'x')}   (goal >= 3x)",
+            f"transcript WER {s.get('transcript_wer')}; prompt tokens evaluated after the end of speech:"
+            f" {_fmt(s['during_speech']['llm_evaluated_tokens'])}",
+            f"partials per turn: {_fmt(s['during_speech']['partials'])}; prefill tokens reused:"
+            f" {_fmt(s['during_speech']['prefill_reused'])}, discarded: {_fmt(s['during_speech']['prefill_discarded'])}",
         ]
         for stage, stats in s["stages_ms"].items():
             lines.append(f"  stage {stage:<16} {_fmt(stats)}")
@@ -213,6 +244,14 @@ def main(argv: list[str] | None = None) -> int:
         choices=["silence", "smart_turn"],
         default=None,
         help="endpointer modes to run side by side (default: the configured one)",
+    )
+    parser.add_argument(
+        "--partials",
+        nargs="+",
+        type=int,
+        default=None,
+        metavar="MS",
+        help="asr.partial_interval_ms values to run side by side, 0 = off (default: the configured one)",
     )
     parser.add_argument("--no-cold-start", action="store_true", help="skip the cold-start subprocess")
     parser.add_argument("--no-plots", action="store_true", help="JSON only")
@@ -250,10 +289,11 @@ def main(argv: list[str] | None = None) -> int:
         "models": [],
         "plots": [],
     }
+    variants = [(m, p) for m in args.endpointer or [None] for p in args.partials or [None]]
     for llm in models:
-        for mode in args.endpointer or [None]:
-            model = asyncio.run(bench_model(llm, utterances, mode))
-            skip = args.no_cold_start or mode != (args.endpointer or [None])[0]
+        for index, (mode, partials_ms) in enumerate(variants):
+            model = asyncio.run(bench_model(llm, utterances, mode, partials_ms))
+            skip = args.no_cold_start or index > 0
             model["cold_start"] = {"skipped": True} if skip else cold_start(llm, utterances[0].path)
             result["models"].append(model)
     result["load_average_after"] = list(os.getloadavg())

@@ -136,6 +136,13 @@ async def run_turn(engines: SessionEngines, utterance: Utterance, config: Sessio
             "endpoint_by": trace.endpoint_by,
             "turn_checks": trace.turn_checks,
             "turn_complete_p": trace.turn_complete_p,
+            "partials": trace.partials,
+            "partial_asr_ms": trace.partial_asr_ms,
+            "prefill_tokens": trace.prefill_tokens,
+            "prefill_reused": trace.prefill_reused,
+            "prefill_discarded": trace.prefill_discarded,
+            "llm_prompt_tokens": trace.llm_prompt_tokens,
+            "llm_evaluated_tokens": trace.llm_evaluated_tokens,
         }
     )
     audio = load_audio_16k(utterance.path)

@@ -287,11 +287,18 @@ def test_sessions_follow_the_live_registry(admin_env: AdminEnv) -> None:
     admin_env.login(client)
     assert client.get("/api/sessions").json() == []
     admin_env.registry.open_session("sip-1", "sip", peer="sip:100@10.0.0.5")
-    admin_env.registry.open_session("mic", "microphone")
+    heard = ["how old is the"]
+    admin_env.registry.open_session(
+        "mic", "microphone", state_of=lambda: "listening", heard_of=lambda: heard[0]
+    )
     admin_env.registry.update_session("sip-1", state="speaking", turn_done=True)
     sessions = {s["session_id"]: s for s in client.get("/api/sessions").json()}
     assert sessions["sip-1"]["state"] == "speaking" and sessions["sip-1"]["turns"] == 1
-    assert sessions["mic"]["kind"] == "microphone"
+    assert sessions["sip-1"]["heard"] == ""
+    assert sessions["mic"]["kind"] == "microphone" and sessions["mic"]["state"] == "listening"
+    assert sessions["mic"]["heard"] == "how old is the"  # the partial transcript, read when shown
+    heard[0] = "how old is the Brooklyn Bridge"
+    assert client.get("/api/sessions").json()[1]["heard"] == heard[0]
     admin_env.registry.close_session("sip-1")
     assert [s["session_id"] for s in client.get("/api/sessions").json()] == ["mic"]
 

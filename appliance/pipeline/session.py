@@ -11,6 +11,9 @@ interrupt turns:
     ENDPOINT        confirm it (or start one now if none is running): playback may begin
     SPEECH_START    while a turn is running or playing: barge-in, cancel it
 
+While an utterance goes on, partial transcripts and the LLM's prefill of their stable words run in
+the background (appliance/pipeline/partials.py, ``asr.partial_interval_ms``).
+
 While the appliance is speaking the endpointer's threshold is raised (or the VAD gated entirely),
 because without echo cancellation the microphone hears the speaker.
 """
@@ -31,6 +34,7 @@ import numpy as np
 
 from appliance.agent import Conversation
 from appliance.audio.base import FRAME_S, FRAME_SAMPLES, AudioSink, AudioSource
+from appliance.pipeline.partials import Partials, PartialsConfig
 from appliance.pipeline.playback import Player
 from appliance.pipeline.turn import Turn, TurnConfig, TurnEngines
 from appliance.pipeline.workers import EngineWorker
@@ -63,6 +67,7 @@ class SessionConfig:
     endpointer: EndpointerParams = field(default_factory=EndpointerParams)
     echo: EchoGate = field(default_factory=EchoGate)
     turn: TurnConfig = field(default_factory=TurnConfig)
+    partials: PartialsConfig = field(default_factory=PartialsConfig)
     max_history_messages: int = 16
     keep_traces: int = 100  # recent turns kept in memory on the session (all go to the store)
     drain_timeout_s: float = 300.0  # how long a turn may still run after the source ended
@@ -179,6 +184,12 @@ class Session:
         self._source_ended = False
         self._checks = _UtteranceChecks()
         self._check_tasks: set[asyncio.Task[None]] = set()
+        self.partials = Partials(
+            engines,
+            self.config.partials,
+            self.conversation.with_user,
+            wait=not getattr(source, "realtime", True),
+        )
 
     @property
     def speaking(self) -> bool:
@@ -190,6 +201,11 @@ class Session:
         if self.speaking:
             return "speaking"
         return "thinking" if self._active is not None else "listening"
+
+    @property
+    def heard(self) -> str:
+        """The latest partial transcript of the utterance in progress ("" when none)."""
+        return self.partials.record.latest if self.endpointer.in_speech else ""
 
     async def run(self, *, stop: asyncio.Event | None = None, max_turns: int | None = None) -> None:
         """Listen until the source ends, ``stop`` is set, or ``max_turns`` turns have finished."""
@@ -219,6 +235,7 @@ class Session:
         finally:
             for task in list(self._check_tasks):
                 task.cancel()
+            await self.partials.close()
             hung_up = self._source_ended and getattr(self.source, "ends_with_listener", False)
             await self._close_active(
                 cancel=stopped_early or hung_up, outcome="hangup" if self._source_ended else "stopped"
@@ -236,6 +253,8 @@ class Session:
         probability = self.config.echo.probability_for(probability, playing)
         for event in self.endpointer.feed(probability, FRAME_S):
             await self._on_event(event, now)
+        if self.endpointer.in_speech and self._active is None:
+            await self.partials.on_frame(self.endpointer.time_s, self._audio_between)
 
     async def _on_event(self, event: EndpointEvent, now: float) -> None:
         log.debug("session %s: %s at %.3f s", self.session_id, event.kind.value, event.time_s)
@@ -246,6 +265,7 @@ class Session:
                 self.barge_ins += 1
                 log.info("session %s: barge-in on turn %s", self.session_id, self._active.turn.trace.turn_id)
                 await self._close_active(cancel=True)
+            self.partials.begin(event.utterance_start_s, event.speech_start_s)
         elif event.kind is EventKind.PROBABLY_ENDED:
             await self._start_turn(event, now, confirmed=False)
         elif event.kind is EventKind.RESUMED:
@@ -253,6 +273,7 @@ class Session:
                 self._active.turn.dropped = True
                 self.dropped_speculative += 1
                 await self._close_active(cancel=True)
+            self.partials.resume()
         elif event.kind is EventKind.TURN_CHECK:
             await self._check_turn(event)
         elif event.kind is EventKind.ENDPOINT:
@@ -307,11 +328,15 @@ class Session:
     async def _start_turn(self, event: EndpointEvent, now: float, *, confirmed: bool) -> None:
         if self._active is not None:
             await self._close_active(cancel=True)
+        self.partials.stop()
         end_s = event.speech_end_s if event.speech_end_s is not None else event.time_s
         audio = self._audio_between(event.utterance_start_s, event.time_s)
         trace = TurnTrace(turn_id=new_turn_id(), session_id=self.session_id, speculative=not confirmed)
         trace.speech_start = self._speech_start_mono
         trace.speech_end = self._monotonic_at(end_s, now)
+        heard = self.partials.record
+        trace.partials, trace.partial_asr_ms = heard.partials, round(heard.asr_ms, 1)
+        trace.prefill_tokens, trace.prefill_discarded = heard.prefill_tokens, heard.prefill_discarded
         turn = Turn(
             engines=self.engines,
             player=Player(self.sink),

@@ -1,4 +1,9 @@
-"""One worker thread per engine: blocking engine calls run there, never on the event loop."""
+"""One worker thread per engine: blocking engine calls run there, never on the event loop.
+
+Work for a reply (``call``, ``stream``) comes first. Background work (``background``: a partial
+transcript, an LLM prefill while the person is still speaking) starts only on an idle worker, and any
+reply work queued after it sets its cancel event, so it yields at its next check.
+"""
 
 from __future__ import annotations
 
@@ -7,7 +12,7 @@ import contextlib
 import logging
 import threading
 from collections.abc import AsyncGenerator, Callable, Iterator
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any, TypeVar
 
 log = logging.getLogger(__name__)
@@ -24,10 +29,57 @@ class EngineWorker:
     def __init__(self, name: str) -> None:
         self.name = name
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"engine-{name}")
+        self._count_lock = threading.Lock()
+        self._queued = 0  # calls submitted and not finished (reply and background alike)
+        self._background: set[threading.Event] = set()  # cancel events of background calls queued or running
+
+    @property
+    def idle(self) -> bool:
+        """Nothing queued or running."""
+        with self._count_lock:
+            return self._queued == 0
 
     async def call(self, fn: Callable[..., T], *args: Any) -> T:
-        loop = asyncio.get_running_loop()
-        return await loop.run_in_executor(self._executor, fn, *args)
+        self._preempt()
+        return await self._run(fn, *args)
+
+    async def background(self, fn: Callable[..., T], *args: Any, cancel: threading.Event) -> T | None:
+        """Run ``fn(*args)`` if the worker is idle (else None at once, nothing run). ``cancel`` is set
+        when reply work arrives behind it; ``fn`` is expected to pass it on to the engine."""
+        if not self.idle:
+            return None
+        with self._count_lock:
+            self._background.add(cancel)
+        try:
+            return await self._run(fn, *args)
+        finally:
+            with self._count_lock:
+                self._background.discard(cancel)
+
+    def _preempt(self) -> None:
+        with self._count_lock:
+            for cancel in self._background:
+                cancel.set()
+
+    async def _run(self, fn: Callable[..., T], *args: Any) -> T:
+        return await asyncio.wrap_future(self._submit(fn, *args))
+
+    def _submit(self, fn: Callable[..., T], *args: Any) -> Future[T]:
+        # Counted until the job finishes or is cancelled before it started (a consumer that gave up
+        # on a queued call): the done callback runs in both cases.
+        with self._count_lock:
+            self._queued += 1
+        try:
+            future = self._executor.submit(fn, *args)
+        except RuntimeError:  # shut down
+            self._job_done(None)
+            raise
+        future.add_done_callback(self._job_done)
+        return future
+
+    def _job_done(self, _future: Future[Any] | None) -> None:
+        with self._count_lock:
+            self._queued -= 1
 
     async def stream(
         self,
@@ -73,7 +125,8 @@ class EngineWorker:
                         close()  # a generator's own cleanup runs here, on this thread
                 post(_DONE, None)
 
-        loop.run_in_executor(self._executor, run)
+        self._preempt()
+        self._submit(run)
         try:
             while True:
                 kind, value = await queue.get()

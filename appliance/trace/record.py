@@ -79,6 +79,13 @@ class TurnTrace:
     turn_check_failed: int = 0  # ... and could not answer
     turn_check_ms: float | None = None  # cost of the last check (queue + model), ms
     turn_complete_p: float | None = None  # the last check's probability that the turn was complete
+    partials: int = 0  # partial transcripts made while the person spoke (asr.partial_interval_ms)
+    partial_asr_ms: float = 0.0  # their ASR time, summed
+    prefill_tokens: int = 0  # prompt tokens the LLM evaluated while the person spoke (llm.prefill)
+    prefill_reused: int = 0  # ... of which this turn's prompt found in the cache
+    prefill_discarded: int = 0  # ... thrown away as not matching what was finally said
+    llm_prompt_tokens: int = 0  # this turn's prompt (system prompt included)
+    llm_evaluated_tokens: int = 0  # ... evaluated after the end of speech (the rest was cached)
 
     def mark(self, name: str, at: float | None = None) -> None:
         """Set timestamp ``name`` to now (or ``at``) unless it is already set."""
@@ -136,6 +143,9 @@ class TurnTrace:
             "turn_checks": self.turn_checks,
             "turn_incomplete": self.turn_incomplete,
             "turn_check_ms": self.turn_check_ms,
+            "partials": self.partials,
+            "prefill_reused": self.prefill_reused,
+            "llm_evaluated_tokens": self.llm_evaluated_tokens,
             "stages_ms": self.stages_ms(),
         }
         return json.dumps(payload, ensure_ascii=False, separators=(",", ":"))

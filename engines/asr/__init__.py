@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -22,8 +23,9 @@ class Transcript:
 class AsrEngine(Protocol):
     def load(self) -> None: ...
 
-    def transcribe(self, audio: np.ndarray) -> Transcript:
-        """Transcribe float32 mono audio at 16 kHz."""
+    def transcribe(self, audio: np.ndarray, *, cancel: threading.Event | None = None) -> Transcript:
+        """Transcribe float32 mono audio at 16 kHz; raise ``engines.cancel.Cancelled`` once
+        ``cancel`` is set (an ``engines.cancel.CancelEvent`` also stops a graph run midway)."""
         ...
 
     def close(self) -> None: ...

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 import zlib
 from dataclasses import dataclass
 
@@ -51,6 +52,7 @@ class GreedyDecoder:
         max_new_tokens: int = 224,
         *,
         stop_on_loop: bool = False,
+        cancel: threading.Event | None = None,
     ) -> Decoded:
         """``cross``: the encoder's outputs (cross_k_i / cross_v_i) for one utterance.
 
@@ -62,7 +64,7 @@ class GreedyDecoder:
         step_tokens = np.asarray([prompt], dtype=np.int64)
         generated: list[int] = []
         while len(generated) < limit:
-            outputs = self.decoder.run({"tokens": step_tokens, **caches, **cross})
+            outputs = self.decoder.run({"tokens": step_tokens, **caches, **cross}, cancel)
             logits = outputs["logits"][0]
             mask = self._suppress_begin if not generated else self._suppress_always
             token = int(np.argmax(np.where(mask, -np.inf, logits)))

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import logging
+import threading
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from engines.cancel import CancelEvent, Cancelled, raise_if_cancelled
 from engines.errors import BackendUnavailable, ModelFileError
 
 log = logging.getLogger(__name__)
@@ -29,6 +31,7 @@ def _import_onnxruntime() -> Any:
 class OrtGraphRunner:
     def __init__(self, path: Path, *, device: str = "cpu", threads: int = 2) -> None:
         ort = _import_onnxruntime()
+        self._ort = ort
         if device == "cuda":
             if "CUDAExecutionProvider" not in ort.get_available_providers():
                 raise BackendUnavailable(
@@ -61,8 +64,27 @@ class OrtGraphRunner:
     def input_dtype(self, name: str) -> np.dtype:
         return self._types[name]
 
-    def run(self, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-        values = self._session.run(self._outputs, inputs)
+    def run(
+        self, inputs: dict[str, np.ndarray], cancel: threading.Event | None = None
+    ) -> dict[str, np.ndarray]:
+        raise_if_cancelled(cancel)
+        if not isinstance(cancel, CancelEvent):
+            values = self._session.run(self._outputs, inputs)
+            return dict(zip(self._outputs, values, strict=True))
+        options = self._ort.RunOptions()
+
+        def terminate() -> None:
+            options.terminate = True
+
+        unregister = cancel.on_set(terminate)
+        try:
+            values = self._session.run(self._outputs, inputs, options)
+        except Exception:
+            if cancel.is_set():  # ONNX Runtime's own error for a terminated run
+                raise Cancelled() from None
+            raise
+        finally:
+            unregister()
         return dict(zip(self._outputs, values, strict=True))
 
     def close(self) -> None:

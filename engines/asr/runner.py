@@ -6,6 +6,7 @@ front end, tokenizer and decoding logic, and CPU tests cover what the Jetson run
 
 from __future__ import annotations
 
+import threading
 from typing import Protocol
 
 import numpy as np
@@ -21,8 +22,12 @@ class GraphRunner(Protocol):
         """The element type the graph expects for input ``name`` (float16 graphs take float16)."""
         ...
 
-    def run(self, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-        """Execute the graph; returns every output by name, as host arrays."""
+    def run(
+        self, inputs: dict[str, np.ndarray], cancel: threading.Event | None = None
+    ) -> dict[str, np.ndarray]:
+        """Execute the graph; returns every output by name, as host arrays. Raises
+        ``engines.cancel.Cancelled`` if ``cancel`` is set before (or, where the runtime can stop a
+        run, during) the run."""
         ...
 
     def close(self) -> None: ...

@@ -8,11 +8,13 @@ are kept per tensor and grown when an input gets larger.
 from __future__ import annotations
 
 import logging
+import threading
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from engines.cancel import raise_if_cancelled
 from engines.errors import BackendUnavailable, ModelFileError
 
 log = logging.getLogger(__name__)
@@ -82,7 +84,10 @@ class TensorRtGraphRunner:
             self._buffers[name] = (self._cuda.mem_alloc(size), size)
         return self._buffers[name][0]
 
-    def run(self, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    def run(
+        self, inputs: dict[str, np.ndarray], cancel: threading.Event | None = None
+    ) -> dict[str, np.ndarray]:
+        raise_if_cancelled(cancel)  # one GPU run is a few ms: checked before it, not during
         cuda = self._cuda
         self._context.push()
         try:

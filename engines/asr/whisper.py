@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import math
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -125,13 +126,13 @@ class WhisperEngine:
                 runner.close()
         self._encoder = self._decoder = self._greedy = None
 
-    def transcribe(self, audio: np.ndarray) -> Transcript:
+    def transcribe(self, audio: np.ndarray, *, cancel: threading.Event | None = None) -> Transcript:
         audio = _checked_audio(audio)
         started = time.perf_counter()
         tokens: list[int] = []
         texts: list[str] = []
         for start in range(0, len(audio), CHUNK_SAMPLES):
-            window_tokens, text = self._transcribe_window(audio[start : start + CHUNK_SAMPLES])
+            window_tokens, text = self._transcribe_window(audio[start : start + CHUNK_SAMPLES], cancel=cancel)
             tokens += window_tokens
             if text:
                 texts.append(text)
@@ -143,34 +144,41 @@ class WhisperEngine:
             tokens=tuple(tokens),
         )
 
-    def encode(self, features: np.ndarray) -> dict[str, np.ndarray]:
+    def encode(self, features: np.ndarray, cancel: threading.Event | None = None) -> dict[str, np.ndarray]:
         """Cross-attention K/V for log-mel ``features`` [n_mels, frames] (frames even)."""
         encoder = _loaded(self._encoder)
         mel = features[None].astype(encoder.input_dtype("mel"), copy=False)
-        return encoder.run({"mel": mel})
+        return encoder.run({"mel": mel}, cancel)
 
     def _transcribe_window(
-        self, audio: np.ndarray, max_new_tokens: int | None = None
+        self,
+        audio: np.ndarray,
+        max_new_tokens: int | None = None,
+        cancel: threading.Event | None = None,
     ) -> tuple[list[int], str]:
         mel = log_mel(audio, self._n_mels)
         limit = max_new_tokens or self.policy.max_new_tokens
         frames = self.policy.frames_for(mel.frames)
-        decoded = self._decode(mel, frames, limit)
+        decoded = self._decode(mel, frames, limit, cancel)
         text = _loaded(self._tokenizer).decode(decoded.tokens).strip()
         if frames < CHUNK_FRAMES and self.policy.fallback and self._degenerate(decoded, text):
             log.info(
                 "real-length decode looks degenerate (%d tokens); decoding the full window",
                 len(decoded.tokens),
             )
-            decoded = self._decode(mel, CHUNK_FRAMES, limit)
+            decoded = self._decode(mel, CHUNK_FRAMES, limit, cancel)
             text = _loaded(self._tokenizer).decode(decoded.tokens).strip()
         return list(decoded.tokens), text
 
-    def _decode(self, mel: LogMel, frames: int, max_new_tokens: int) -> Decoded:
+    def _decode(
+        self, mel: LogMel, frames: int, max_new_tokens: int, cancel: threading.Event | None
+    ) -> Decoded:
         fill = self.policy.full_window_fill if frames == CHUNK_FRAMES else None
-        cross = self.encode(pad_frames(mel, frames, fill))
+        cross = self.encode(pad_frames(mel, frames, fill), cancel)
         stop_on_loop = frames < CHUNK_FRAMES and self.policy.fallback
-        return _loaded(self._greedy).decode(cross, self._prompt, max_new_tokens, stop_on_loop=stop_on_loop)
+        return _loaded(self._greedy).decode(
+            cross, self._prompt, max_new_tokens, stop_on_loop=stop_on_loop, cancel=cancel
+        )
 
     def _degenerate(self, decoded: Decoded, text: str) -> bool:
         return decoded.hit_token_limit or compression_ratio(text) > self.policy.max_compression_ratio

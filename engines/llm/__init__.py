@@ -33,14 +33,35 @@ class GenerationStats:
     total_s: float = 0.0
     dropped_messages: int = 0  # oldest history messages left out to fit the context window
     stop_reason: str = ""  # end_of_turn | stop_string | max_tokens | cancelled
+    prefilled_tokens: int = 0  # prompt tokens found in the cache because a prefill() put them there
+    discarded_prefill_tokens: int = 0  # prefilled tokens this prompt did not match (a wrong guess)
 
     @property
     def cached_prompt_tokens(self) -> int:
         return self.prompt_tokens - self.evaluated_prompt_tokens
 
 
+@dataclass
+class PrefillStats:
+    """What one ``prefill()`` did to the KV cache."""
+
+    target_tokens: int = 0  # the prompt up to the end of the last message's text
+    cached_tokens: int = 0  # of those, already in the cache
+    evaluated_tokens: int = 0  # run through the model by this call
+    discarded_tokens: int = 0  # tokens an earlier prefill put in the cache, thrown away as not matching
+    cancelled: bool = False
+    seconds: float = 0.0
+
+
 class LlmEngine(Protocol):
     def load(self) -> None: ...
+
+    def prefill(self, history: Sequence[Message], *, cancel: threading.Event | None = None) -> PrefillStats:
+        """Evaluate the prompt of ``history`` (its last message unfinished: the template's end of
+        message and reply header are left out) into the KV cache without generating, so that a later
+        ``stream()`` whose prompt begins the same way evaluates only what follows. Stops between two
+        small batches once ``cancel`` is set."""
+        ...
 
     def stream(
         self,
