@@ -130,6 +130,9 @@ class AsrConfig(Section):
         description="while a person speaks, transcribe what was said so far after each this much new "
         "speech (0: off); the LLM pre-evaluates the words two partials agree on (llm.prefill)",
     )
+    partial_model: str = Field(
+        "", description='Whisper model for the partial transcripts ("": asr.model), e.g. whisper-tiny-en'
+    )
 
 
 class LlmConfig(Section):

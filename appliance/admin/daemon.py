@@ -60,6 +60,9 @@ def engine_states(
     ]
     if settings.endpointer.mode == "smart_turn":
         described.append(("turn", "onnxruntime (cpu)", "smart-turn-v3.2", "onnxruntime"))
+    partial = settings.asr.partial_model
+    if settings.asr.partial_interval_ms and partial not in ("", settings.asr.model):
+        described.append(("asr_partial", described[1][1], partial, asr_runtime))
     return [
         EngineState(
             name=name,

@@ -25,6 +25,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from appliance.pipeline.turn import TurnEngines
+from engines.asr import AsrEngine
 from engines.cancel import CancelEvent, Cancelled
 from engines.llm import Message
 
@@ -75,8 +76,9 @@ def stable_prefix(previous: str, latest: str) -> str:
 
 class Partials:
     """One session's partial transcripts; ``messages_for(text)`` is the conversation with ``text`` as
-    the user's next message. ``wait``: await each step before the next frame (a file fed faster than
-    real time, where there is no clock to overlap with)."""
+    the user's next message. ``asr``: the Whisper for partials (on the ASR worker; default the
+    turn's own). ``wait``: await each step before the next frame (a file fed faster than real time,
+    where there is no clock to overlap with)."""
 
     def __init__(
         self,
@@ -84,9 +86,11 @@ class Partials:
         config: PartialsConfig,
         messages_for: Callable[[str], list[Message]],
         *,
+        asr: AsrEngine | None = None,
         wait: bool = False,
     ) -> None:
         self.engines = engines
+        self.asr = asr or engines.asr
         self.config = config
         self.messages_for = messages_for
         self.wait = wait
@@ -150,7 +154,7 @@ class Partials:
     async def _transcribe(self, audio: np.ndarray, cancel: CancelEvent) -> None:
         engines, record = self.engines, self.record
         started = time.monotonic()
-        job = functools.partial(engines.asr.transcribe, audio, cancel=cancel)
+        job = functools.partial(self.asr.transcribe, audio, cancel=cancel)
         result = await engines.asr_worker.background(job, cancel=cancel)
         if result is None:
             record.skipped += 1

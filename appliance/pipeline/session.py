@@ -40,6 +40,7 @@ from appliance.pipeline.turn import Turn, TurnConfig, TurnEngines
 from appliance.pipeline.workers import EngineWorker
 from appliance.trace.record import TurnTrace, new_turn_id
 from appliance.trace.store import TraceStore
+from engines.asr import AsrEngine
 from engines.turn import TurnDetector
 from engines.vad import VadEngine
 from engines.vad.endpointer import Endpointer, EndpointerParams, EndpointEvent, EventKind
@@ -81,10 +82,18 @@ class SessionEngines(TurnEngines):
     vad_worker: EngineWorker
     turn: TurnDetector | None = None  # endpointer.mode = "smart_turn" only
     turn_worker: EngineWorker | None = None
+    partial_asr: AsrEngine | None = None  # asr.partial_model, on the ASR worker; None: asr itself
 
     @classmethod
     def create(
-        cls, *, vad: VadEngine, asr: Any, llm: Any, tts: Any, turn: TurnDetector | None = None
+        cls,
+        *,
+        vad: VadEngine,
+        asr: Any,
+        llm: Any,
+        tts: Any,
+        turn: TurnDetector | None = None,
+        partial_asr: AsrEngine | None = None,
     ) -> SessionEngines:
         return cls(
             asr=asr,
@@ -97,6 +106,7 @@ class SessionEngines(TurnEngines):
             vad_worker=EngineWorker("vad"),
             turn=turn,
             turn_worker=None if turn is None else EngineWorker("turn"),
+            partial_asr=partial_asr,
         )
 
     def pairs(self) -> dict[str, tuple[Any, EngineWorker]]:
@@ -108,6 +118,8 @@ class SessionEngines(TurnEngines):
         }
         if self.turn is not None and self.turn_worker is not None:
             pairs["turn"] = (self.turn, self.turn_worker)
+        if self.partial_asr is not None:
+            pairs["asr_partial"] = (self.partial_asr, self.asr_worker)
         return pairs
 
     async def load(self) -> dict[str, float]:
@@ -188,6 +200,7 @@ class Session:
             engines,
             self.config.partials,
             self.conversation.with_user,
+            asr=engines.partial_asr,
             wait=not getattr(source, "realtime", True),
         )
 

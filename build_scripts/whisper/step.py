@@ -6,6 +6,7 @@ export`` adds any other checkpoint (e.g. a distil-whisper transformers folder) u
 
 from __future__ import annotations
 
+import functools
 import logging
 import shutil
 import tempfile
@@ -20,8 +21,8 @@ from engines.asr.config import PRECISIONS
 
 log = logging.getLogger(__name__)
 
-MODEL = "whisper-base"
-CT2_PREFIX = f"asr/{MODEL}/ct2"
+MODEL = "whisper-base"  # the default model, and the one with TensorRT plans
+CT2_MODELS = ("whisper-base", "whisper-tiny-en")  # packaged CTranslate2 checkpoints exported to ONNX
 
 
 def onnx_outputs(model: str) -> dict[str, tuple[str, str]]:
@@ -79,14 +80,17 @@ def export_into_bundle(
 def export_whisper_onnx(ctx: BuildContext) -> None:
     from build_scripts.whisper.ct2 import load_ct2_folder
 
-    weights = ctx.manifest.get(f"{CT2_PREFIX}/model.bin")
-    tokenizer = ctx.manifest.get(f"{CT2_PREFIX}/tokenizer.json")
-    if weights is None or tokenizer is None:
-        log.warning("whisper onnx: the CTranslate2 Whisper is not in the bundle; skipping the export")
-        return
-    source = {"from": CT2_PREFIX, "model.bin sha256": weights.sha256, "tokenizer sha256": tokenizer.sha256}
-    ct2_dir = (ctx.out / weights.path).parent
-    export_into_bundle(ctx, MODEL, lambda: load_ct2_folder(ct2_dir), ctx.out / tokenizer.path, source)
+    for model in CT2_MODELS:
+        prefix = f"asr/{model}/ct2"
+        weights = ctx.manifest.get(f"{prefix}/model.bin")
+        tokenizer = ctx.manifest.get(f"{prefix}/tokenizer.json")
+        if weights is None or tokenizer is None:
+            log.warning("whisper onnx: %s is not in the bundle; skipping its export", prefix)
+            continue
+        source = {"from": prefix, "model.bin sha256": weights.sha256, "tokenizer sha256": tokenizer.sha256}
+        ct2_dir = (ctx.out / weights.path).parent
+        load = functools.partial(load_ct2_folder, ct2_dir)
+        export_into_bundle(ctx, model, load, ctx.out / tokenizer.path, source)
 
 
 def build_whisper_tensorrt_plans(ctx: BuildContext) -> None:

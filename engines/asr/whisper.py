@@ -97,21 +97,9 @@ class WhisperEngine:
                     fix="build the bundle: python -m build_scripts bundle --out DIR",
                 )
         config = WhisperConfig.read(self.files.config)
-        languages = config.languages
-        if self.language not in languages:
-            raise InputError(
-                f"Whisper has no language {self.language!r}",
-                fix=f"set asr.language to one of: {', '.join(sorted(languages))}",
-            )
-        special = config.special
-        self._prompt = [
-            special["sot"],
-            languages[self.language],
-            special["transcribe"],
-            special["no_timestamps"],
-        ]
+        self._prompt = _prompt(config, self.language)
         self._n_mels = config.dims["n_mels"]
-        self._tokenizer = WhisperTokenizer(self.files.tokenizer, eot=int(special["eot"]))
+        self._tokenizer = WhisperTokenizer(self.files.tokenizer, eot=int(config.special["eot"]))
         self._encoder = self._runner_factory(self.files.encoder)
         self._decoder = self._runner_factory(self.files.decoder)
         self._greedy = GreedyDecoder(config, self._decoder)
@@ -182,6 +170,30 @@ class WhisperEngine:
 
     def _degenerate(self, decoded: Decoded, text: str) -> bool:
         return decoded.hit_token_limit or compression_ratio(text) > self.policy.max_compression_ratio
+
+
+# English-only checkpoints (tiny.en, base.en, ...) have one token fewer than the multilingual ones.
+MULTILINGUAL_VOCAB = 51865
+
+
+def _prompt(config: WhisperConfig, language: str) -> list[int]:
+    """The decoder's start: language and task tokens for a multilingual model; an English-only one
+    was trained without them."""
+    special = config.special
+    if config.dims["n_vocab"] < MULTILINGUAL_VOCAB:
+        if language != "en":
+            raise InputError(
+                f"this Whisper model is English-only; asr.language is {language!r}",
+                fix='set asr.language = "en", or asr.model to a multilingual model (whisper-base)',
+            )
+        return [special["sot"], special["no_timestamps"]]
+    languages = config.languages
+    if language not in languages:
+        raise InputError(
+            f"Whisper has no language {language!r}",
+            fix=f"set asr.language to one of: {', '.join(sorted(languages))}",
+        )
+    return [special["sot"], languages[language], special["transcribe"], special["no_timestamps"]]
 
 
 def _loaded(value: T | None) -> T:
