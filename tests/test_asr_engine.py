@@ -229,5 +229,5 @@ def test_tiny_english_model_transcribes_the_short_sentences(
 
 def test_an_english_only_model_refuses_another_language(bundle: Bundle) -> None:
     engine = create_asr(bundle, **{**FACTORY_DEFAULTS, "model": "whisper-tiny-en", "language": "de"})
-    with pytest.raises(InputError, match="English-only.*asr.language"):
+    with pytest.raises(InputError, match=r"English-only.*asr\.language"):
         engine.load()

@@ -22,6 +22,11 @@ from tests.fixtures.pipeline import Fakes, ReactiveSource, make_fakes, silence, 
 REPLY = "It is sunny and warm today, with a light breeze from the west and no rain expected at all."
 
 
+def _as_asked(transcript: str) -> str:
+    """A transcript as the conversation keeps it: its first letter capitalised."""
+    return transcript[:1].upper() + transcript[1:]
+
+
 def _run(coro: object, timeout_s: float = 30.0) -> None:
     asyncio.run(asyncio.wait_for(coro, timeout_s))  # type: ignore[arg-type]
 
@@ -53,7 +58,7 @@ def test_one_turn_flows_through_every_stage_in_order(tmp_path) -> None:
     assert len(fakes.tts.texts[0].split()) <= 6
     assert sink.duration_s == pytest.approx(len(REPLY.split()) * fakes.tts.word_s, abs=0.01)
     assert [(m.role, m.content) for m in session.conversation.messages] == [
-        ("user", fakes.asr.text),
+        ("user", _as_asked(fakes.asr.text)),
         ("assistant", trace.played_reply),
     ]
     assert store.recent(1)[0].turn_id == trace.turn_id
@@ -70,9 +75,9 @@ def test_second_turn_sees_the_first_in_its_history() -> None:
     assert session.turns_done == 2
     second_history = fakes.llm.calls[-1].history
     assert [(m.role, m.content) for m in second_history] == [
-        ("user", fakes.asr.text),
+        ("user", _as_asked(fakes.asr.text)),
         ("assistant", "Fine, thanks."),
-        ("user", fakes.asr.text),
+        ("user", _as_asked(fakes.asr.text)),
     ]
 
 
@@ -113,7 +118,7 @@ def test_resumed_speech_drops_the_speculative_turn() -> None:
     assert trace.audio_s == pytest.approx(fakes.asr.calls[1].audio_s)
     # Nothing of the dropped turn was played: the sink holds exactly one reply.
     assert sink.duration_s == pytest.approx(len(REPLY.split()) * fakes.tts.word_s, abs=0.01)
-    assert session.conversation.messages[0].content == fakes.asr.text
+    assert session.conversation.messages[0].content == _as_asked(fakes.asr.text)
     assert len(session.conversation.messages) == 2
 
 
@@ -155,7 +160,7 @@ def test_barge_in_stops_playback_and_keeps_only_what_was_played() -> None:
     assert heard_words == REPLY.split()[: len(heard_words)]
     assert len(heard_words) == int(first.reply_audio_s / fakes.tts.word_s + 1e-6)
     messages = [(m.role, m.content) for m in session.conversation.messages]
-    assert messages[:2] == [("user", fakes.asr.text), ("assistant", first.played_reply)]
+    assert messages[:2] == [("user", _as_asked(fakes.asr.text)), ("assistant", first.played_reply)]
     # The interruption was heard as the next question, with the truncated reply in its history.
     assert fakes.llm.calls[1].history[1].content == first.played_reply
 
@@ -210,7 +215,7 @@ def test_an_engine_failure_says_the_fallback_and_the_session_keeps_listening(cap
     assert ok.error is None and ok.played_reply == "All good now."
     # The failed turn left no trace in the conversation.
     assert [(m.role, m.content) for m in session.conversation.messages] == [
-        ("user", fakes.asr.text),
+        ("user", _as_asked(fakes.asr.text)),
         ("assistant", "All good now."),
     ]
 

@@ -21,7 +21,6 @@ from engines.asr.config import PRECISIONS
 
 log = logging.getLogger(__name__)
 
-MODEL = "whisper-base"  # the default model, and the one with TensorRT plans
 CT2_MODELS = ("whisper-base", "whisper-tiny-en")  # packaged CTranslate2 checkpoints exported to ONNX
 
 
@@ -96,7 +95,9 @@ def export_whisper_onnx(ctx: BuildContext) -> None:
 def build_whisper_tensorrt_plans(ctx: BuildContext) -> None:
     from build_scripts.whisper.tensorrt import build_whisper_tensorrt
 
-    build_whisper_tensorrt(ctx, MODEL)
+    for model in CT2_MODELS:
+        if ctx.manifest.get(config_artifact(model)) is not None:
+            build_whisper_tensorrt(ctx, model)
 
 
 WHISPER_STEPS = (export_whisper_onnx, build_whisper_tensorrt_plans)
