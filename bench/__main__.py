@@ -13,6 +13,7 @@ import sys
 BENCHMARKS = {
     "e2e": "turn latency through the real pipeline vs floor vs sequential, cold start, RSS, plots (default)",
     "asr": "Whisper on ONNX Runtime vs faster-whisper, same weights (latency, WER)",
+    "asr_models": "Whisper models side by side (base vs tiny.en): microphone, call path, partial audio",
     "asr_int8": "Whisper int8 quantization choices: per tensor/channel, 7-bit weights (latency, WER)",
     "llm": "first token with the cached system prompt vs cold vs raw llama.cpp; decode speed",
     "llama_builds": "prefill and decode speed of llama.cpp builds side by side (portable vs native)",

@@ -131,6 +131,11 @@ class TurnView(Body):
     )
     turn_checks: int = Field(description="times the end-of-turn model was asked during the utterance")
     turn_incomplete: int = Field(description="... and did not hear it as finished")
+    partials: int = Field(0, description="partial transcripts made while the person spoke")
+    prefill_reused: int = Field(0, description="prompt tokens the LLM had evaluated before the end of speech")
+    llm_evaluated_tokens: int = Field(
+        0, description="prompt tokens the LLM evaluated after the end of speech"
+    )
 
 
 class StageLatency(Body):

@@ -35,6 +35,9 @@ def turn_view(trace: TurnTrace, budget_ms: float) -> TurnView:
         endpoint_by=trace.endpoint_by,
         turn_checks=trace.turn_checks,
         turn_incomplete=trace.turn_incomplete,
+        partials=trace.partials,
+        prefill_reused=trace.prefill_reused,
+        llm_evaluated_tokens=trace.llm_evaluated_tokens,
     )
 
 
