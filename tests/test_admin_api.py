@@ -330,7 +330,11 @@ def test_turns_and_latency_come_from_the_trace_store(admin_env: AdminEnv) -> Non
     assert stages["turn_latency"]["p95_over_budget"] is True and stages["asr"]["budget_ms"] is None
     # How turns ended: per turn (with the endpoint wait), and how often the model heard "unfinished".
     assert (slow_view["endpoint_by"], slow_view["turn_incomplete"]) == ("incomplete_silence", 2)
-    assert (slow_view["partials"], slow_view["prefill_reused"], slow_view["llm_evaluated_tokens"]) == (3, 6, 8)
+    assert (slow_view["partials"], slow_view["prefill_reused"], slow_view["llm_evaluated_tokens"]) == (
+        3,
+        6,
+        8,
+    )
     assert slow_view["endpoint_wait_ms"] == round(stage_ms(slow, "endpoint_wait"), 1)
     assert (latency["turn_checks"], latency["turn_incomplete"]) == (3, 2)
     assert latency["endings"] == {"smart_turn": 1, "incomplete_silence": 1}

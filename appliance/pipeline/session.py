@@ -34,7 +34,7 @@ import numpy as np
 
 from appliance.agent import Conversation
 from appliance.audio.base import FRAME_S, FRAME_SAMPLES, AudioSink, AudioSource
-from appliance.pipeline.partials import Partials, PartialsConfig
+from appliance.pipeline.partials import Partials, PartialsConfig, PartialsRecord
 from appliance.pipeline.playback import Player
 from appliance.pipeline.turn import Turn, TurnConfig, TurnEngines
 from appliance.pipeline.workers import EngineWorker
@@ -155,9 +155,10 @@ class _UtteranceChecks:
 
 
 class _ActiveTurn:
-    def __init__(self, turn: Turn, task: asyncio.Task[None]) -> None:
+    def __init__(self, turn: Turn, task: asyncio.Task[None], heard: PartialsRecord) -> None:
         self.turn = turn
         self.task = task
+        self.heard = heard  # the utterance's partials (a prefill under way may still add to it)
 
 
 class Session:
@@ -347,9 +348,6 @@ class Session:
         trace = TurnTrace(turn_id=new_turn_id(), session_id=self.session_id, speculative=not confirmed)
         trace.speech_start = self._speech_start_mono
         trace.speech_end = self._monotonic_at(end_s, now)
-        heard = self.partials.record
-        trace.partials, trace.partial_asr_ms = heard.partials, round(heard.asr_ms, 1)
-        trace.prefill_tokens, trace.prefill_discarded = heard.prefill_tokens, heard.prefill_discarded
         turn = Turn(
             engines=self.engines,
             player=Player(self.sink),
@@ -362,7 +360,7 @@ class Session:
             self._stamp_endpoint(trace, event, now)
             turn.confirm()
         task = asyncio.create_task(turn.run(), name=f"turn-{trace.turn_id}")
-        self._active = _ActiveTurn(turn, task)
+        self._active = _ActiveTurn(turn, task, self.partials.record)
 
     async def _wait_for_confirmed_turn(self) -> None:
         active = self._active
@@ -400,12 +398,15 @@ class Session:
             with contextlib.suppress(asyncio.CancelledError):
                 await active.task
             active.turn.trace.outcome = "hangup" if self._source_ended else "stopped"
-            await self._finish(active.turn)
+            await self._finish(active.turn, active.heard)
             raise
-        await self._finish(active.turn)
+        await self._finish(active.turn, active.heard)
 
-    async def _finish(self, turn: Turn) -> None:
+    async def _finish(self, turn: Turn, heard: PartialsRecord) -> None:
         trace = turn.trace
+        trace.partials, trace.partial_asr_ms = heard.partials, round(heard.asr_ms, 1)
+        trace.prefill_tokens = heard.prefill_tokens
+        trace.prefill_discarded = heard.prefill_discarded + turn.stats.discarded_prefill_tokens
         if turn.dropped:
             log.debug("session %s: speculative turn %s dropped", self.session_id, trace.turn_id)
             return

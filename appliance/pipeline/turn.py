@@ -130,7 +130,6 @@ class Turn:
             self.trace.llm_prompt_tokens = self.stats.prompt_tokens
             self.trace.llm_evaluated_tokens = self.stats.evaluated_prompt_tokens
             self.trace.prefill_reused = self.stats.prefilled_tokens
-            self.trace.prefill_discarded += self.stats.discarded_prefill_tokens
             self.trace.mark("turn_done")
 
     async def _respond(self) -> None:
