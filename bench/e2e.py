@@ -82,6 +82,7 @@ def summarize_model(rows: list[dict[str, Any]]) -> dict[str, Any]:
         "floor_ms",
         "llm_total_ms",
         "tts_whole_ms",
+        "endpoint_plus_floor_ms",
     )
     from engines.asr.text import word_error_rate
 
@@ -97,6 +98,7 @@ def summarize_model(rows: list[dict[str, Any]]) -> dict[str, Any]:
     return {
         "turns_ok": len(good),
         "turns_failed": len(rows) - len(good),
+        "same_reply_as_baseline": sum(bool(r.get("same_reply")) for r in good),
         "transcript_wer": round(
             word_error_rate([r["reference"] for r in good], [r["transcript"] for r in good]), 4
         )
@@ -115,11 +117,11 @@ def summarize_model(rows: list[dict[str, Any]]) -> dict[str, Any]:
     }
 
 
-def cold_start(llm: str, wav: Path) -> dict[str, Any]:
+def cold_start(llm: str, wav: Path, *, as_daemon: bool = False) -> dict[str, Any]:
     """Process start -> engines loaded and warm, in a fresh interpreter; its peak RSS then and after one
-    turn from ``wav``."""
+    turn from ``wav``. ``as_daemon``: with the checksum pass and smoke decode ``appliance run`` does."""
     command = [sys.executable, "-m", "bench.e2e_cold", "--llm", llm, "--wav", str(wav)]
-    command += ["--started-at", repr(time.time())]
+    command += ["--started-at", repr(time.time())] + (["--as-daemon"] if as_daemon else [])
     done = subprocess.run(command, cwd=REPO, capture_output=True, text=True, timeout=600, check=False)
     if done.returncode != 0:
         return {"error": f"exit {done.returncode}: {done.stderr.strip()[-500:]}"}
@@ -141,15 +143,23 @@ def parse_variant(spec: str) -> dict[str, dict[str, Any]]:
 
 
 async def bench_model(
-    llm: str, utterances: list[Utterance], overrides: dict[str, dict[str, Any]] | None = None
+    llm: str,
+    utterances: list[Utterance],
+    overrides: dict[str, dict[str, Any]] | None = None,
+    seed: int | None = None,
 ) -> dict[str, Any]:
     from appliance.config import load_settings, override
-    from appliance.engine_set import build_engines, load_engines, open_bundle, session_config
+    from appliance.engine_set import build_engines, llm_engine, load_engines, open_bundle, session_config
+    from bench.e2e_turns import TurnAudio
 
     settings = override(load_settings(None), llm={"model": llm})
     for section, values in (overrides or {}).items():
         settings = override(settings, **{section: values})
-    engines = build_engines(settings, open_bundle(settings))
+    bundle = open_bundle(settings)
+    engines = build_engines(settings, bundle)
+    engines.asr = TurnAudio(engines.asr)  # the baselines transcribe exactly what the turn did
+    if seed is not None:
+        engines.llm = llm_engine(settings, bundle, seed=seed)
     config = session_config(settings)
     rows: list[dict[str, Any]] = []
     try:
@@ -174,6 +184,7 @@ async def bench_model(
         "endpointer_mode": settings.endpointer.mode,
         "partial_interval_ms": settings.asr.partial_interval_ms,
         "variant": overrides or {},
+        "seed": seed,
         "settings": {
             "endpointer": settings.endpointer.model_dump(),
             "first_clause_words": settings.tts.first_clause_words,
@@ -218,6 +229,7 @@ def describe(result: dict[str, Any]) -> str:
             f" {s['turns_failed']} failed",
             f"turn latency (speech_end -> playback_start) ms: {_fmt(s['turn_latency_ms'])}",
             f"floor (ASR + LLM first clause + TTS first chunk) ms: {_fmt(s['floor_ms']['floor_ms'])}",
+            f"endpoint + floor (a pipeline that starts at the endpoint) ms: {_fmt(s['floor_ms']['endpoint_plus_floor_ms'])}",
             f"sequential (endpoint + ASR + whole reply + whole synthesis) ms: {_fmt(s['sequential_ms'])}",
             f"latency / floor: {_fmt(s['latency_over_floor'], 'x')}   (goal: latency <= floor + 50 ms)",
             f"latency - floor ms: {_fmt(s['latency_minus_floor_ms'])}",
@@ -230,9 +242,15 @@ def describe(result: dict[str, Any]) -> str:
         for stage, stats in s["stages_ms"].items():
             lines.append(f"  stage {stage:<16} {_fmt(stats)}")
         lines.append(
-            f"cold start: {cold.get('ready_s', 'n/a')} s to engines ready, peak RSS {cold.get('peak_rss_mb', 'n/a')} MB"
-            f" ready, {cold.get('peak_rss_after_turn_mb', 'n/a')} MB after one turn (fresh process)"
-            + (f" ({cold['error']})" if "error" in cold else "")
+            f"cold start (engines only): {cold.get('ready_s', 'n/a')} s to engines ready, peak RSS"
+            f" {cold.get('peak_rss_mb', 'n/a')} MB ready, {cold.get('peak_rss_after_turn_mb', 'n/a')} MB after"
+            " one turn (fresh process)" + (f" ({cold['error']})" if "error" in cold else "")
+        )
+        daemon = model.get("cold_start_as_daemon", {})
+        lines.append(
+            f"cold start as appliance run (checksum pass + llama.cpp smoke decode, {daemon.get('start_checks_s', 'n/a')}"
+            f" s of it): {daemon.get('ready_s', 'n/a')} s to engines ready"
+            + (f" ({daemon['error']})" if "error" in daemon else "")
         )
     return "\n".join(lines)
 
@@ -275,6 +293,12 @@ def main(argv: list[str] | None = None) -> int:
         metavar="SPEC",
         help="settings to run side by side, e.g. asr.partial_interval_ms=600,asr.model=whisper-tiny-en"
         " (repeatable; combined with --endpointer / --partials)",
+    )
+    parser.add_argument(
+        "--seed",
+        type=int,
+        default=None,
+        help="seed the LLM's sampling: pipeline and baselines give the same reply",
     )
     parser.add_argument("--no-cold-start", action="store_true", help="skip the cold-start subprocess")
     parser.add_argument("--no-plots", action="store_true", help="JSON only")
@@ -328,9 +352,12 @@ def main(argv: list[str] | None = None) -> int:
                 variants.append(variant)
     for llm in models:
         for index, variant in enumerate(variants):
-            model = asyncio.run(bench_model(llm, utterances, variant))
+            model = asyncio.run(bench_model(llm, utterances, variant, args.seed))
             skip = args.no_cold_start or index > 0
             model["cold_start"] = {"skipped": True} if skip else cold_start(llm, utterances[0].path)
+            model["cold_start_as_daemon"] = (
+                {"skipped": True} if skip else cold_start(llm, utterances[0].path, as_daemon=True)
+            )
             result["models"].append(model)
     result["load_average_after"] = list(os.getloadavg())
     if not args.no_plots:

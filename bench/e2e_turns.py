@@ -8,9 +8,12 @@
   synthesis), then play; latency to first audio = endpoint wait + ASR + whole reply + whole synthesis.
 
 Floor and sequential come from one pass over the engines (the first-clause time is read off the same
-stream that then runs to the end), after the LLM's cache of the turn's prompt is evicted so that the pass
-evaluates the same prompt tokens as the pipeline turn. The LLM samples at the configured temperature, so its reply there may
-differ from the pipeline's reply; both replies are recorded.
+stream that then runs to the end) on exactly the audio the pipeline's turn transcribed (its speech
+segment, not the whole file), after the LLM's cache of the turn's prompt is evicted so that the pass
+evaluates the same prompt tokens as a turn without partials. ``endpoint + floor`` is the honest
+reference for a pipeline that starts only at the endpoint. The LLM samples at the configured
+temperature: with ``--seed`` both draw the same numbers and give the same reply (``same_reply``);
+without, the replies may differ; both are recorded.
 """
 
 from __future__ import annotations
@@ -27,6 +30,26 @@ from appliance.pipeline.session import SessionConfig, SessionEngines
 TAIL_SILENCE_S = 1.5  # as ``appliance talk``: lets the endpointer confirm the end of speech
 
 
+class TurnAudio:
+    """The ASR engine as the pipeline uses it, keeping the audio of the last transcription a turn asked
+    for (partial transcripts pass a cancel event, a turn does not)."""
+
+    def __init__(self, inner: Any) -> None:
+        self.inner = inner
+        self.last: np.ndarray | None = None
+
+    def load(self) -> None:
+        self.inner.load()
+
+    def transcribe(self, audio: np.ndarray, *, cancel: Any = None) -> Any:
+        if cancel is None:
+            self.last = audio
+        return self.inner.transcribe(audio, cancel=cancel)
+
+    def close(self) -> None:
+        self.inner.close()
+
+
 @dataclass(frozen=True)
 class Utterance:
     path: Path
@@ -36,7 +59,8 @@ class Utterance:
 
 def _engine_pass(engines: SessionEngines, audio_16k: np.ndarray, first_clause_words: int) -> dict[str, Any]:
     """Runs on one thread while the pipeline is idle; every time in milliseconds."""
-    from engines.llm import GenerationStats, Message
+    from appliance.agent import Conversation
+    from engines.llm import GenerationStats
     from engines.tts.clauses import ClauseSplitter
 
     started = time.perf_counter()
@@ -50,7 +74,7 @@ def _engine_pass(engines: SessionEngines, audio_16k: np.ndarray, first_clause_wo
     first_clause_ms: float | None = None
     pieces: list[str] = []
     started = time.perf_counter()
-    for piece in engines.llm.stream([Message("user", transcript)], stats=stats):
+    for piece in engines.llm.stream(Conversation().with_user(transcript), stats=stats):
         pieces.append(piece)
         if first_clause is None:
             done = splitter.push(piece)
@@ -114,6 +138,9 @@ async def run_turn(engines: SessionEngines, utterance: Utterance, config: Sessio
 
     source = wav_file_source(utterance.path, realtime=True, tail_silence_s=TAIL_SILENCE_S)
     sink = MemorySink(engines.tts.sample_rate_hz)
+    recorder = engines.asr if isinstance(engines.asr, TurnAudio) else None
+    if recorder is not None:
+        recorder.last = None
     trace = await one_turn(engines, source, sink, config=config)
     row: dict[str, Any] = {
         "file": utterance.path.name,
@@ -136,6 +163,7 @@ async def run_turn(engines: SessionEngines, utterance: Utterance, config: Sessio
             "endpoint_by": trace.endpoint_by,
             "turn_checks": trace.turn_checks,
             "turn_complete_p": trace.turn_complete_p,
+            "audio_s_transcribed": round(trace.audio_s, 3),
             "partials": trace.partials,
             "partial_asr_ms": trace.partial_asr_ms,
             "prefill_tokens": trace.prefill_tokens,
@@ -145,7 +173,8 @@ async def run_turn(engines: SessionEngines, utterance: Utterance, config: Sessio
             "llm_evaluated_tokens": trace.llm_evaluated_tokens,
         }
     )
-    audio = load_audio_16k(utterance.path)
+    turn_audio = recorder.last if recorder is not None else None
+    audio = turn_audio if turn_audio is not None else load_audio_16k(utterance.path)
     first_words = config.turn.first_clause_words
     bare = await engines.llm_worker.call(_engine_pass, engines, audio, first_words)
     floor_ms = bare["asr_ms"] + bare["llm_first_clause_ms"] + bare["tts_first_chunk_ms"]
@@ -156,6 +185,9 @@ async def run_turn(engines: SessionEngines, utterance: Utterance, config: Sessio
         "floor_ms": _r(floor_ms),
         "sequential_ms": _r(sequential_ms),
         "sequential_endpoint_wait_ms": _r(endpoint_wait_ms),
+        "endpoint_plus_floor_ms": _r(endpoint_wait_ms + floor_ms),
+        "baseline_audio_s": round(len(audio) / 16000, 3),
+        "baseline_audio": "the turn's own" if turn_audio is not None else "the whole file",
     }
     row["bare_engines"] = {
         k: bare[k]
@@ -169,6 +201,7 @@ async def run_turn(engines: SessionEngines, utterance: Utterance, config: Sessio
         )
     }
     row["bare_engines"]["reply_audio_s"] = round(bare["reply_audio_s"], 3)
+    row["same_reply"] = bare["reply"] == trace.reply
     if latency_ms is not None:
         row["latency_ms"] = latency_ms
         row["latency_over_floor"] = round(latency_ms / floor_ms, 3)

@@ -45,7 +45,9 @@ def test_unknown_llm_is_refused_with_the_bundle_models(data_dir: Path) -> None:
 
 
 def test_two_turn_run_writes_a_result_with_the_full_schema(data_dir: Path, tmp_path: Path) -> None:
-    done = _bench("--llm", "gemma-270m", "--turns", "2", "--out", str(tmp_path), "--data", str(data_dir))
+    done = _bench(
+        "--llm", "gemma-270m", "--turns", "2", "--seed", "7", "--out", str(tmp_path), "--data", str(data_dir)
+    )
     assert done.returncode == 0, done.stderr[-2000:]
     assert "turn latency (speech_end -> playback_start)" in done.stdout
 
@@ -67,6 +69,11 @@ def test_two_turn_run_writes_a_result_with_the_full_schema(data_dir: Path, tmp_p
     cold = model["cold_start"]
     assert "error" not in cold, cold
     assert cold["ready_s"] > 0 and 100 < cold["peak_rss_mb"] <= cold["peak_rss_after_turn_mb"]
+    # As appliance run starts: the checksum pass over the bundle and the smoke decode come first.
+    daemon = model["cold_start_as_daemon"]
+    assert "error" not in daemon, daemon
+    assert daemon["as_daemon"] and not cold["as_daemon"]
+    assert daemon["start_checks_s"] > cold["start_checks_s"]
     assert model["bench_process_peak_rss_mb"] > 100
 
     summary = model["summary"]
@@ -77,6 +84,8 @@ def test_two_turn_run_writes_a_result_with_the_full_schema(data_dir: Path, tmp_p
     for stage in ("endpoint_wait", "asr", "llm_first_token", "first_clause", "tts_first_audio"):
         assert _is_summary(summary["stages_ms"][stage]), stage
     assert _is_summary(summary["floor_ms"]["floor_ms"])
+    assert _is_summary(summary["floor_ms"]["endpoint_plus_floor_ms"])
+    assert model["seed"] == 7 and 0 <= summary["same_reply_as_baseline"] <= 2
 
     assert len(model["turns"]) == 2
     for row in model["turns"]:
@@ -88,5 +97,12 @@ def test_two_turn_run_writes_a_result_with_the_full_schema(data_dir: Path, tmp_p
         # The sequential baseline runs every stage to its end, so it cannot beat the floor's parts.
         assert floor["llm_total_ms"] >= floor["llm_first_clause_ms"]
         assert floor["sequential_ms"] > floor["floor_ms"]
+        # The baselines transcribed the turn's own speech segment, not the whole file.
+        assert floor["baseline_audio"] == "the turn's own"
+        assert 0.5 < floor["baseline_audio_s"] == pytest.approx(row["audio_s_transcribed"], abs=0.01)
+        assert floor["endpoint_plus_floor_ms"] == pytest.approx(
+            floor["sequential_endpoint_wait_ms"] + floor["floor_ms"], abs=0.2
+        )
+        assert isinstance(row["same_reply"], bool)
         assert row["latency_ms"] == row["stages_ms"]["turn_latency"]
         assert row["bare_engines"]["first_clause"] and row["bare_engines"]["reply_audio_s"] > 0

@@ -115,21 +115,19 @@ def test_a_partial_of_one_session_does_not_disturb_another_sessions_reply(
 ) -> None:
     question = load_audio_16k(data_dir / QUESTION)
     other = load_audio_16k(data_dir / LONG_QUESTION)
-    first = Session(
-        engines=real_engines,
-        source=ArraySource(np.concatenate([silence(0.3), question, silence(4.0)]), realtime=True),
-        sink=MemorySink(real_engines.tts.sample_rate_hz, realtime=True),
-        config=_config(0),
-        session_id="caller-1",
-    )
+
+    def caller(name: str, lead_s: float, audio: np.ndarray, tail_s: float, interval_ms: int) -> Session:
+        return Session(
+            engines=real_engines,
+            source=ArraySource(np.concatenate([silence(lead_s), audio, silence(tail_s)]), realtime=True),
+            sink=MemorySink(real_engines.tts.sample_rate_hz, realtime=True),
+            config=_config(interval_ms),
+            session_id=name,
+        )
+
+    first = caller("caller-1", 0.3, question, 4.0, 0)
     # The second caller starts speaking as the first one's reply is being written.
-    second = Session(
-        engines=real_engines,
-        source=ArraySource(np.concatenate([silence(2.4), other, silence(2.0)]), realtime=True),
-        sink=MemorySink(real_engines.tts.sample_rate_hz, realtime=True),
-        config=_config(400),
-        session_id="caller-2",
-    )
+    second = caller("caller-2", 2.4, other, 2.0, 400)
 
     async def both() -> None:
         await asyncio.gather(first.run(max_turns=1), second.run(max_turns=1))
