@@ -2,19 +2,16 @@
 
 from __future__ import annotations
 
-import shutil
-
 import pytest
 
-
-def _has_nvidia_gpu() -> bool:
-    return shutil.which("nvidia-smi") is not None
+from engines.gpu import EVIDENCE, nvidia_gpu_evidence
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    if _has_nvidia_gpu():
+    if nvidia_gpu_evidence() is not None:
         return
-    skip = pytest.mark.skip(reason="no NVIDIA GPU on this machine (nvidia-smi not found)")
+    looked = ", ".join(str(p) for p in EVIDENCE)
+    skip = pytest.mark.skip(reason=f"no NVIDIA GPU on this machine (no nvidia-smi, none of {looked})")
     for item in items:
         if "gpu" in item.keywords:
             item.add_marker(skip)

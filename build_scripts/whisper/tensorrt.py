@@ -68,6 +68,31 @@ def _profiles(
     return encoder, decoder
 
 
+def tensorrt_major(trt: Any) -> int:
+    return int(str(trt.__version__).split(".")[0])
+
+
+def network_flags(trt: Any) -> int:
+    """TensorRT 8.x needs explicit batch asked for (the ONNX parser requires it); from 10 it is the
+    only mode and the flag is deprecated."""
+    if tensorrt_major(trt) < 10:
+        return 1 << int(trt.NetworkDefinitionCreationFlag.EXPLICIT_BATCH)
+    return 0
+
+
+def fp16_flag(trt: Any) -> Any:
+    """The builder flag for fp16 kernels: deprecated in TensorRT 10.12 and gone in 11, where precision
+    comes from the network's own types (a strongly typed network built from the fp16 graphs)."""
+    flag = getattr(trt.BuilderFlag, "FP16", None)
+    if flag is None or tensorrt_major(trt) >= 11:
+        raise BackendUnavailable(
+            f"TensorRT {trt.__version__} builds fp16 only from strongly typed fp16 graphs, which this "
+            "builder does not do yet",
+            fix='use the TensorRT of JetPack 6 (8.6 or 10.x), or asr.backend = "onnxruntime"',
+        )
+    return flag
+
+
 def build_plan(
     onnx_path: Path, plan_path: Path, profile: dict[str, tuple[tuple[int, ...], ...]], *, fp16: bool
 ) -> None:
@@ -75,7 +100,7 @@ def build_plan(
 
     logger = trt.Logger(trt.Logger.WARNING)
     builder = trt.Builder(logger)
-    network = builder.create_network(0)  # explicit batch is the only mode in TensorRT 10
+    network = builder.create_network(network_flags(trt))
     parser = trt.OnnxParser(network, logger)
     if not parser.parse_from_file(str(onnx_path)):
         errors = "; ".join(str(parser.get_error(i)) for i in range(parser.num_errors))
@@ -83,7 +108,7 @@ def build_plan(
     config = builder.create_builder_config()
     config.set_memory_pool_limit(trt.MemoryPoolType.WORKSPACE, WORKSPACE_BYTES)
     if fp16:
-        config.set_flag(trt.BuilderFlag.FP16)
+        config.set_flag(fp16_flag(trt))
     opt = builder.create_optimization_profile()
     for name, (low, best, high) in profile.items():
         opt.set_shape(name, low, best, high)

@@ -54,6 +54,14 @@ class OrtGraphRunner:
                 f"ONNX Runtime cannot load {path}: {err}",
                 fix="re-export the model: python -m build_scripts bundle --out DIR",
             ) from err
+        in_use = self._session.get_providers()[0]
+        if in_use != providers[0]:
+            # ONNX Runtime falls back to the CPU when the CUDA or cuDNN libraries do not load.
+            raise BackendUnavailable(
+                f"ONNX Runtime runs {path.name} on {in_use}, not {providers[0]} (the CUDA libraries did not load)",
+                fix='install the CUDA and cuDNN versions this onnxruntime-gpu needs, or set asr.device = "cpu"',
+            )
+        self.provider = in_use
         self.name = path.name
         self._types = {
             i.name: np.dtype(_ORT_TYPES.get(i.type, np.float32)) for i in self._session.get_inputs()

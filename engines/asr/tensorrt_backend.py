@@ -2,7 +2,9 @@
 
 Each run copies the named inputs to the GPU, sets their shapes, executes with ``execute_async_v3``
 and copies every output back, so the decoding loop is the same as on ONNX Runtime. Device buffers
-are kept per tensor and grown when an input gets larger.
+are kept per tensor and grown to the next power of two when a tensor gets larger, so a decoder whose
+KV cache grows by one position a step reallocates a few times per utterance, not at every step.
+Works with TensorRT 8.6 (JetPack 6.0) and 10.x (JetPack 6.1/6.2): both have the tensor-name API.
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ from typing import Any
 import numpy as np
 
 from engines.cancel import raise_if_cancelled
-from engines.errors import BackendUnavailable, ModelFileError
+from engines.errors import BackendUnavailable, InputError, ModelFileError
 
 log = logging.getLogger(__name__)
 
@@ -80,7 +82,7 @@ class TensorRtGraphRunner:
     def _device_buffer(self, name: str, nbytes: int) -> Any:
         held = self._buffers.get(name)
         if held is None or held[1] < nbytes:
-            size = max(nbytes, 256)
+            size = max(256, 1 << max(0, nbytes - 1).bit_length())
             self._buffers[name] = (self._cuda.mem_alloc(size), size)
         return self._buffers[name][0]
 
@@ -93,7 +95,12 @@ class TensorRtGraphRunner:
         try:
             for name in self._inputs:
                 host = np.ascontiguousarray(inputs[name], dtype=self._dtypes[name])
-                self._exec.set_input_shape(name, host.shape)
+                if not self._exec.set_input_shape(name, host.shape):
+                    raise InputError(
+                        f"{self.name}: input {name} of shape {host.shape} is outside the plan's "
+                        "optimisation profile (audio or text longer than the plan was built for)",
+                        fix=REBUILD_FIX,
+                    )
                 device = self._device_buffer(name, host.nbytes)
                 if host.nbytes:
                     cuda.memcpy_htod_async(device, host, self._stream)
