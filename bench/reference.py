@@ -34,6 +34,7 @@ BENCHMARKS: dict[str, tuple[tuple[str, ...], bool]] = {
     "tts": (("tts",), True),
     "turn": (("turn",), False),
     "sip": (("sip",), True),
+    "sip-edge": (("sip", "--edge"), True),
     "e2e-partials": (
         (
             "--llm",
