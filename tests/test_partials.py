@@ -104,6 +104,8 @@ def test_speech_over_the_reply_interrupts_it_and_is_itself_heard_in_partials(
     assert session.barge_ins == 1
     first, second = session.traces
     assert first.cancelled and "brooklyn" in first.transcript.lower()
+    # The reply stopped as the person began, not at their first pause (~0.9 s in) or their end.
+    assert first.turn_done - source.injected_at < 0.8  # type: ignore[operator]
     assert not second.cancelled and second.error is None
     assert "canoe" in second.transcript.lower(), second.transcript
     assert second.partials >= 2  # the interruption (3.3 s) was transcribed while it was spoken
