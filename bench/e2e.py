@@ -136,10 +136,16 @@ def parse_variant(spec: str) -> dict[str, dict[str, Any]]:
         section, dot, name = key.partition(".")
         if not (sep and dot and section and name):
             raise ValueError(f"bad variant item {item!r}: expected section.key=value")
-        overrides.setdefault(section, {})[name] = (
-            json.loads(value) if value[:1] in "0123456789-[{tf" else value
-        )
+        overrides.setdefault(section, {})[name] = _setting_value(value)
     return overrides
+
+
+def _setting_value(text: str) -> Any:
+    """Numbers, true/false and lists as JSON; anything else (a model name) as the text itself."""
+    try:
+        return json.loads(text)
+    except ValueError:
+        return text
 
 
 async def bench_model(
@@ -279,20 +285,12 @@ def main(argv: list[str] | None = None) -> int:
         help="endpointer modes to run side by side (default: the configured one)",
     )
     parser.add_argument(
-        "--partials",
-        nargs="+",
-        type=int,
-        default=None,
-        metavar="MS",
-        help="asr.partial_interval_ms values to run side by side, 0 = off (default: the configured one)",
-    )
-    parser.add_argument(
         "--variant",
         action="append",
         default=[],
         metavar="SPEC",
         help="settings to run side by side, e.g. asr.partial_interval_ms=600,asr.model=whisper-tiny-en"
-        " (repeatable; combined with --endpointer / --partials)",
+        " (repeatable; combined with --endpointer)",
     )
     parser.add_argument(
         "--seed",
@@ -342,22 +340,19 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(str(err))
     variants: list[dict[str, dict[str, Any]]] = []
     for mode in args.endpointer or [None]:
-        for partials_ms in args.partials if args.partials is not None else [None]:
-            for spec in specs:
-                variant = {section: dict(values) for section, values in spec.items()}
-                if mode is not None:
-                    variant.setdefault("endpointer", {})["mode"] = mode
-                if partials_ms is not None:
-                    variant.setdefault("asr", {})["partial_interval_ms"] = partials_ms
-                variants.append(variant)
+        for spec in specs:
+            variant = {section: dict(values) for section, values in spec.items()}
+            if mode is not None:
+                variant.setdefault("endpointer", {})["mode"] = mode
+            variants.append(variant)
     for llm in models:
         for index, variant in enumerate(variants):
             model = asyncio.run(bench_model(llm, utterances, variant, args.seed))
-            skip = args.no_cold_start or index > 0
-            model["cold_start"] = {"skipped": True} if skip else cold_start(llm, utterances[0].path)
-            model["cold_start_as_daemon"] = (
-                {"skipped": True} if skip else cold_start(llm, utterances[0].path, as_daemon=True)
-            )
+            if args.no_cold_start or index > 0:
+                model["cold_start"] = model["cold_start_as_daemon"] = {"skipped": True}
+            else:
+                model["cold_start"] = cold_start(llm, utterances[0].path)
+                model["cold_start_as_daemon"] = cold_start(llm, utterances[0].path, as_daemon=True)
             result["models"].append(model)
     result["load_average_after"] = list(os.getloadavg())
     if not args.no_plots:
