@@ -139,6 +139,13 @@ class AsrConfig(Section):
         "", description='Whisper model for the partial transcripts ("": asr.model), e.g. whisper-tiny-en'
     )
 
+    @property
+    def separate_partial_model(self) -> str | None:
+        """The model of a second Whisper engine for the partials, when they run on another model."""
+        if self.partial_interval_ms == 0 or self.partial_model in ("", self.model):
+            return None
+        return self.partial_model
+
 
 class LlmConfig(Section):
     model: str = Field(

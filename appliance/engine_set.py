@@ -240,10 +240,8 @@ def build_engines(settings: Settings, bundle: Bundle) -> SessionEngines:
 def partial_asr_engine(settings: Settings, bundle: Bundle) -> AsrEngine | None:
     """A second Whisper for the partial transcripts when ``asr.partial_model`` names another model;
     None when partials are off or use the main one."""
-    asr = settings.asr
-    if asr.partial_interval_ms == 0 or asr.partial_model in ("", asr.model):
-        return None
-    return asr_engine(settings, bundle, model=asr.partial_model)
+    model = settings.asr.separate_partial_model
+    return None if model is None else asr_engine(settings, bundle, model=model)
 
 
 async def load_engines(engines: SessionEngines) -> dict[str, float]:

@@ -153,3 +153,17 @@ def test_the_setting_reaches_the_session(interval_ms: int) -> None:
     config = session_config(settings)
     assert config.partials.interval_s == interval_ms / 1000.0
     assert config.partials.enabled is (interval_ms > 0)
+
+
+def test_another_partial_model_is_a_second_engine_and_shown_as_one() -> None:
+    from appliance.admin.daemon import engine_states
+    from appliance.config import override
+
+    settings = load_settings(None)
+    assert settings.asr.separate_partial_model is None  # shipped: the partials use asr.model
+    other = override(settings, asr={"model": "whisper-base", "partial_model": "whisper-tiny-en"})
+    assert other.asr.separate_partial_model == "whisper-tiny-en"
+    assert ("asr_partial", "whisper-tiny-en") in [(e.name, e.model) for e in engine_states(other)]
+    off = override(other, asr={"partial_interval_ms": 0})
+    assert off.asr.separate_partial_model is None
+    assert "asr_partial" not in [e.name for e in engine_states(off)]

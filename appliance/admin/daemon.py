@@ -60,8 +60,8 @@ def engine_states(
     ]
     if settings.endpointer.mode == "smart_turn":
         described.append(("turn", "onnxruntime (cpu)", "smart-turn-v3.2", "onnxruntime"))
-    partial = settings.asr.partial_model
-    if settings.asr.partial_interval_ms and partial not in ("", settings.asr.model):
+    partial = settings.asr.separate_partial_model
+    if partial is not None:
         described.append(("asr_partial", described[1][1], partial, asr_runtime))
     return [
         EngineState(

@@ -61,7 +61,6 @@ class OrtGraphRunner:
                 f"ONNX Runtime runs {path.name} on {in_use}, not {providers[0]} (the CUDA libraries did not load)",
                 fix='install the CUDA and cuDNN versions this onnxruntime-gpu needs, or set asr.device = "cpu"',
             )
-        self.provider = in_use
         self.name = path.name
         self._types = {
             i.name: np.dtype(_ORT_TYPES.get(i.type, np.float32)) for i in self._session.get_inputs()
