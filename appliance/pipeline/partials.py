@@ -1,10 +1,12 @@
 """Thinking while the person speaks: partial transcripts during an utterance, and the LLM prefill of
-the words the last two partials agree on.
+their words.
 
-Every ``interval_s`` of speech the audio so far is transcribed on the ASR worker; once two partials
-agree on their first words (the stable prefix), the LLM evaluates the conversation plus those words
-into its KV cache. The turn that answers the utterance then evaluates only the tokens after the longest
-prefix its prompt shares with them: a wrong guess costs only the tokens after the divergence.
+Every ``interval_s`` of speech the audio so far is transcribed on the ASR worker; the LLM then
+evaluates the conversation plus the words the partials make likely into its KV cache: the words the
+last two partials agree on (the stable prefix), or the latest partial without its last word (often
+cut mid-word) when that is longer. The turn that answers the utterance then evaluates only the tokens
+after the longest prefix its prompt shares with them: a wrong guess costs only the tokens after the
+divergence.
 
 Both run as background work on the shared workers (``EngineWorker.background``): only on an idle
 worker, and reply work of any session arriving behind them stops them: a partial transcription within
@@ -35,7 +37,7 @@ log = logging.getLogger(__name__)
 @dataclass(frozen=True)
 class PartialsConfig:
     interval_s: float = 0.0  # new speech between two partial transcripts; 0: off
-    prefill: bool = True  # evaluate the stable prefix into the LLM's cache
+    prefill: bool = True  # evaluate the partials' words into the LLM's cache
 
     @property
     def enabled(self) -> bool:
@@ -47,13 +49,8 @@ class PartialsRecord:
     """What happened during one utterance, for the trace of the turn that answers it."""
 
     partials: int = 0  # partial transcripts made
-    skipped: int = 0  # due, but the ASR worker was busy with another session's work
-    stopped: int = 0  # begun, then stopped because reply work needed the ASR worker
     asr_ms: float = 0.0  # their ASR time, summed
     latest: str = ""  # the last partial transcript
-    stable: str = ""  # the words the last two agreed on
-    guessed: str = ""  # the words last given to the LLM's prefill
-    prefills: int = 0
     prefill_tokens: int = 0  # tokens the LLM evaluated during the utterance
     prefill_discarded: int = 0  # of earlier prefills, thrown away by a later one that disagreed
 
@@ -147,7 +144,7 @@ class Partials:
         except asyncio.CancelledError:
             raise
         except Cancelled:
-            self.record.stopped += 1
+            pass  # reply work needed the ASR worker: this partial is given up
         except Exception:
             log.exception("a partial transcript or prefill failed; the turn goes on without it")
 
@@ -157,16 +154,14 @@ class Partials:
         job = functools.partial(self.asr.transcribe, audio, cancel=cancel)
         result = await engines.asr_worker.background(job, cancel=cancel)
         if result is None:
-            record.skipped += 1
-            return
+            return  # the worker was busy with reply work: tried again one interval later
         record.partials += 1
         record.asr_ms += (time.monotonic() - started) * 1000.0
         previous, record.latest = record.latest, result.text.strip()
-        record.stable = stable_prefix(previous, record.latest) if previous else ""
-        words = prefill_words(record.stable, record.latest)
+        stable = stable_prefix(previous, record.latest) if previous else ""
+        words = prefill_words(stable, record.latest)
         if cancel.is_set() or not self.config.prefill or not words or words == self._prefilled:
             return
-        record.guessed = words
         await self._prefill(words, cancel)
 
     async def _prefill(self, words: str, cancel: CancelEvent) -> None:
@@ -175,7 +170,6 @@ class Partials:
         stats = await engines.llm_worker.background(job, cancel=cancel)
         if stats is None:
             return
-        self.record.prefills += 1
         self.record.prefill_tokens += stats.evaluated_tokens
         self.record.prefill_discarded += stats.discarded_tokens
         if not stats.cancelled:

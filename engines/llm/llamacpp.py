@@ -127,8 +127,7 @@ class LlamaCppLlm:
         self._prefill_span = None
 
     def close(self) -> None:
-        if self._active is not None and self._active_thread == threading.get_ident():
-            self._close_active()
+        self._close_own_suspended_turn()
         with self._lock:
             if self._runtime is not None:
                 self._runtime.close()
@@ -158,8 +157,7 @@ class LlamaCppLlm:
     def prefill(self, history: Sequence[Message], *, cancel: threading.Event | None = None) -> PrefillStats:
         self._require_loaded()
         validate_history(history)
-        if self._active is not None and self._active_thread == threading.get_ident():
-            self._close_active()
+        self._close_own_suspended_turn()
         with self._lock:
             self._require_loaded()
             return self._prefill(list(history), cancel)
@@ -236,10 +234,8 @@ class LlamaCppLlm:
         cancel: threading.Event | None,
         stats: GenerationStats,
     ) -> Iterator[str]:
-        # A turn this same thread left suspended (barge-in without draining it) is closed first;
-        # a turn running in another thread is waited for.
-        if self._active is not None and self._active_thread == threading.get_ident():
-            self._close_active()
+        # A turn running in another thread is waited for (the lock).
+        self._close_own_suspended_turn()
         with self._lock:
             self._require_loaded()
             self._active, self._active_thread = box[0], threading.get_ident()
@@ -248,9 +244,13 @@ class LlamaCppLlm:
             finally:
                 self._active, self._active_thread = None, None
 
-    def _close_active(self) -> None:
+    def _close_own_suspended_turn(self) -> None:
+        """Close a turn this same thread left suspended (barge-in without draining it): it holds the
+        lock, which this thread is about to take."""
+        if self._active is None or self._active_thread != threading.get_ident():
+            return
         active, self._active = self._active, None
-        if active is not None and hasattr(active, "close"):
+        if hasattr(active, "close"):
             active.close()
 
     def _generate(
