@@ -162,6 +162,20 @@ class LlmConfig(Section):
     prefill: bool = Field(
         True, description="evaluate the stable words of partial transcripts before the person stops speaking"
     )
+    slots: int = Field(
+        0,
+        ge=0,
+        le=64,
+        description="conversations the LLM holds and answers at once, each with its own context_tokens "
+        "of KV cache; 0: one per SIP call (sip.max_calls, when SIP is on) plus the local session",
+    )
+    max_queue: int = Field(
+        0,
+        ge=0,
+        le=64,
+        description="replies that may wait for a slot in silence; a reply that would wait behind this "
+        "many says agent.busy_reply first",
+    )
 
 
 class TtsConfig(Section):
@@ -179,6 +193,9 @@ class AgentConfig(Section):
         "Answer in one or two short spoken sentences, without lists or markdown."
     )
     fallback_reply: str = "Sorry, something went wrong. Please say that again."
+    busy_reply: str = Field(
+        "One moment, please.", description="said first when every LLM slot is busy (llm.max_queue)"
+    )
     max_history_messages: int = Field(16, ge=2, le=256, description="conversation kept per session")
 
 

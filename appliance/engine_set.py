@@ -153,8 +153,24 @@ def llm_engine(
         temperature=llm.temperature,
         threads=llm.threads,
         stop=llm.stop,
+        slots=llm_slots(settings),
+        max_queue=llm.max_queue,
         seed=seed,
     )
+
+
+def llm_slots(settings: Settings) -> int:
+    """``llm.slots``, or by default one per SIP call the device takes plus the local session."""
+    if settings.llm.slots:
+        return settings.llm.slots
+    return 1 + (settings.sip.max_calls if settings.sip.enabled else 0)
+
+
+def llm_worker_threads(settings: Settings) -> int:
+    """Threads that hand the LLM's replies to the sessions: one per session that can be in a turn
+    at once (every SIP call and the local session) and one for a prefill, so every reply reaches the
+    engine's queue, where it is batched or waits for a slot."""
+    return settings.sip.max_calls + 2
 
 
 def tts_engine(settings: Settings, bundle: Bundle) -> TtsEngine:
@@ -187,7 +203,9 @@ def session_config(settings: Settings) -> SessionConfig:
         endpointer=endpointer_params(settings),
         echo=EchoGate(vad.threshold, vad.threshold_while_playing, vad.gate_while_playing),
         turn=TurnConfig(
-            first_clause_words=settings.tts.first_clause_words, fallback_reply=agent.fallback_reply
+            first_clause_words=settings.tts.first_clause_words,
+            fallback_reply=agent.fallback_reply,
+            busy_reply=agent.busy_reply,
         ),
         partials=PartialsConfig(
             interval_s=settings.asr.partial_interval_ms / 1000.0, prefill=settings.llm.prefill
@@ -234,6 +252,7 @@ def build_engines(settings: Settings, bundle: Bundle) -> SessionEngines:
         tts=tts_engine(settings, bundle),
         turn=turn_detector(settings, bundle),
         partial_asr=partial_asr_engine(settings, bundle),
+        llm_threads=llm_worker_threads(settings),
     )
 
 

@@ -54,6 +54,8 @@ def cuda_llm(
         temperature=0.0,
         threads=2,
         stop=("\n\n",),
+        slots=2,
+        max_queue=0,
     )
     assert isinstance(engine, LlamaCppLlm)
     caplog_module.clear()

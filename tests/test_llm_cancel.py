@@ -24,8 +24,8 @@ def fresh_gemma(bundle: Bundle) -> Iterator[LlamaCppLlm]:
     engine.close()
 
 
-def _reply(engine: LlamaCppLlm, history: list[Message]) -> str:
-    return "".join(engine.stream(history))
+def _reply(engine: LlamaCppLlm, history: list[Message], conversation: str | None = None) -> str:
+    return "".join(engine.stream(history, conversation=conversation))
 
 
 def _partial_reply(engine: LlamaCppLlm, pieces_wanted: int) -> str:
@@ -57,10 +57,21 @@ def test_a_turn_abandoned_without_draining_does_not_block_or_corrupt_the_next(
     gemma_llm: LlamaCppLlm, fresh_gemma: LlamaCppLlm
 ) -> None:
     abandoned = gemma_llm.stream(FIRST)
-    next(abandoned)  # the caller stops reading (barge-in) but keeps the generator alive
+    first_piece = next(abandoned)  # the caller stops reading (barge-in) but keeps the generator alive
     history = [Message("user", "Where can I park my bicycle?")]
     assert _reply(gemma_llm, history) == _reply(fresh_gemma, history)
-    assert list(abandoned) == []  # closed by the next turn
+    # The abandoned reply was generated to its end meanwhile, undisturbed by the other turn.
+    assert first_piece + "".join(abandoned) == _reply(fresh_gemma, FIRST)
+
+
+def test_a_new_turn_of_the_same_conversation_cancels_its_unfinished_one(gemma_llm: LlamaCppLlm) -> None:
+    stats = GenerationStats()
+    abandoned = gemma_llm.stream(FIRST, stats=stats, conversation="kiosk")
+    next(abandoned)
+    history = [*FIRST, Message("assistant", "The station"), Message("user", "Where can I park?")]
+    assert _reply(gemma_llm, history, conversation="kiosk")
+    assert stats.cancelled and stats.stop_reason == "cancelled"
+    assert stats.generated_tokens < gemma_llm.max_reply_tokens
 
 
 def test_turns_from_two_threads_are_serialized_and_each_gets_its_own_reply(

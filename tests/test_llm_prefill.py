@@ -8,6 +8,7 @@ import threading
 
 from engines.llm import GenerationStats, Message
 from engines.llm.llamacpp import PREFILL_BATCH_TOKENS, LlamaCppLlm
+from engines.llm.slots import common_prefix_length
 
 FINAL = "What time does the canteen at the Northgate depot open on Saturday?"
 
@@ -26,16 +27,22 @@ def _evict(engine: LlamaCppLlm) -> None:
     _turn(engine, [Message("user", "Hello.")])
 
 
-class _TripAfter(threading.Event):
-    """A cancel event that reads as set from its ``checks``-th look on."""
+class _TripOncePrefilling(threading.Event):
+    """A cancel event that reads as set once the engine's cache holds the first token the prefill of
+    ``history`` adds (looked at by the engine between two batches)."""
 
-    def __init__(self, checks: int) -> None:
+    def __init__(self, engine: LlamaCppLlm, history: list[Message]) -> None:
         super().__init__()
-        self.left = checks
+        self.engine = engine
+        self.prompt = engine.prompt_tokens(history)
+        self.start = common_prefix_length(engine.cached_tokens(), self.prompt)
 
     def is_set(self) -> bool:
-        self.left -= 1
-        return self.left < 0 or super().is_set()
+        cached = self.engine.cached_tokens()
+        return (
+            cached[self.start : self.start + 1] == self.prompt[self.start : self.start + 1]
+            or super().is_set()
+        )
 
 
 def test_the_turn_evaluates_only_the_tokens_after_the_prefilled_words(any_llm: LlamaCppLlm) -> None:
@@ -46,7 +53,7 @@ def test_the_turn_evaluates_only_the_tokens_after_the_prefilled_words(any_llm: L
     final_prompt = any_llm.prompt_tokens([Message("user", FINAL)])
     # What was prefilled is exactly how the final prompt begins (the template's end of message and
     # reply header were left out).
-    assert any_llm._kv_tokens[: prefill.target_tokens] == final_prompt[: prefill.target_tokens]
+    assert any_llm.cached_tokens()[: prefill.target_tokens] == final_prompt[: prefill.target_tokens]
 
     before = _counter(any_llm)
     reply, stats = _turn(any_llm, [Message("user", FINAL)])
@@ -85,7 +92,9 @@ def test_a_prefill_stops_between_batches_when_cancelled(gemma_llm: LlamaCppLlm) 
     already.set()
     assert gemma_llm.prefill([Message("user", FINAL)], cancel=already).evaluated_tokens == 0
 
-    stopped = gemma_llm.prefill([Message("user", FINAL)], cancel=_TripAfter(1))
+    stopped = gemma_llm.prefill(
+        [Message("user", FINAL)], cancel=_TripOncePrefilling(gemma_llm, [Message("user", FINAL)])
+    )
     assert stopped.cancelled and stopped.evaluated_tokens == PREFILL_BATCH_TOKENS
     assert stopped.evaluated_tokens < stopped.target_tokens - stopped.cached_tokens
     # The turn after a cut prefill reuses the part that was evaluated and answers normally.

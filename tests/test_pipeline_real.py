@@ -16,7 +16,7 @@ from appliance.engine_set import session_config
 from appliance.pipeline import Session, SessionEngines
 from appliance.trace import TIMESTAMPS, TraceStore
 from engines.audio import load_audio_16k, resample
-from engines.llm import LlmEngine, Message
+from engines.llm import LlmEngine, LlmOccupancy, Message
 from tests.fixtures.pipeline import ReactiveSource, english_words, silence
 
 QUESTION = "speech/en/google_audio.wav"  # "how old is the Brooklyn Bridge"
@@ -115,6 +115,12 @@ class _BrokenLlm:
             self.failures -= 1
             raise RuntimeError("llama_decode returned -3 (injected)")
         return self.inner.stream(history, **kwargs)
+
+    def occupancy(self) -> LlmOccupancy:
+        return self.inner.occupancy()
+
+    def end_conversation(self, conversation: str) -> None:
+        self.inner.end_conversation(conversation)
 
     def close(self) -> None:
         return None

@@ -85,8 +85,10 @@ class Partials:
         *,
         asr: AsrEngine | None = None,
         wait: bool = False,
+        conversation: str | None = None,
     ) -> None:
         self.engines = engines
+        self.conversation = conversation  # the session's id: its LLM cache slot
         self.asr = asr or engines.asr
         self.config = config
         self.messages_for = messages_for
@@ -166,7 +168,9 @@ class Partials:
 
     async def _prefill(self, words: str, cancel: CancelEvent) -> None:
         engines = self.engines
-        job = functools.partial(engines.llm.prefill, self.messages_for(words), cancel=cancel)
+        job = functools.partial(
+            engines.llm.prefill, self.messages_for(words), cancel=cancel, conversation=self.conversation
+        )
         stats = await engines.llm_worker.background(job, cancel=cancel)
         if stats is None:
             return

@@ -94,12 +94,14 @@ class SessionEngines(TurnEngines):
         tts: Any,
         turn: TurnDetector | None = None,
         partial_asr: AsrEngine | None = None,
+        llm_threads: int = 1,
     ) -> SessionEngines:
+        """``llm_threads``: sessions whose replies can reach the LLM at once (it batches them)."""
         return cls(
             asr=asr,
             asr_worker=EngineWorker("asr"),
             llm=llm,
-            llm_worker=EngineWorker("llm"),
+            llm_worker=EngineWorker("llm", threads=llm_threads),
             tts=tts,
             tts_worker=EngineWorker("tts"),
             vad=vad,
@@ -203,6 +205,7 @@ class Session:
             self.conversation.with_user,
             asr=engines.partial_asr,
             wait=not getattr(source, "realtime", True),
+            conversation=self.session_id,
         )
 
     @property
@@ -254,6 +257,7 @@ class Session:
             await self._close_active(
                 cancel=stopped_early or hung_up, outcome="hangup" if self._source_ended else "stopped"
             )
+            self.engines.llm.end_conversation(self.session_id)
 
     async def _on_frame(self, frame: np.ndarray, vad_stream: Any) -> None:
         if len(frame) != FRAME_SAMPLES:

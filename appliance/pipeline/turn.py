@@ -50,6 +50,7 @@ class TurnFailed(Exception):
 class TurnConfig:
     first_clause_words: int = 4
     fallback_reply: str = "Sorry, something went wrong. Please say that again."
+    busy_reply: str = "One moment, please."
     max_pending_clauses: int = 4
     max_pending_chunks: int = 8
 
@@ -129,6 +130,7 @@ class Turn:
             self.trace.llm_tokens = self.stats.generated_tokens
             self.trace.llm_prompt_tokens = self.stats.prompt_tokens
             self.trace.llm_evaluated_tokens = self.stats.evaluated_prompt_tokens
+            self.trace.llm_queued_ms = round(self.stats.queued_s * 1000.0, 1)
             self.trace.prefill_reused = self.stats.prefilled_tokens
             self.trace.mark("turn_done")
 
@@ -157,9 +159,16 @@ class Turn:
 
         splitter = ClauseSplitter(first_clause_words=self.config.first_clause_words)
         engines = self.engines
+        conversation = self.trace.session_id
+        if engines.llm.occupancy().full:
+            # Every slot is answering another call: say so rather than stay silent for a whole reply.
+            self.trace.busy_reply = True
+            await self._put_clause(self.config.busy_reply, clauses)
         try:
             pieces = engines.llm_worker.stream(
-                lambda: engines.llm.stream(messages, cancel=self._llm_cancel, stats=self.stats),
+                lambda: engines.llm.stream(
+                    messages, cancel=self._llm_cancel, stats=self.stats, conversation=conversation
+                ),
                 cancel=self._llm_cancel,
             )
             async with contextlib.aclosing(pieces):

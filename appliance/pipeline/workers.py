@@ -1,8 +1,10 @@
 """One worker thread per engine: blocking engine calls run there, never on the event loop.
 
 Work for a reply (``call``, ``stream``) comes first. Background work (``background``: a partial
-transcript, an LLM prefill while the person is still speaking) starts only on an idle worker, and any
-reply work queued after it sets its cancel event, so it yields at its next check.
+transcript, an LLM prefill while the person is still speaking) starts only when a thread of the worker
+is free (with one thread: an idle worker), and any reply work queued after it sets its cancel event, so
+it yields at its next check. A worker with several threads serves an engine that schedules concurrent
+calls itself (the LLM batches the replies of several sessions).
 """
 
 from __future__ import annotations
@@ -24,11 +26,13 @@ _POLL_S = 0.02
 
 
 class EngineWorker:
-    """A single thread owning one engine. Calls are queued in order (one at a time per engine)."""
+    """The thread(s) owning one engine. Calls are queued in order; with one thread (the default)
+    they run one at a time."""
 
-    def __init__(self, name: str) -> None:
+    def __init__(self, name: str, *, threads: int = 1) -> None:
         self.name = name
-        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"engine-{name}")
+        self.threads = threads
+        self._executor = ThreadPoolExecutor(max_workers=threads, thread_name_prefix=f"engine-{name}")
         self._count_lock = threading.Lock()
         self._queued = 0  # calls submitted and not finished (reply and background alike)
         self._background: set[threading.Event] = set()  # cancel events of background calls queued or running
@@ -44,10 +48,11 @@ class EngineWorker:
         return await self._run(fn, *args)
 
     async def background(self, fn: Callable[..., T], *args: Any, cancel: threading.Event) -> T | None:
-        """Run ``fn(*args)`` if the worker is idle (else None at once, nothing run). ``cancel`` is set
+        """Run ``fn(*args)`` if a thread is free (else None at once, nothing run). ``cancel`` is set
         when reply work arrives behind it; ``fn`` is expected to pass it on to the engine."""
-        if not self.idle:
-            return None
+        with self._count_lock:
+            if self._queued >= self.threads:
+                return None
         with self._count_lock:
             self._background.add(cancel)
         try:

@@ -86,6 +86,8 @@ class TurnTrace:
     prefill_discarded: int = 0  # ... thrown away as not matching what was finally said
     llm_prompt_tokens: int = 0  # this turn's prompt (system prompt included)
     llm_evaluated_tokens: int = 0  # ... evaluated after the end of speech (the rest was cached)
+    llm_queued_ms: float = 0.0  # waited for an LLM slot (every one busy with other calls' replies)
+    busy_reply: bool = False  # agent.busy_reply was said first (the LLM's queue was full)
 
     def mark(self, name: str, at: float | None = None) -> None:
         """Set timestamp ``name`` to now (or ``at``) unless it is already set."""

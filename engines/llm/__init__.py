@@ -1,4 +1,4 @@
-"""Language model: streaming chat completion on llama.cpp with a cached system prompt."""
+"""Language model: streaming chat completion on llama.cpp, several conversations at once."""
 
 from __future__ import annotations
 
@@ -35,6 +35,7 @@ class GenerationStats:
     stop_reason: str = ""  # end_of_turn | stop_string | max_tokens | cancelled
     prefilled_tokens: int = 0  # prompt tokens found in the cache because a prefill() put them there
     discarded_prefill_tokens: int = 0  # prefilled tokens this prompt did not match (a wrong guess)
+    queued_s: float = 0.0  # waited for a free slot (every slot busy with other conversations' replies)
 
     @property
     def cached_prompt_tokens(self) -> int:
@@ -53,14 +54,37 @@ class PrefillStats:
     seconds: float = 0.0
 
 
+@dataclass(frozen=True)
+class LlmOccupancy:
+    """How busy the engine is: replies running in its slots and replies waiting for one."""
+
+    slots: int
+    running: int
+    waiting: int
+    max_queue: int  # replies that may wait silently
+    evictions: int = 0  # conversations whose slot was given to another one
+
+    @property
+    def full(self) -> bool:
+        """A new reply would wait behind ``max_queue`` or more others: worth telling the person."""
+        return self.running >= self.slots and self.waiting >= self.max_queue
+
+
 class LlmEngine(Protocol):
     def load(self) -> None: ...
 
-    def prefill(self, history: Sequence[Message], *, cancel: threading.Event | None = None) -> PrefillStats:
+    def prefill(
+        self,
+        history: Sequence[Message],
+        *,
+        cancel: threading.Event | None = None,
+        conversation: str | None = None,
+    ) -> PrefillStats:
         """Evaluate the prompt of ``history`` (its last message unfinished: the template's end of
-        message and reply header are left out) into the KV cache without generating, so that a later
-        ``stream()`` whose prompt begins the same way evaluates only what follows. Stops between two
-        small batches once ``cancel`` is set."""
+        message and reply header are left out) into the conversation's KV cache without
+        generating, so that a later ``stream()`` whose prompt begins the same way evaluates only
+        what follows. Stops between two small batches once ``cancel`` is set or a reply needs the
+        model."""
         ...
 
     def stream(
@@ -69,9 +93,18 @@ class LlmEngine(Protocol):
         *,
         cancel: threading.Event | None = None,
         stats: GenerationStats | None = None,
+        conversation: str | None = None,
     ) -> Iterator[str]:
         """Yield text pieces of the assistant's reply to ``history`` (without the system prompt,
-        which the engine owns); stop within one token once ``cancel`` is set."""
+        which the engine owns); stop within one token once ``cancel`` is set. ``conversation``
+        (a session id) keeps the conversation's cache for its next turn; several conversations'
+        replies are generated at once."""
+        ...
+
+    def occupancy(self) -> LlmOccupancy: ...
+
+    def end_conversation(self, conversation: str) -> None:
+        """The conversation is over: its cache may go to another one first."""
         ...
 
     def close(self) -> None: ...
@@ -95,10 +128,13 @@ def create_llm(
     temperature: float,
     threads: int,
     stop: Sequence[str],
+    slots: int,
+    max_queue: int,
     seed: int | None = None,
 ) -> LlmEngine:
     """An unloaded llama.cpp engine for the bundle's ``llm/<model>`` GGUF (``gpu_layers=-1``: all
-    layers on the GPU). ``seed`` fixes sampling for reproducible runs; None draws one."""
+    layers on the GPU) holding ``slots`` conversations of ``context_tokens`` each. ``seed`` fixes
+    sampling for reproducible runs; None draws one."""
     names = available_models(bundle)
     if model not in names:
         raise ModelFileError(
@@ -117,4 +153,6 @@ def create_llm(
         threads=threads,
         stop=stop,
         seed=seed,
+        slots=slots,
+        max_queue=max_queue,
     )

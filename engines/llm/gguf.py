@@ -128,6 +128,29 @@ class GgufInfo:
         value = self.metadata.get("tokenizer.chat_template")
         return str(value) if value else None
 
+    @property
+    def kv_bytes_per_token(self) -> int | None:
+        """Bytes of KV cache one token position takes in every layer (f16 keys and values), from the
+        attention shape in the metadata; None when the metadata does not give it."""
+        arch = self.metadata
+        prefix = f"{self.architecture}."
+        layers = arch.get(prefix + "block_count")
+        heads = arch.get(prefix + "attention.head_count")
+        kv_heads = arch.get(prefix + "attention.head_count_kv", heads)
+        width = arch.get(prefix + "embedding_length")
+        if not isinstance(layers, int) or not isinstance(heads, int) or not heads:
+            return None
+        if isinstance(kv_heads, (list, tuple)):  # per-layer head counts
+            kv_heads = max((int(h) for h in kv_heads), default=heads)
+        if not isinstance(kv_heads, int):
+            return None
+        default_head = width // heads if isinstance(width, int) else None
+        key = arch.get(prefix + "attention.key_length", default_head)
+        value = arch.get(prefix + "attention.value_length", default_head)
+        if key is None or value is None:
+            return None
+        return int(layers) * int(kv_heads) * (int(key) + int(value)) * 2
+
 
 class _Reader:
     def __init__(self, buffer: mmap.mmap, path: Path) -> None:

@@ -1,7 +1,10 @@
 """A thin layer over llama.cpp's C API (through llama-cpp-python's ctypes bindings).
 
-One model, one context, one sequence. The KV cache is addressed by token count: ``kv_length``
-is what llama.cpp's own memory holds, so callers can count what a call really evaluated.
+One model and one context holding ``sequences`` independent sequences (conversations), each with
+its own ``context_tokens`` of KV cache (llama.cpp's non-unified cache: one stream per sequence).
+A sequence's cache is addressed by token count: ``kv_length(seq)`` is what llama.cpp's own memory
+holds, so callers can count what a call really evaluated. ``decode`` evaluates tokens of one
+sequence; ``decode_step`` one token for each of several sequences in one batch.
 """
 
 from __future__ import annotations
@@ -30,7 +33,6 @@ log = logging.getLogger(__name__)
 llama_log = logging.getLogger("engines.llm.llama_cpp")
 
 _ALL_LAYERS = 2**31 - 1
-_SEQ = 0  # the one sequence this runtime uses
 _backend_lock = threading.Lock()
 _backend_ready = False
 
@@ -69,10 +71,12 @@ class LlamaRuntime:
         context_tokens: int,
         threads: int,
         batch_tokens: int = 512,
+        sequences: int = 1,
         vocab_only: bool = False,
     ) -> None:
-        """``vocab_only``: the vocabulary and metadata without the weights and without a context (to
-        count tokens quickly); only the text <-> token methods work then."""
+        """``context_tokens`` per sequence. ``vocab_only``: the vocabulary and metadata without the
+        weights and without a context (to count tokens quickly); only the text <-> token methods
+        work then."""
         init_backend()
         if gpu_layers != 0 and not llama_cpp.llama_supports_gpu_offload():
             raise BackendUnavailable(
@@ -91,11 +95,14 @@ class LlamaRuntime:
         self.vocab = llama_cpp.llama_model_get_vocab(self.model)
         self._piece = ctypes.create_string_buffer(256)
         self.ctx = None
+        self._batch: Any = None
         if vocab_only:
             return
         batch_tokens = min(batch_tokens, context_tokens)  # llama.cpp caps a batch at the context
         ctx_params = llama_cpp.llama_context_default_params()
-        ctx_params.n_ctx = context_tokens
+        ctx_params.n_ctx = context_tokens * sequences
+        ctx_params.n_seq_max = sequences
+        ctx_params.kv_unified = False  # each sequence its own cells: no attention over the others'
         ctx_params.n_batch = batch_tokens
         ctx_params.n_ubatch = batch_tokens
         ctx_params.n_threads = threads
@@ -110,8 +117,10 @@ class LlamaRuntime:
                 fix="lower llm.context_tokens or free memory",
             )
         self.memory = llama_cpp.llama_get_memory(self.ctx)
-        self.context_tokens = int(llama_cpp.llama_n_ctx(self.ctx))
+        self.sequences = int(llama_cpp.llama_n_seq_max(self.ctx))
+        self.context_tokens = int(llama_cpp.llama_n_ctx_seq(self.ctx))
         self.batch_tokens = int(llama_cpp.llama_n_batch(self.ctx))
+        self._batch = llama_cpp.llama_batch_init(self.batch_tokens, 0, self.sequences)
 
     # model facts ---------------------------------------------------------------------------
 
@@ -170,24 +179,50 @@ class LlamaRuntime:
 
     # KV cache --------------------------------------------------------------------------------
 
-    def kv_length(self) -> int:
-        """Tokens llama.cpp holds for the sequence (its highest position + 1)."""
-        return int(llama_cpp.llama_memory_seq_pos_max(self.memory, _SEQ)) + 1
+    def kv_length(self, seq: int = 0) -> int:
+        """Tokens llama.cpp holds for sequence ``seq`` (its highest position + 1)."""
+        return int(llama_cpp.llama_memory_seq_pos_max(self.memory, seq)) + 1
 
-    def truncate(self, length: int) -> None:
-        """Forget every position from ``length`` on."""
-        if not llama_cpp.llama_memory_seq_rm(self.memory, _SEQ, length, -1):
+    def truncate(self, length: int, seq: int = 0) -> None:
+        """Forget every position of ``seq`` from ``length`` on."""
+        if not llama_cpp.llama_memory_seq_rm(self.memory, seq, length, -1):
             llama_cpp.llama_memory_clear(self.memory, True)
             raise BackendUnavailable("llama.cpp could not trim this model's KV cache")
 
-    def decode(self, tokens: Sequence[int]) -> None:
-        """Evaluate ``tokens`` after what the cache holds, in batches; logits of the last one stay."""
+    def copy_sequence(self, source: int, target: int) -> None:
+        """Make ``target`` hold what ``source`` holds (its whole stream is copied)."""
+        llama_cpp.llama_memory_seq_rm(self.memory, target, -1, -1)
+        llama_cpp.llama_memory_seq_cp(self.memory, source, target, -1, -1)
+
+    def decode(self, tokens: Sequence[int], seq: int = 0) -> None:
+        """Evaluate ``tokens`` of ``seq`` after what its cache holds, in batches; the logits of the
+        last one stay (output index -1)."""
+        position = self.kv_length(seq)
         for start in range(0, len(tokens), self.batch_tokens):
             chunk = tokens[start : start + self.batch_tokens]
-            array = (llama_cpp.llama_token * len(chunk))(*chunk)
-            result = llama_cpp.llama_decode(self.ctx, llama_cpp.llama_batch_get_one(array, len(chunk)))
-            if result != 0:
-                raise BackendUnavailable(f"llama_decode failed with code {result}")
+            last = start + len(chunk) == len(tokens)
+            items = [(token, position + start + i, seq) for i, token in enumerate(chunk)]
+            self._run(items, outputs=[len(chunk) - 1] if last else [])
+
+    def decode_step(self, items: Sequence[tuple[int, int, int]]) -> None:
+        """One batch of ``(token, position, seq)`` (one token per sequence, each sequence at most
+        once); the logits of item ``i`` are at output index ``i``."""
+        self._run(items, outputs=range(len(items)))
+
+    def _run(self, items: Sequence[tuple[int, int, int]], *, outputs: Sequence[int]) -> None:
+        batch = self._batch
+        batch.n_tokens = len(items)
+        for i, (token, position, seq) in enumerate(items):
+            batch.token[i] = token
+            batch.pos[i] = position
+            batch.n_seq_id[i] = 1
+            batch.seq_id[i][0] = seq
+            batch.logits[i] = False
+        for i in outputs:
+            batch.logits[i] = True
+        result = llama_cpp.llama_decode(self.ctx, batch)
+        if result != 0:
+            raise BackendUnavailable(f"llama_decode failed with code {result}")
 
     def prompt_tokens_evaluated(self) -> int:
         """llama.cpp's own counter of prompt tokens evaluated since the context was made."""
@@ -212,14 +247,18 @@ class LlamaRuntime:
             llama_cpp.llama_sampler_chain_add(chain, stage)
         return chain
 
-    def sample(self, sampler: Any) -> int:
-        return int(llama_cpp.llama_sampler_sample(sampler, self.ctx, -1))
+    def sample(self, sampler: Any, index: int = -1) -> int:
+        """A token from the logits at output ``index`` of the last decode."""
+        return int(llama_cpp.llama_sampler_sample(sampler, self.ctx, index))
 
     @staticmethod
     def free_sampler(sampler: Any) -> None:
         llama_cpp.llama_sampler_free(sampler)
 
     def close(self) -> None:
+        if self._batch is not None:
+            llama_cpp.llama_batch_free(self._batch)
+            self._batch = None
         if self.ctx:
             llama_cpp.llama_free(self.ctx)
             self.ctx = None

@@ -1,16 +1,18 @@
-"""The LLM engine on llama.cpp: system prompt evaluated once, prefix reuse, streaming, cancellation.
+"""The LLM engine on llama.cpp: several conversations at once, each in its own KV slot, one batched
+decode loop, the system prompt evaluated once.
 
-KV layout: the system prefix (same for every conversation) is evaluated in ``load()`` and never
-removed. Each turn keeps the longest cached prefix of its prompt (the whole previous turn, when
-the same conversation continues) and evaluates only the rest; a turn of another conversation
-falls back to the system prefix. ``prefill()`` fills the cache with a conversation and the words of
-an unfinished user message (a partial transcript) while the person is still speaking; the turn
-that follows then evaluates only the tokens after the longest prefix it shares with them.
+KV layout: the context holds ``slots`` sequences. The system prefix (the same for every
+conversation) is evaluated once in ``load()`` and copied into every sequence, where it is never
+removed. Each conversation keeps its slot (``slots.py``): its next turn keeps the longest cached
+prefix of its prompt (the whole previous turn) and evaluates only the rest. ``prefill()`` fills a
+conversation's slot with the words of an unfinished user message (a partial transcript) while the
+person is still speaking; the turn that follows then evaluates only the tokens after the longest
+prefix it shares with them. Every evaluation runs on the decode loop's thread (``scheduler.py``),
+which batches the token steps of all replies being generated.
 """
 
 from __future__ import annotations
 
-import codecs
 import logging
 import threading
 import time
@@ -19,18 +21,19 @@ from pathlib import Path
 from typing import Any
 
 from engines.errors import EngineError, InputError
-from engines.llm import GenerationStats, Message, PrefillStats
+from engines.llm import GenerationStats, LlmOccupancy, Message, PrefillStats
 from engines.llm.chat_template import ChatTemplate, validate_history
 from engines.llm.gguf import read_gguf
 from engines.llm.history import trim_history
-from engines.llm.stop import StopStringFilter
+from engines.llm.memory import check_kv_fits
+from engines.llm.scheduler import PREFILL_BATCH_TOKENS, DecodeLoop, PrefillJob, ReplyJob
+from engines.llm.slots import SlotTable, common_prefix_length
+
+__all__ = ["PREFILL_BATCH_TOKENS", "LlamaCppLlm", "system_prompt_tokens"]
 
 log = logging.getLogger(__name__)
 
 _WARMUP_HISTORY = (Message("user", "Hello."),)
-# Prefill runs in batches this small so that a reply waiting for the model waits at most one of them
-# (about 0.1 s for Qwen 1.5B on two CPU cores); a prompt eval of 8 tokens costs ~2x one of 1 token.
-PREFILL_BATCH_TOKENS = 8
 # Appended to an unfinished message to find where its text ends in the template's tokens.
 _PROBE = " \u2026zq"
 
@@ -48,12 +51,16 @@ class LlamaCppLlm:
         threads: int,
         stop: Sequence[str],
         seed: int | None = None,
+        slots: int = 1,
+        max_queue: int = 0,
     ) -> None:
         if max_reply_tokens >= context_tokens:
             raise InputError(
                 f"max_reply_tokens ({max_reply_tokens}) must be below context_tokens ({context_tokens})",
                 fix="raise llm.context_tokens or lower llm.max_reply_tokens",
             )
+        if slots < 1:
+            raise InputError(f"llm.slots = {slots}: at least one conversation slot", fix="set llm.slots >= 1")
         self.model_path = Path(model_path)
         self.system_prompt = system_prompt
         self.gpu_layers = gpu_layers
@@ -63,23 +70,27 @@ class LlamaCppLlm:
         self.threads = threads
         self.stop = tuple(stop)
         self.seed = seed
+        self.slots = slots
+        self.max_queue = max_queue
+        self.kv_cache_bytes: int | None = None
         self._runtime: Any = None  # LlamaRuntime once loaded
         self._template: ChatTemplate | None = None
         self._system_prefix = ""  # the rendered text of the system prefix
         self._system_tokens: list[int] = []
-        self._kv_tokens: list[int] = []  # mirror of what the KV cache holds, in order
-        # Positions [start, end) of the cache that prefill() evaluated and no turn has used yet.
-        self._prefill_span: tuple[int, int] | None = None
-        self._lock = threading.Lock()
-        self._active: Iterator[str] | None = None  # the turn holding the lock
-        self._active_thread: int | None = None
+        self._table: SlotTable | None = None
+        self._loop: DecodeLoop | None = None
+        self._lock = threading.Lock()  # load and close
 
     # lifecycle -------------------------------------------------------------------------------
 
     def load(self) -> None:
-        if self._runtime is not None:
-            return
+        with self._lock:
+            if self._runtime is None:
+                self._load()
+
+    def _load(self) -> None:
         info = read_gguf(self.model_path)  # clear errors for foreign or truncated files
+        self.kv_cache_bytes = check_kv_fits(info, slots=self.slots, context_tokens=self.context_tokens)
         from engines.llm.llama_runtime import LlamaRuntime
 
         started = time.perf_counter()
@@ -88,6 +99,7 @@ class LlamaCppLlm:
             gpu_layers=self.gpu_layers,
             context_tokens=self.context_tokens,
             threads=self.threads,
+            sequences=self.slots,
         )
         try:
             self._template = _template(runtime, info.architecture)
@@ -99,41 +111,50 @@ class LlamaCppLlm:
                     f"{runtime.context_tokens}-token context with {self.max_reply_tokens} reply tokens",
                     fix="shorten the persona or raise llm.context_tokens",
                 )
+            self._runtime, self._system_prefix, self._system_tokens = runtime, prefix, tokens
             runtime.decode(tokens)
+            self._warm_up()
+            for seq in range(1, self.slots):
+                runtime.copy_sequence(0, seq)
         except BaseException:
+            self._runtime = None
             runtime.close()
             raise
-        self._runtime = runtime
-        self._system_prefix = prefix
-        self._system_tokens = tokens
-        self._kv_tokens = list(tokens)
-        self._warm_up()
+        self._table = SlotTable(self.slots, tokens)
+        self._loop = DecodeLoop(runtime, self._table, new_sampler=self._new_sampler)
+        self._loop.start()
         log.info(
-            "llm ready: %s (%s, %s, template %s), system prompt %d tokens, %.2f s",
+            "llm ready: %s (%s, %s, template %s), system prompt %d tokens, %d slots x %d tokens, %.2f s",
             self.model_path.name,
             info.architecture,
             info.file_type_name,
             self._template.origin,
             len(tokens),
+            self.slots,
+            runtime.context_tokens,
             time.perf_counter() - started,
         )
 
     def _warm_up(self) -> None:
-        """One short turn, so graph allocation is not paid by the first real turn."""
-        for _ in self._generate(_WARMUP_HISTORY, None, GenerationStats(), max_tokens=1):
-            pass
-        self._runtime.truncate(len(self._system_tokens))
-        self._kv_tokens = list(self._system_tokens)
-        self._prefill_span = None
+        """A prompt and one token step, so graph allocation is not paid by the first real turn."""
+        runtime, prompt = self._runtime, self.prompt_tokens(_WARMUP_HISTORY)
+        runtime.decode(prompt[len(self._system_tokens) :])
+        sampler = self._new_sampler()
+        try:
+            runtime.decode_step([(runtime.sample(sampler), len(prompt), 0)])
+        finally:
+            runtime.free_sampler(sampler)
+        runtime.truncate(len(self._system_tokens))
 
     def close(self) -> None:
-        self._close_own_suspended_turn()
         with self._lock:
+            if self._loop is not None:
+                self._loop.stop()
+                self._loop = None
             if self._runtime is not None:
                 self._runtime.close()
                 self._runtime = None
-            self._kv_tokens = []
-            self._prefill_span = None
+            self._table = None
 
     # facts for callers and tests ---------------------------------------------------------------
 
@@ -147,46 +168,53 @@ class LlamaCppLlm:
 
     def prompt_tokens(self, history: Sequence[Message]) -> list[int]:
         """The token sequence a turn with ``history`` evaluates (system prefix included)."""
-        self._require_loaded()
-        assert self._template is not None
+        if self._runtime is None or self._template is None:
+            raise EngineError("the LLM engine is not loaded", fix="call load() first")
         _, rest = self._template.split(self.system_prompt, history, prefix=self._system_prefix)
         return self._system_tokens + self._runtime.tokenize(rest)
 
+    def cached_tokens(self, conversation: str | None = None) -> list[int]:
+        """What the KV cache holds for ``conversation`` (None: the slot used last)."""
+        table = self._require_loaded()
+        slot = table.owned_by(conversation) or max(table.slots, key=lambda s: s.last_used)
+        return list(slot.tokens)
+
+    def occupancy(self) -> LlmOccupancy:
+        table = self._table
+        if table is None or self._loop is None:
+            return LlmOccupancy(slots=self.slots, running=0, waiting=0, max_queue=self.max_queue)
+        running, waiting = self._loop.occupancy()
+        return LlmOccupancy(
+            slots=self.slots,
+            running=running,
+            waiting=waiting,
+            max_queue=self.max_queue,
+            evictions=table.evictions,
+        )
+
+    def end_conversation(self, conversation: str) -> None:
+        if self._loop is not None:
+            self._loop.forget(conversation)
+
     # prefill ---------------------------------------------------------------------------------
 
-    def prefill(self, history: Sequence[Message], *, cancel: threading.Event | None = None) -> PrefillStats:
+    def prefill(
+        self,
+        history: Sequence[Message],
+        *,
+        cancel: threading.Event | None = None,
+        conversation: str | None = None,
+    ) -> PrefillStats:
         self._require_loaded()
         validate_history(history)
-        self._close_own_suspended_turn()
-        with self._lock:
-            self._require_loaded()
-            return self._prefill(list(history), cancel)
-
-    def _prefill(self, history: list[Message], cancel: threading.Event | None) -> PrefillStats:
-        started = time.perf_counter()
-        stats = PrefillStats()
-        target = self._unfinished_prompt(history)
+        target = self._unfinished_prompt(list(history))
         if target is None:
-            return stats  # does not fit the context: the turn itself will trim the history
-        stats.target_tokens = len(target)
-        runtime = self._runtime
-        reuse = max(_common_prefix_length(self._kv_tokens, target), len(self._system_tokens))
-        stats.cached_tokens = reuse
-        stats.discarded_tokens = self._drop_prefill_after(reuse)
-        start = reuse if self._prefill_span is None else min(self._prefill_span[0], reuse)
-        runtime.truncate(reuse)
-        self._kv_tokens = self._kv_tokens[:reuse]
-        for begin in range(reuse, len(target), PREFILL_BATCH_TOKENS):
-            if _is_set(cancel):
-                stats.cancelled = True
-                break
-            chunk = target[begin : begin + PREFILL_BATCH_TOKENS]
-            runtime.decode(chunk)
-            self._kv_tokens.extend(chunk)
-            stats.evaluated_tokens += len(chunk)
-            self._prefill_span = (start, len(self._kv_tokens))
-        stats.seconds = time.perf_counter() - started
-        return stats
+            return PrefillStats()  # does not fit the context: the turn itself will trim the history
+        job = PrefillJob(conversation, target, cancel)
+        job.stats.target_tokens = len(target)
+        self._submit(job)
+        job.finished.wait()
+        return job.stats
 
     def _unfinished_prompt(self, history: list[Message]) -> list[int] | None:
         """The prompt tokens of ``history`` up to the end of the last message's text: what the
@@ -199,17 +227,7 @@ class LlamaCppLlm:
         *earlier, last = kept
         probe = [*earlier, Message(last.role, last.content + _PROBE)]
         full, longer = self.prompt_tokens(kept), self.prompt_tokens(probe)
-        return full[: _common_prefix_length(full, longer)]
-
-    def _drop_prefill_after(self, position: int) -> int:
-        """Forget that positions from ``position`` on were prefilled; how many prefilled tokens that
-        throws away (the caller truncates the cache there)."""
-        if self._prefill_span is None:
-            return 0
-        start, end = self._prefill_span
-        discarded = max(0, end - max(position, start))
-        self._prefill_span = None if position <= start else (start, min(end, position))
-        return discarded
+        return full[: common_prefix_length(full, longer)]
 
     # generation ------------------------------------------------------------------------------
 
@@ -219,51 +237,12 @@ class LlamaCppLlm:
         *,
         cancel: threading.Event | None = None,
         stats: GenerationStats | None = None,
+        conversation: str | None = None,
     ) -> Iterator[str]:
         self._require_loaded()
         validate_history(history)
-        box: list[Iterator[str]] = []
-        turn = self._serialized(box, list(history), cancel, stats if stats is not None else GenerationStats())
-        box.append(turn)
-        return turn
-
-    def _serialized(
-        self,
-        box: list[Iterator[str]],
-        history: list[Message],
-        cancel: threading.Event | None,
-        stats: GenerationStats,
-    ) -> Iterator[str]:
-        # A turn running in another thread is waited for (the lock).
-        self._close_own_suspended_turn()
-        with self._lock:
-            self._require_loaded()
-            self._active, self._active_thread = box[0], threading.get_ident()
-            try:
-                yield from self._generate(history, cancel, stats, max_tokens=self.max_reply_tokens)
-            finally:
-                self._active, self._active_thread = None, None
-
-    def _close_own_suspended_turn(self) -> None:
-        """Close a turn this same thread left suspended (barge-in without draining it): it holds the
-        lock, which this thread is about to take."""
-        if self._active is None or self._active_thread != threading.get_ident():
-            return
-        active, self._active = self._active, None
-        if hasattr(active, "close"):
-            active.close()
-
-    def _generate(
-        self,
-        history: Sequence[Message],
-        cancel: threading.Event | None,
-        stats: GenerationStats,
-        *,
-        max_tokens: int,
-    ) -> Iterator[str]:
-        started = time.perf_counter()
-        runtime = self._runtime
-        budget = min(self.context_tokens, runtime.context_tokens) - max_tokens
+        stats = stats if stats is not None else GenerationStats()
+        budget = min(self.context_tokens, self._runtime.context_tokens) - self.max_reply_tokens
         prompts: list[list[int]] = []
 
         def fits(messages: Sequence[Message]) -> bool:
@@ -275,101 +254,31 @@ class LlamaCppLlm:
         stats.prompt_tokens = len(prompt)
         if stats.dropped_messages:
             log.debug("dropped the %d oldest messages to fit the context", stats.dropped_messages)
+        job = ReplyJob(
+            conversation, prompt, cancel, stats=stats, max_tokens=self.max_reply_tokens, stop=self.stop
+        )
+        return self._reply(job)
 
-        # Reuse the longest cached prefix; at least the last prompt token is evaluated for logits.
-        reuse = _common_prefix_length(self._kv_tokens, prompt)
-        reuse = max(min(reuse, len(prompt) - 1), len(self._system_tokens))
-        if self._prefill_span is not None:
-            start, end = self._prefill_span
-            stats.prefilled_tokens = max(0, min(reuse, end) - start)
-            stats.discarded_prefill_tokens = self._drop_prefill_after(reuse)
-            self._prefill_span = None  # what follows is this turn's own
-        runtime.truncate(reuse)
-        self._kv_tokens = self._kv_tokens[:reuse]
-        before = runtime.kv_length()
-        if _is_set(cancel):
-            stats.cancelled, stats.stop_reason = True, "cancelled"
-            stats.total_s = time.perf_counter() - started
-            return
-        runtime.decode(prompt[reuse:])
-        self._kv_tokens.extend(prompt[reuse:])
-        stats.evaluated_prompt_tokens = runtime.kv_length() - before
+    def _reply(self, job: ReplyJob) -> Iterator[str]:
+        # Submitted on the first next(), so a generator never started never takes a slot.
+        self._submit(job)
+        yield from job.read()
 
-        sampler = runtime.sampler(self._sampling())
-        try:
-            yield from self._decode_loop(runtime, sampler, cancel, stats, max_tokens, started)
-        finally:
-            runtime.free_sampler(sampler)
-            stats.total_s = time.perf_counter() - started
+    def _submit(self, job: PrefillJob | ReplyJob) -> None:
+        loop = self._loop
+        if loop is None:
+            raise EngineError("the LLM engine is not loaded", fix="call load() first")
+        loop.submit(job)
 
-    def _decode_loop(
-        self,
-        runtime: Any,
-        sampler: Any,
-        cancel: threading.Event | None,
-        stats: GenerationStats,
-        max_tokens: int,
-        started: float,
-    ) -> Iterator[str]:
-        decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
-        stops = StopStringFilter(self.stop)
-        at_start = True
-        stats.stop_reason = "max_tokens"
-        while True:
-            if _is_set(cancel):
-                stats.cancelled, stats.stop_reason = True, "cancelled"
-                return
-            token = runtime.sample(sampler)
-            if runtime.is_end_of_generation(token):
-                stats.stop_reason = "end_of_turn"
-                break
-            stats.generated_tokens += 1
-            text = stops.push(decoder.decode(runtime.piece(token)))
-            if at_start:
-                text = text.lstrip()
-                at_start = not text
-            if text:
-                if stats.first_token_s is None:
-                    stats.first_token_s = time.perf_counter() - started
-                yield text
-            if stops.stopped:
-                stats.stop_reason = "stop_string"
-                return
-            if stats.generated_tokens >= max_tokens:
-                break
-            if _is_set(cancel):
-                stats.cancelled, stats.stop_reason = True, "cancelled"
-                return
-            runtime.decode([token])
-            self._kv_tokens.append(token)
-        tail = stops.push(decoder.decode(b"", final=True)) + stops.flush()
-        tail = tail.lstrip() if at_start else tail
-        if tail:
-            if stats.first_token_s is None:
-                stats.first_token_s = time.perf_counter() - started
-            yield tail
-
-    def _sampling(self) -> Any:
+    def _new_sampler(self) -> Any:
         from engines.llm.llama_runtime import SamplingParams
 
-        return SamplingParams(temperature=self.temperature, seed=self.seed)
+        return self._runtime.sampler(SamplingParams(temperature=self.temperature, seed=self.seed))
 
-    def _require_loaded(self) -> None:
-        if self._runtime is None:
+    def _require_loaded(self) -> SlotTable:
+        if self._runtime is None or self._table is None:
             raise EngineError("the LLM engine is not loaded", fix="call load() first")
-
-
-def _common_prefix_length(a: Sequence[int], b: Sequence[int]) -> int:
-    length = 0
-    for x, y in zip(a, b, strict=False):
-        if x != y:
-            break
-        length += 1
-    return length
-
-
-def _is_set(cancel: threading.Event | None) -> bool:
-    return cancel is not None and cancel.is_set()
+        return self._table
 
 
 def _template(runtime: Any, architecture: str) -> ChatTemplate:
