@@ -183,13 +183,16 @@ class LlamaCppLlm:
         table = self._table
         if table is None or self._loop is None:
             return LlmOccupancy(slots=self.slots, running=0, waiting=0, max_queue=self.max_queue)
-        running, waiting = self._loop.occupancy()
+        loop = self._loop
+        running, waiting = loop.occupancy()
         return LlmOccupancy(
             slots=self.slots,
             running=running,
             waiting=waiting,
             max_queue=self.max_queue,
             evictions=table.evictions,
+            decode_steps=loop.decode_steps,
+            decode_step_tokens=loop.decode_step_tokens,
         )
 
     def end_conversation(self, conversation: str) -> None:

@@ -152,6 +152,8 @@ class DecodeLoop:
         self._active: list[Job] = []
         self._stopping = False
         self._thread = threading.Thread(target=self._run, name="llm-decode", daemon=True)
+        self.decode_steps = 0  # token steps run, and the sequences they carried (batch sizes)
+        self.decode_step_tokens = 0
 
     def start(self) -> None:
         self._thread.start()
@@ -287,6 +289,8 @@ class DecodeLoop:
             assert job.slot is not None and job.next_token is not None
             items.append((job.next_token, len(job.slot.tokens), job.slot.seq))
         runtime.decode_step(items)
+        self.decode_steps += 1
+        self.decode_step_tokens += len(items)
         done: list[Job] = []
         for index, job in enumerate(jobs):
             assert job.slot is not None and job.next_token is not None
