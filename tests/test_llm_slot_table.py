@@ -60,5 +60,5 @@ def test_slots_that_do_not_fit_the_memory_are_refused_naming_the_keys(bundle: Bu
     assert check_kv_fits(qwen, slots=2, context_tokens=2048, available=8 * 2**30) == 2 * 2048 * 28672
     with pytest.raises(InputError) as refused:
         check_kv_fits(qwen, slots=64, context_tokens=32768, available=8 * 2**30)
-    assert "llm.slots" in str(refused.value) and "llm.context_tokens" in refused.value.fix
+    assert "llm.slots" in str(refused.value) and "llm.context_tokens" in str(refused.value.fix)
     assert (available_memory_bytes() or 0) > 0
