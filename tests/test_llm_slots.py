@@ -90,10 +90,12 @@ def test_three_conversations_at_once_give_the_same_tokens_as_each_alone(
     assert {name: text for name, (text, _) in together.items()} == alone
     assert all(text.strip() for text in alone.values())
     assert _batch_size(qwen_slots, before) > 1.5  # the token steps really carried several replies
-    for _, stats in together.values():
+    for name, (_, stats) in together.items():
         assert stats.stop_reason in ("end_of_turn", "max_tokens", "stop_string")
-        # Each started from the system prompt only: its own slot, nothing of the others.
-        assert stats.evaluated_prompt_tokens == stats.prompt_tokens - qwen_slots.system_prompt_tokens
+        # Each conversation in a slot of its own, holding its prompt and its reply.
+        prompt = qwen_slots.prompt_tokens(histories[name])
+        cached = qwen_slots.cached_tokens(name)
+        assert cached[: len(prompt)] == prompt and len(cached) >= len(prompt) + stats.generated_tokens - 1
 
 
 def test_cancelling_one_reply_leaves_the_others_whole(gemma_slots: LlamaCppLlm) -> None:

@@ -5,7 +5,9 @@ appliance hangs up after the turn."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 import numpy as np
@@ -36,27 +38,38 @@ QUESTION_WAV = "speech/en/google_audio.wav"  # "how old is the Brooklyn Bridge"
 TRAILING_SILENCE_S = 150.0
 
 
-def test_a_call_gets_a_spoken_answer_and_the_appliance_hangs_up(
-    tmp_path: Path, data_dir: Path, real_engines: SessionEngines
-) -> None:
-    audio, rate = load_audio(data_dir / QUESTION_WAV)
-    question_8k = resample(audio, rate, 8000)
+SECOND_QUESTION_WAV = "speech/en/cheetah_test_en.wav"  # "Today only platforms one and three are used."
+
+
+def _question_pcap(path: Path, audio_16k: np.ndarray, rate: int, *, lead_s: float) -> Path:
+    question_8k = resample(audio_16k, rate, 8000)
     question_8k = question_8k / float(np.abs(question_8k).max()) * 0.5
-    pcap = write_rtp_pcap(
-        tmp_path / "question.pcap",
+    return write_rtp_pcap(
+        path,
         np.concatenate(
-            [np.zeros(4000, np.float32), question_8k, np.zeros(int(TRAILING_SILENCE_S * 8000), np.float32)]
+            [
+                np.zeros(int(lead_s * 8000), np.float32),
+                question_8k,
+                np.zeros(int(TRAILING_SILENCE_S * 8000), np.float32),
+            ]
         ),
         codec="PCMU",
         payload_type=0,
     )
-    # The SIP tests' scenario, waiting as long for the BYE as the caller keeps talking.
+
+
+def _long_wait_scenario(tmp_path: Path) -> Path:
+    """The SIP tests' scenario, waiting as long for the BYE as the caller keeps talking."""
     long_wait = tmp_path / "call_until_bye_long.xml"
     original = (SCENARIOS / "call_until_bye.xml").read_text()
     assert '<recv request="BYE" timeout="30000"/>' in original
     long_wait.write_text(original.replace('timeout="30000"', f'timeout="{int(TRAILING_SILENCE_S * 1000)}"'))
-    sessions: list[Session] = []
+    return long_wait
 
+
+def _answer_calls(
+    real_engines: SessionEngines, sessions: list[Session]
+) -> Callable[[CallAudio], Awaitable[None]]:
     async def answer(call: CallAudio) -> None:
         session = Session(
             engines=real_engines, config=session_config(load_settings(None)), **call_session_kwargs(call)
@@ -66,19 +79,44 @@ def test_a_call_gets_a_spoken_answer_and_the_appliance_hangs_up(
         await call.drain()
         await call.hangup()
 
-    async def scenario() -> tuple[int, str, np.ndarray]:
-        port = free_udp_port()
-        async with running_server(answer) as server, rtp_capture(port) as capture:
-            result = await run_sipp(
-                os.path.relpath(long_wait, SCENARIOS),  # run_sipp takes names relative to its folder
-                server,
-                keys={"rtp_port": str(port), "codecs": "0 101", "pcap": str(pcap)},
-                timeout_s=TRAILING_SILENCE_S,
-                workdir=tmp_path,
-            )
-            return result.returncode, result.output, capture.audio_8k("PCMU")
+    return answer
 
-    returncode, output, reply_8k = asyncio.run(scenario())
+
+async def _calls(
+    tmp_path: Path, pcaps: list[Path], answer: Callable[[CallAudio], Awaitable[None]]
+) -> list[tuple[int, str, np.ndarray]]:
+    """SIPp places one call per pcap, all at once; each call's exit status, output and the reply heard."""
+    scenario = os.path.relpath(_long_wait_scenario(tmp_path), SCENARIOS)  # run_sipp takes relative names
+    ports = [free_udp_port() for _ in pcaps]
+    async with running_server(answer, max_calls=len(pcaps)) as server, contextlib.AsyncExitStack() as stack:
+        captures = [await stack.enter_async_context(rtp_capture(port)) for port in ports]
+        results = await asyncio.gather(
+            *(
+                run_sipp(
+                    scenario,
+                    server,
+                    keys={"rtp_port": str(port), "codecs": "0 101", "pcap": str(pcap)},
+                    timeout_s=TRAILING_SILENCE_S,
+                    workdir=tmp_path,
+                )
+                for port, pcap in zip(ports, pcaps, strict=True)
+            )
+        )
+        return [
+            (result.returncode, result.output, capture.audio_8k("PCMU"))
+            for result, capture in zip(results, captures, strict=True)
+        ]
+
+
+def test_a_call_gets_a_spoken_answer_and_the_appliance_hangs_up(
+    tmp_path: Path, data_dir: Path, real_engines: SessionEngines
+) -> None:
+    audio, rate = load_audio(data_dir / QUESTION_WAV)
+    pcap = _question_pcap(tmp_path / "question.pcap", audio, rate, lead_s=0.5)
+    sessions: list[Session] = []
+    ((returncode, output, reply_8k),) = asyncio.run(
+        _calls(tmp_path, [pcap], _answer_calls(real_engines, sessions))
+    )
     assert returncode == 0, output  # SIPp got the appliance's BYE after the answer
     (session,) = sessions
     (trace,) = session.traces
@@ -88,3 +126,33 @@ def test_a_call_gets_a_spoken_answer_and_the_appliance_hangs_up(
     assert all(getattr(trace, name) is not None for name in TIMESTAMPS)
     heard = real_engines.asr.transcribe(resample(reply_8k, 8000, 16000)).text
     assert len(english_words(heard)) >= 2, heard
+
+
+def test_two_simultaneous_calls_are_both_answered_by_the_one_llm(
+    tmp_path: Path, data_dir: Path, real_engines: SessionEngines
+) -> None:
+    first, first_rate = load_audio(data_dir / QUESTION_WAV)
+    second, second_rate = load_audio(data_dir / SECOND_QUESTION_WAV)
+    # Both questions end at the same moment, so both turns reach the LLM together.
+    longest = max(len(first) / first_rate, len(second) / second_rate)
+    pcaps = [
+        _question_pcap(
+            tmp_path / "first.pcap", first, first_rate, lead_s=0.5 + longest - len(first) / first_rate
+        ),
+        _question_pcap(
+            tmp_path / "second.pcap", second, second_rate, lead_s=0.5 + longest - len(second) / second_rate
+        ),
+    ]
+    sessions: list[Session] = []
+    outcomes = asyncio.run(_calls(tmp_path, pcaps, _answer_calls(real_engines, sessions)))
+    assert [code for code, _, _ in outcomes] == [0, 0], [output for _, output, _ in outcomes]
+    traces = {session.session_id: session.traces[0] for session in sessions}
+    assert len(traces) == 2
+    transcripts = sorted(trace.transcript.lower() for trace in traces.values())
+    assert "platform" in transcripts[1] and "brooklyn" in transcripts[0], transcripts
+    for trace in traces.values():
+        assert trace.error is None and not trace.cancelled and trace.reply
+        assert not trace.busy_reply and trace.llm_queued_ms == 0  # each had a slot of its own
+    for _, _, reply_8k in outcomes:
+        heard = real_engines.asr.transcribe(resample(reply_8k, 8000, 16000)).text
+        assert len(english_words(heard)) >= 2, heard

@@ -56,6 +56,7 @@ class Job:
     finished: threading.Event = field(default_factory=threading.Event)
     abandoned: bool = False  # the reader went away
     superseded: bool = False  # a newer job of the same conversation needs the slot
+    blocked_since: float = 0.0  # when it first found no slot free
 
     def stopped(self) -> bool:
         return self.abandoned or self.superseded or (self.cancel is not None and self.cancel.is_set())
@@ -209,6 +210,9 @@ class DecodeLoop:
     def _admit(self) -> None:
         """Give waiting jobs their slots, replies first, each in the order it came (under the lock)."""
         replies = any(isinstance(job, ReplyJob) for job in self._waiting + self._active)
+        if replies:  # reply work first: a prefill stops after its last chunk, freeing its slot
+            for job in [j for j in self._active if isinstance(j, PrefillJob)]:
+                self._finish(job, None)
         for job in list(self._waiting):
             if job.stopped() or (isinstance(job, PrefillJob) and replies):
                 self._waiting.remove(job)
@@ -218,16 +222,14 @@ class DecodeLoop:
                 self._supersede_earlier(job)
             slot = self.slots.claim(job.conversation, job.prompt)
             if slot is None:
+                job.blocked_since = job.blocked_since or time.perf_counter()
                 continue
             self._waiting.remove(job)
             job.slot = slot
-            if isinstance(job, ReplyJob):
-                job.stats.queued_s = time.perf_counter() - job.submitted
+            if isinstance(job, ReplyJob) and job.blocked_since:
+                job.stats.queued_s = time.perf_counter() - job.blocked_since
             self._place(job)
             self._active.append(job)
-        if replies:
-            for job in [j for j in self._active if isinstance(j, PrefillJob)]:
-                self._finish(job, None)  # reply work first: the prefill stops after its last chunk
 
     def _supersede_earlier(self, job: ReplyJob) -> None:
         slot = self.slots.owned_by(job.conversation)
