@@ -7,7 +7,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
-from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 import numpy as np
@@ -16,7 +15,7 @@ from appliance.audio.call import call_session_kwargs
 from appliance.config import load_settings
 from appliance.engine_set import session_config
 from appliance.pipeline import Session, SessionEngines
-from appliance.sip import CallAudio
+from appliance.sip import CallAudio, CallHandler
 from appliance.trace import TIMESTAMPS
 from engines.audio import load_audio, resample
 from tests.fixtures.pipeline import english_words
@@ -67,9 +66,7 @@ def _long_wait_scenario(tmp_path: Path) -> Path:
     return long_wait
 
 
-def _answer_calls(
-    real_engines: SessionEngines, sessions: list[Session]
-) -> Callable[[CallAudio], Awaitable[None]]:
+def _answer_calls(real_engines: SessionEngines, sessions: list[Session]) -> CallHandler:
     async def answer(call: CallAudio) -> None:
         session = Session(
             engines=real_engines, config=session_config(load_settings(None)), **call_session_kwargs(call)
@@ -82,9 +79,7 @@ def _answer_calls(
     return answer
 
 
-async def _calls(
-    tmp_path: Path, pcaps: list[Path], answer: Callable[[CallAudio], Awaitable[None]]
-) -> list[tuple[int, str, np.ndarray]]:
+async def _calls(tmp_path: Path, pcaps: list[Path], answer: CallHandler) -> list[tuple[int, str, np.ndarray]]:
     """SIPp places one call per pcap, all at once; each call's exit status, output and the reply heard."""
     scenario = os.path.relpath(_long_wait_scenario(tmp_path), SCENARIOS)  # run_sipp takes relative names
     ports = [free_udp_port() for _ in pcaps]

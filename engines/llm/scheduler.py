@@ -211,8 +211,8 @@ class DecodeLoop:
         """Give waiting jobs their slots, replies first, each in the order it came (under the lock)."""
         replies = any(isinstance(job, ReplyJob) for job in self._waiting + self._active)
         if replies:  # reply work first: a prefill stops after its last chunk, freeing its slot
-            for job in [j for j in self._active if isinstance(j, PrefillJob)]:
-                self._finish(job, None)
+            for prefill in [j for j in self._active if isinstance(j, PrefillJob)]:
+                self._finish(prefill, None)
         for job in list(self._waiting):
             if job.stopped() or (isinstance(job, PrefillJob) and replies):
                 self._waiting.remove(job)
