@@ -10,6 +10,7 @@ conversation over the shared engines, registered with the admin page while it la
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -256,12 +257,13 @@ def _start_listeners(
     tasks: list[asyncio.Task[None]] = []
     registry: SessionRegistry = NullRegistry()
     if settings.admin.enabled and daemon.store is not None:
+        from appliance.admin import engine_states, llm_load, run_admin_page
         from appliance.admin.backend import LiveRegistry
-        from appliance.admin.daemon import engine_states, run_admin_page
 
         live = LiveRegistry()
         for state in engine_states(settings, daemon.load_seconds):
             live.set_engine(state)
+        live.watch_llm(functools.partial(llm_load, daemon.engines.llm))
         registry = live
         page = run_admin_page(
             settings, daemon.store, live, daemon.bundle, config_path=daemon.config_path, notice=daemon.notice

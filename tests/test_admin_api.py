@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from appliance.admin.schemas import LlmLoad
 from appliance.admin.security import SESSION_COOKIE
 from appliance.auth.passwords import write_password_file
 from appliance.config import Settings
@@ -363,6 +364,18 @@ def test_metrics_histograms_count_each_stored_turn_once(admin_env: AdminEnv) -> 
     assert 'appliance_stage_latency_seconds_count{stage="turn_latency"} 2.0' in second
     assert 'appliance_turns_total{outcome="cancelled"} 1.0' in second
     assert "appliance_ready 0.0" in second
+    assert "appliance_llm_slots" not in second  # no LLM loaded: no made-up figures
+
+
+def test_the_llm_slots_and_queue_are_shown_and_scraped(admin_env: AdminEnv) -> None:
+    load = LlmLoad(slots=3, answering=3, waiting=2, max_queue=0, evictions=4, mean_batch=2.5)
+    admin_env.registry.watch_llm(lambda: load)
+    client = admin_env.client()
+    admin_env.login(client)
+    assert client.get("/api/status").json()["llm"] == load.model_dump()
+    metrics = client.get("/metrics").text
+    assert "appliance_llm_slots 3.0" in metrics and "appliance_llm_slots_answering 3.0" in metrics
+    assert "appliance_llm_queue 2.0" in metrics and "appliance_llm_evictions_total 4.0" in metrics
 
 
 def test_metrics_can_be_public_for_a_scraper(tmp_path: Path, settings, admin_users_file: Path) -> None:

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from appliance.admin import bind_socket, engine_states, serve
+from appliance.admin import bind_socket, engine_states, llm_load, serve
 from appliance.audio import MemorySink
 from appliance.audio.files import wav_file_source
 from appliance.config import load_settings
@@ -125,6 +125,7 @@ def test_dashboard_logs_in_and_plots_a_real_turn_from_the_device_only(
 ) -> None:
     for state in engine_states(admin_env.settings):
         admin_env.registry.set_engine(state)
+    admin_env.registry.watch_llm(lambda: llm_load(real_engines.llm))
     context = browser.new_context(viewport={"width": 1280, "height": 1000})  # type: ignore[attr-defined]
     requested: list[str] = []
     console_errors: list[str] = []
@@ -174,6 +175,8 @@ def test_dashboard_logs_in_and_plots_a_real_turn_from_the_device_only(
         assert page.locator("#latency-plot circle.over-mark").count() == 1
     assert "turn_latency" in page.inner_text("#stage-table")
     assert page.inner_text("#session-count") == "1"
+    slots = real_engines.llm.occupancy().slots
+    assert page.inner_text("#llm-load").startswith(f"0 of {slots} answering · 0 waiting")
     assert not page.locator("#config-form").is_hidden()  # the admin may change settings
 
     page.screenshot(path=str(ARTIFACTS / "admin-dashboard.png"), full_page=True)

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from appliance.admin.app import create_app
 from appliance.admin.backend import AdminBackend, ConfigNotWritable, LiveRegistry
-from appliance.admin.daemon import engine_states, run_admin_page
+from appliance.admin.daemon import engine_states, llm_load, run_admin_page
 from appliance.admin.local import LocalBackend
 from appliance.admin.schemas import EngineState
 from appliance.admin.server import bind_socket, serve
@@ -24,6 +24,7 @@ __all__ = [
     "bind_socket",
     "create_app",
     "engine_states",
+    "llm_load",
     "run_admin_page",
     "serve",
 ]

@@ -19,6 +19,7 @@ from appliance.admin.schemas import (
     EngineState,
     Health,
     LiveSession,
+    LlmLoad,
     Readiness,
     StatusReport,
 )
@@ -35,6 +36,10 @@ class AdminBackend(Protocol):
     def status(self) -> StatusReport: ...
 
     def sessions(self) -> list[LiveSession]: ...
+
+    def llm_load(self) -> LlmLoad | None:
+        """The LLM's slots and queue; None before the engines are loaded."""
+        ...
 
     def recent_traces(self, limit: int) -> list[TurnTrace]:
         """The newest ``limit`` turns, newest first."""
@@ -71,6 +76,15 @@ class LiveRegistry:
         self._sessions: dict[str, LiveSession] = {}
         self._state_of: dict[str, Callable[[], str]] = {}
         self._heard_of: dict[str, Callable[[], str]] = {}
+        self._llm_load: Callable[[], LlmLoad] | None = None
+
+    def watch_llm(self, read: Callable[[], LlmLoad]) -> None:
+        """Where the LLM's slots and queue are read when shown."""
+        self._llm_load = read
+
+    def llm_load(self) -> LlmLoad | None:
+        read = self._llm_load
+        return None if read is None else read()
 
     def set_engine(self, state: EngineState) -> None:
         with self._lock:

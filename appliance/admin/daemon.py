@@ -20,10 +20,11 @@ from pathlib import Path
 from appliance.admin.app import create_app
 from appliance.admin.backend import LiveRegistry
 from appliance.admin.local import ApplyHook, LocalBackend
-from appliance.admin.schemas import BundleSummary, EngineState
+from appliance.admin.schemas import BundleSummary, EngineState, LlmLoad
 from appliance.admin.server import serve
 from appliance.config import Settings
 from appliance.trace import TraceStore
+from engines.llm import LlmEngine
 
 log = logging.getLogger(__name__)
 
@@ -75,6 +76,20 @@ def engine_states(
         )
         for name, backend, model, package in described
     ]
+
+
+def llm_load(llm: LlmEngine) -> LlmLoad:
+    """The admin page's view of the LLM's slots and queue."""
+    now = llm.occupancy()
+    steps = now.decode_steps
+    return LlmLoad(
+        slots=now.slots,
+        answering=now.running,
+        waiting=now.waiting,
+        max_queue=now.max_queue,
+        evictions=now.evictions,
+        mean_batch=round(now.decode_step_tokens / steps, 2) if steps else None,
+    )
 
 
 async def run_admin_page(

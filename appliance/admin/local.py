@@ -23,6 +23,7 @@ from appliance.admin.schemas import (
     ConfigView,
     Health,
     LiveSession,
+    LlmLoad,
     Readiness,
     StatusReport,
 )
@@ -129,6 +130,7 @@ class LocalBackend:
             host=self._probe.read(),
             notice=self._notices(),
             turns_not_stored=self.store.failed_writes,
+            llm=self.llm_load(),
         )
 
     def _notices(self) -> str | None:
@@ -143,6 +145,9 @@ class LocalBackend:
 
     def sessions(self) -> list[LiveSession]:
         return self.registry.sessions()
+
+    def llm_load(self) -> LlmLoad | None:
+        return self.registry.llm_load()
 
     def recent_traces(self, limit: int) -> list[TurnTrace]:
         return self.store.recent(limit)

@@ -11,7 +11,7 @@ from collections import OrderedDict
 from collections.abc import Iterator
 
 from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
-from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
 from appliance.admin.backend import AdminBackend
@@ -46,7 +46,7 @@ class _LiveGauges(Collector):
     def __init__(self, backend: AdminBackend) -> None:
         self._backend = backend
 
-    def collect(self) -> Iterator[GaugeMetricFamily]:
+    def collect(self) -> Iterator[GaugeMetricFamily | CounterMetricFamily]:
         readiness = self._backend.readiness()
         yield GaugeMetricFamily(
             "appliance_ready", "1 when every engine is loaded and warm", value=readiness.ready
@@ -71,6 +71,22 @@ class _LiveGauges(Collector):
             "turn latency budget",
             value=self._backend.budget_ms() / 1000.0,
         )
+        llm = self._backend.llm_load()
+        if llm is not None:
+            yield GaugeMetricFamily(
+                "appliance_llm_slots", "conversations the LLM answers at once", value=llm.slots
+            )
+            yield GaugeMetricFamily(
+                "appliance_llm_slots_answering", "LLM slots generating a reply now", value=llm.answering
+            )
+            yield GaugeMetricFamily(
+                "appliance_llm_queue", "replies waiting for an LLM slot", value=llm.waiting
+            )
+            yield CounterMetricFamily(
+                "appliance_llm_evictions",
+                "conversations whose LLM cache went to another",
+                value=llm.evictions,
+            )
 
 
 class TraceMetrics:

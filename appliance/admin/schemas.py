@@ -34,6 +34,15 @@ class EngineState(Body):
     error: str | None = None
 
 
+class LlmLoad(Body):
+    slots: int = Field(description="conversations the LLM answers at once (llm.slots)")
+    answering: int = Field(description="slots generating a reply now")
+    waiting: int = Field(description="replies waiting for a slot")
+    max_queue: int = Field(description="replies that may wait silently (llm.max_queue)")
+    evictions: int = Field(0, description="conversations whose cache was given to another one")
+    mean_batch: float | None = Field(None, description="replies per decode step since the start")
+
+
 class Readiness(Body):
     ready: bool
     engines: list[EngineState]
@@ -93,6 +102,7 @@ class StatusReport(Body):
     host: HostStats
     notice: str | None = Field(None, description="what the operator must know, e.g. a configuration fallback")
     turns_not_stored: int = Field(0, description="turns the trace store could not keep since the start")
+    llm: LlmLoad | None = Field(None, description="the LLM's slots and queue (None before it is loaded)")
 
 
 class LiveSession(Body):

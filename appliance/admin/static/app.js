@@ -77,6 +77,13 @@ function showStatus(status) {
   text("gpu", host.gpus.length
     ? host.gpus.map((g) => `${g.utilization_percent ?? "?"} %${g.temperature_c != null ? ` · ${g.temperature_c} °C` : ""}`).join(", ")
     : "none");
+  const llm = status.llm;
+  const load = document.getElementById("llm-load");
+  load.textContent = llm
+    ? `${llm.answering} of ${llm.slots} answering · ${llm.waiting} waiting`
+      + (llm.mean_batch ? ` · ${llm.mean_batch} per step` : "")
+    : "not loaded";
+  load.className = llm && llm.waiting > llm.max_queue ? "over" : "";
   fillTable("engines-table", status.engines, (row, e) => {
     cell(row, e.name); cell(row, e.backend); cell(row, e.model); cell(row, e.runtime_version);
     cell(row, e.error ? `error: ${e.error}` : e.loaded && e.warm ? "ready" : e.loaded ? "warming up" : "not loaded",
