@@ -21,6 +21,7 @@ BENCHMARKS = {
     "turn": "end of turn: fixed silence vs Smart Turn (endpoint wait, cut-offs on mid-sentence pauses)",
     "tts": "Piper first chunk vs whole reply, 1-4 sentences",
     "sip": "turn latency on a call vs the microphone, 1 vs 2 calls",
+    "sessions": "1, 2, 4 calls on one LLM: batched slots vs one reply at a time; decode tok/s 1 vs 3",
     "admin": "admin page request latency and event-loop lag",
 }
 

@@ -14,6 +14,7 @@ import pytest
 from appliance.audio import ArraySource, MemorySink
 from appliance.pipeline import Conversation, Session, SessionConfig, SessionEngines, played_text
 from appliance.pipeline.session import EchoGate
+from appliance.pipeline.turn import TurnConfig
 from appliance.trace import TIMESTAMPS, TraceStore
 from engines.llm import Message
 from engines.vad.endpointer import EndpointerParams
@@ -275,6 +276,28 @@ def test_two_sessions_share_the_engines_at_once() -> None:
         assert sink.duration_s == pytest.approx(2 * fakes.tts.word_s, abs=0.01)
         assert len(session.conversation.messages) == 2  # each session has its own history
     assert len(fakes.llm.calls) == 2 and all(len(c.history) == 1 for c in fakes.llm.calls)
+    # Each conversation is its own to the LLM (its cache slot), and given up when the session ends.
+    assert sorted(c.conversation or "" for c in fakes.llm.calls) == ["call-0", "call-1"]
+    assert sorted(fakes.llm.ended) == ["call-0", "call-1"]
+
+
+def test_a_turn_that_must_wait_for_the_llm_says_so_first() -> None:
+    fakes = make_fakes("The canteen opens at eight.")
+    fakes.llm.full = True
+    sink = MemorySink(16000)
+    session = Session(
+        engines=fakes.engines,
+        source=ArraySource(np.concatenate([tone(0.8), silence(1.0)]), realtime=False),
+        sink=sink,
+        config=SessionConfig(turn=TurnConfig(busy_reply="One moment, please.")),
+    )
+    _run(session.run())
+    (trace,) = session.traces
+    assert trace.busy_reply and trace.error is None
+    assert fakes.tts.texts[0] == "One moment, please."
+    assert trace.reply == "The canteen opens at eight."  # the model's words, the busy line apart
+    assert trace.played_reply.startswith("One moment, please.")  # what the person heard, in order
+    assert sink.duration_s == pytest.approx(8 * fakes.tts.word_s, abs=0.01)
 
 
 def test_played_text_counts_whole_clauses_then_whole_words() -> None:

@@ -64,7 +64,8 @@ class LlmOccupancy:
     max_queue: int  # replies that may wait silently
     evictions: int = 0  # conversations whose slot was given to another one
     decode_steps: int = 0  # token steps since load ...
-    decode_step_tokens: int = 0  # ... and the tokens they carried (their mean: the batch size)
+    decode_step_tokens: int = 0  # ... the tokens they carried (their mean: the batch size) ...
+    decode_step_s: float = 0.0  # ... and their time
 
     @property
     def full(self) -> bool:

@@ -193,6 +193,7 @@ class LlamaCppLlm:
             evictions=table.evictions,
             decode_steps=loop.decode_steps,
             decode_step_tokens=loop.decode_step_tokens,
+            decode_step_s=loop.decode_step_s,
         )
 
     def end_conversation(self, conversation: str) -> None:

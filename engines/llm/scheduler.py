@@ -153,8 +153,9 @@ class DecodeLoop:
         self._active: list[Job] = []
         self._stopping = False
         self._thread = threading.Thread(target=self._run, name="llm-decode", daemon=True)
-        self.decode_steps = 0  # token steps run, and the sequences they carried (batch sizes)
+        self.decode_steps = 0  # token steps run, the sequences they carried (batch sizes), their time
         self.decode_step_tokens = 0
+        self.decode_step_s = 0.0
 
     def start(self) -> None:
         self._thread.start()
@@ -290,7 +291,9 @@ class DecodeLoop:
         for job in jobs:
             assert job.slot is not None and job.next_token is not None
             items.append((job.next_token, len(job.slot.tokens), job.slot.seq))
+        started = time.perf_counter()
         runtime.decode_step(items)
+        self.decode_step_s += time.perf_counter() - started
         self.decode_steps += 1
         self.decode_step_tokens += len(items)
         done: list[Job] = []
