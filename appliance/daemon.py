@@ -10,7 +10,6 @@ conversation over the shared engines, registered with the admin page while it la
 from __future__ import annotations
 
 import asyncio
-import functools
 import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -263,7 +262,8 @@ def _start_listeners(
         live = LiveRegistry()
         for state in engine_states(settings, daemon.load_seconds):
             live.set_engine(state)
-        live.watch_llm(functools.partial(llm_load, daemon.engines.llm))
+        llm = daemon.engines.llm
+        live.watch_llm(lambda: llm_load(llm.occupancy()))
         registry = live
         page = run_admin_page(
             settings, daemon.store, live, daemon.bundle, config_path=daemon.config_path, notice=daemon.notice

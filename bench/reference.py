@@ -35,6 +35,7 @@ BENCHMARKS: dict[str, tuple[tuple[str, ...], bool]] = {
     "turn": (("turn",), False),
     "sip": (("sip",), True),
     "sip-edge": (("sip", "--edge"), True),
+    "sessions": (("sessions",), False),
     "e2e-partials": (
         (
             "--llm",

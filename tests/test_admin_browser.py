@@ -125,7 +125,7 @@ def test_dashboard_logs_in_and_plots_a_real_turn_from_the_device_only(
 ) -> None:
     for state in engine_states(admin_env.settings):
         admin_env.registry.set_engine(state)
-    admin_env.registry.watch_llm(lambda: llm_load(real_engines.llm))
+    admin_env.registry.watch_llm(lambda: llm_load(real_engines.llm.occupancy()))
     context = browser.new_context(viewport={"width": 1280, "height": 1000})  # type: ignore[attr-defined]
     requested: list[str] = []
     console_errors: list[str] = []

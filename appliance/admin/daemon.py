@@ -16,6 +16,7 @@ import logging
 from collections.abc import Iterable, Mapping
 from importlib import metadata
 from pathlib import Path
+from typing import Protocol
 
 from appliance.admin.app import create_app
 from appliance.admin.backend import LiveRegistry
@@ -24,7 +25,6 @@ from appliance.admin.schemas import BundleSummary, EngineState, LlmLoad
 from appliance.admin.server import serve
 from appliance.config import Settings
 from appliance.trace import TraceStore
-from engines.llm import LlmEngine
 
 log = logging.getLogger(__name__)
 
@@ -78,9 +78,27 @@ def engine_states(
     ]
 
 
-def llm_load(llm: LlmEngine) -> LlmLoad:
+class Occupancy(Protocol):
+    """What the LLM engine says of its slots (``engines.llm.LlmOccupancy``)."""
+
+    @property
+    def slots(self) -> int: ...
+    @property
+    def running(self) -> int: ...
+    @property
+    def waiting(self) -> int: ...
+    @property
+    def max_queue(self) -> int: ...
+    @property
+    def evictions(self) -> int: ...
+    @property
+    def decode_steps(self) -> int: ...
+    @property
+    def decode_step_tokens(self) -> int: ...
+
+
+def llm_load(now: Occupancy) -> LlmLoad:
     """The admin page's view of the LLM's slots and queue."""
-    now = llm.occupancy()
     steps = now.decode_steps
     return LlmLoad(
         slots=now.slots,
