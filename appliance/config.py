@@ -185,16 +185,72 @@ class TtsConfig(Section):
     threads: int = Field(2, ge=1, le=64, description="ONNX Runtime threads for Piper")
 
 
+class ToolParameterConfig(Section):
+    type: Literal["string", "integer", "number", "boolean"] = "string"
+    description: str = ""
+    enum: tuple[str, ...] = ()
+    required: bool = True
+
+
+class ToolConfig(Section):
+    """A tool the model may call (``[[agent.tools]]``): ``facts`` searches a local file, ``device``
+    answers about the appliance itself, ``http`` asks a service on the site's LAN."""
+
+    name: str = Field(pattern=r"^[a-z][a-z0-9_]{0,39}$", description="what the model calls it")
+    kind: Literal["facts", "device", "http"]
+    description: str = Field(min_length=1, max_length=400, description="what the model is told it does")
+    spoken_name: str = Field("", description='how a failure names it: "the maintenance system"')
+    preamble: str = Field("", description="said while it runs; empty: agent.tool_preamble")
+    file: Path | None = Field(None, description="facts: the Markdown or question-and-answer file")
+    url: str = Field("", description="http: URL template, {argument} replaced (percent-encoded)")
+    method: Literal["GET", "POST"] = "GET"
+    parameters: dict[str, ToolParameterConfig] = Field(default_factory=dict, description="http arguments")
+    keep: tuple[str, ...] = Field((), description="http: fields of a JSON answer to keep (a.b for nested)")
+    timeout_s: float | None = Field(None, gt=0, le=60, description="empty: agent.tool_timeout_s")
+
+    @model_validator(mode="after")
+    def _check_kind(self) -> ToolConfig:
+        if self.kind == "facts" and self.file is None:
+            raise ValueError(f"tool {self.name}: a facts tool needs file = the facts file's path")
+        if self.kind == "http" and not self.url.startswith(("http://", "https://")):
+            raise ValueError(f"tool {self.name}: an http tool needs url = 'http://host:port/path'")
+        if self.kind != "http" and self.parameters:
+            raise ValueError(f"tool {self.name}: only http tools take parameters (facts takes the question)")
+        return self
+
+    @field_validator("file")
+    @classmethod
+    def _expand_file(cls, value: Path | None) -> Path | None:
+        return None if value is None else value.expanduser()
+
+
 class AgentConfig(Section):
     site_name: str = "Demo site"
     device_id: str = "appliance-dev"
-    persona: str = (
-        "You are a helpful voice assistant on a device at {site_name}. "
-        "Answer in one or two short spoken sentences, without lists or markdown."
+    persona: str = Field(
+        "You are a helpful voice assistant on a device at {site_name}. {abilities} "
+        "Answer in one or two short spoken sentences, without lists or markdown.",
+        description="{site_name}, {device_id}; {abilities}: what the configured tools let it do, and not",
     )
     fallback_reply: str = "Sorry, something went wrong. Please say that again."
     busy_reply: str = Field(
         "One moment, please.", description="said first when every LLM slot is busy (llm.max_queue)"
+    )
+    tools: tuple[ToolConfig, ...] = Field((), description="[[agent.tools]] the model may call")
+    allowed_hosts: tuple[str, ...] = Field(
+        (), description="LAN hosts (names, addresses or networks) http tools may reach; nothing else"
+    )
+    tool_timeout_s: float = Field(3.0, gt=0, le=60, description="a tool that takes longer is given up")
+    max_tool_calls: int = Field(2, ge=1, le=8, description="tool calls in one turn at most")
+    tool_preamble: str = Field("Let me check that.", description="said at once while a tool runs")
+    tool_failed_reply: str = Field(
+        "Sorry, I could not reach {tool} just now.",
+        description="said when a tool fails ({tool}: its spoken_name)",
+    )
+    tool_result_chars: int = Field(1200, ge=100, le=20000, description="a tool's answer is cut to this")
+    tool_misunderstood_reply: str = Field(
+        "Sorry, I could not work out how to look that up.",
+        description="said when the model's tool call is malformed, unknown or over agent.max_tool_calls",
     )
     max_history_messages: int = Field(16, ge=2, le=256, description="conversation kept per session")
 

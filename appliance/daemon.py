@@ -10,6 +10,7 @@ conversation over the shared engines, registered with the admin page while it la
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -128,6 +129,8 @@ def load(
     except BaseException:
         asyncio.run(engines.close())
         raise
+    if engines.tools is not None:
+        engines.tools.device_status = functools.partial(_device_status, engines)
     return Daemon(
         settings=settings,
         engines=engines,
@@ -138,6 +141,16 @@ def load(
         load_seconds=seconds,
         config_path=config_path,
     )
+
+
+def _device_status(engines: SessionEngines) -> dict[str, object]:
+    """What the device tool adds to the clock: the engines are up, and how busy the LLM is."""
+    now = engines.llm.occupancy()
+    return {
+        "engines": "all loaded and running",
+        "conversations being answered": f"{now.running} of {now.slots}",
+        "replies waiting": now.waiting,
+    }
 
 
 def load_with_fallback(

@@ -10,6 +10,8 @@ The daemon, every command and every benchmark build their engines here, so a key
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING
 
 from appliance.agent import system_prompt
 from appliance.config import ConfigProblem, Settings
@@ -24,6 +26,9 @@ from engines.tts import TtsEngine
 from engines.turn import TurnDetector
 from engines.vad import VadEngine
 from engines.vad.endpointer import EndpointerParams
+
+if TYPE_CHECKING:
+    from appliance.tools import ToolBox
 
 log = logging.getLogger(__name__)
 
@@ -86,6 +91,40 @@ def startup_problems(settings: Settings) -> list[ConfigProblem]:
         )
     if settings.llm.model in models:
         problems += _persona_problems(settings, bundle)
+    return problems + tool_problems(settings)
+
+
+def tool_problems(settings: Settings) -> list[ConfigProblem]:
+    """A facts file that cannot be read, an http tool whose host is not in ``agent.allowed_hosts``,
+    two tools of one name."""
+    from urllib.parse import urlsplit
+
+    from appliance.tools.facts import FactsFileError, read_facts
+    from appliance.tools.lan import host_allowed
+
+    problems = []
+    names: set[str] = set()
+    for index, tool in enumerate(settings.agent.tools):
+        key = f"agent.tools[{index}]"
+        if tool.name in names:
+            problems.append(ConfigProblem(f"{key}.name", "another tool has this name", tool.name))
+        names.add(tool.name)
+        if tool.kind == "facts" and tool.file is not None:
+            try:
+                read_facts(tool.file)
+            except FactsFileError as err:
+                problems.append(ConfigProblem(f"{key}.file", str(err), str(tool.file)))
+        if tool.kind == "http":
+            host = urlsplit(tool.url).hostname or ""
+            if not host_allowed(host, settings.agent.allowed_hosts):
+                problems.append(
+                    ConfigProblem(
+                        f"{key}.url",
+                        f"its host {host} is not in agent.allowed_hosts: the appliance would refuse to "
+                        "connect (add the host there, or fix the URL)",
+                        tool.url,
+                    )
+                )
     return problems
 
 
@@ -94,7 +133,12 @@ def _persona_problems(settings: Settings, bundle: Bundle) -> list[ConfigProblem]
 
     llm = settings.llm
     try:
-        tokens = system_prompt_tokens(bundle.path(f"llm/{llm.model}"), system_prompt(settings.agent))
+        tools = tool_box(settings)
+        tokens = system_prompt_tokens(
+            bundle.path(f"llm/{llm.model}"),
+            system_prompt(settings.agent),
+            tools.definitions() if tools is not None else (),
+        )
     except EngineError:
         return []  # a damaged model file: the daemon names it, with the fix
     if tokens + llm.max_reply_tokens < llm.context_tokens:
@@ -136,13 +180,26 @@ def asr_engine(settings: Settings, bundle: Bundle, *, model: str | None = None) 
     )
 
 
+def tool_box(
+    settings: Settings, *, device_status: Callable[[], Mapping[str, object]] | None = None
+) -> ToolBox | None:
+    """The configured tools (``agent.tools``), unloaded; None when there are none."""
+    from appliance.tools import ToolBox
+
+    if not settings.agent.tools:
+        return None
+    return ToolBox(settings.agent, device_status=device_status)
+
+
 def llm_engine(
     settings: Settings, bundle: Bundle, *, prompt: str | None = None, seed: int | None = None
 ) -> LlmEngine:
-    """The configured LLM with the agent's system prompt (``prompt`` replaces it, for benchmarks)."""
+    """The configured LLM with the agent's system prompt (``prompt`` replaces it, for benchmarks) and
+    its tools."""
     from engines.llm import create_llm
 
     llm = settings.llm
+    tools = tool_box(settings)
     return create_llm(
         bundle,
         model=llm.model,
@@ -156,6 +213,7 @@ def llm_engine(
         slots=llm_slots(settings),
         max_queue=llm.max_queue,
         seed=seed,
+        tools=tools.definitions() if tools is not None else (),
     )
 
 
@@ -253,6 +311,7 @@ def build_engines(settings: Settings, bundle: Bundle) -> SessionEngines:
         turn=turn_detector(settings, bundle),
         partial_asr=partial_asr_engine(settings, bundle),
         llm_threads=llm_worker_threads(settings),
+        tools=tool_box(settings),
     )
 
 

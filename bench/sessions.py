@@ -120,7 +120,13 @@ def _cache_use(traces: list[Any]) -> dict[str, Any]:
                         "prompt": turn.llm_prompt_tokens,
                     }
                 )
+    stages: dict[str, list[float]] = defaultdict(list)
+    for trace in traces:
+        for stage, ms in trace.stages_ms().items():
+            if ms is not None:
+                stages[stage].append(ms)
     return {
+        "stages_p50_ms": {stage: _p50(values) for stage, values in stages.items()},
         "turns": len(traces),
         "queued_turns": sum(1 for t in traces if t.llm_queued_ms > 0),
         "queued_ms_p50": _p50([t.llm_queued_ms for t in traces if t.llm_queued_ms > 0]),
@@ -203,7 +209,11 @@ async def main_async(args: argparse.Namespace) -> dict[str, Any]:
     ]
     results: dict[str, Any] = {}
     for model in args.models:
-        per_model: dict[str, Any] = {}
+        # The engine alone first, in a process that has run nothing else yet.
+        settings = _settings(model, slots=3, max_calls=most, reply_tokens=args.engine_tokens)
+        per_model: dict[str, Any] = {
+            "engine": await _engine_rates(settings, open_bundle(settings), args.repeats)
+        }
         for variant, slots in (("batched", most), ("serialized", 1)):
             settings = _settings(model, slots=slots, max_calls=most, reply_tokens=args.reply_tokens)
             engines = build_engines(settings, open_bundle(settings))
@@ -219,8 +229,6 @@ async def main_async(args: argparse.Namespace) -> dict[str, Any]:
             for figures in runs.values():
                 figures["p50_vs_one_call"] = figures["caller_ms"]["p50"] / one
             per_model[variant] = runs
-        settings = _settings(model, slots=3, max_calls=most, reply_tokens=args.engine_tokens)
-        per_model["engine"] = await _engine_rates(settings, open_bundle(settings), args.repeats)
         results[model] = per_model
     results["peak_rss_mib"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     return results
@@ -259,11 +267,16 @@ def _print(results: dict[str, Any]) -> None:
                 c = figures["caller_ms"]
                 later = figures["later_turns"]
                 used = [f"{t['evaluated']}/{t['added']}" for t in later["2"] + later["3"]]
+                stages = figures["stages_p50_ms"]
                 print(
                     f"{model:<11} {variant:<10} {calls} call(s) n={c['n']:>2} p50 {c['p50']:>6.0f} "
                     f"p95 {c['p95']:>6.0f} p99 {c['p99']:>6.0f} x{figures['p50_vs_one_call']:.2f} "
                     f"waited {figures['queued_turns']}/{figures['turns']} "
-                    f"2nd/3rd turns evaluated/added: {' '.join(used)}"
+                    f"2nd/3rd turns evaluated/added: {' '.join(used)}\n"
+                    f"{'':<23}stage p50 ms: "
+                    + ", ".join(
+                        f"{k} {v:.0f}" for k, v in stages.items() if v is not None and k != "turn_total"
+                    )
                 )
         for key, what in (("decode_tok_s", "decode steps"), ("run_tok_s", "whole replies, prompts included")):
             rate = per_model["engine"][key]

@@ -10,6 +10,7 @@ from collections.abc import Iterator
 
 import pytest
 
+from engines.errors import BackendUnavailable
 from engines.llm import GenerationStats, Message
 from engines.llm.llamacpp import LlamaCppLlm
 from engines.manifest import Bundle
@@ -178,3 +179,30 @@ def test_a_reply_without_a_free_slot_waits_and_the_engine_says_it_is_full(bundle
         assert not engine.occupancy().full
     finally:
         engine.close()
+
+
+def test_a_decode_failure_fails_the_replies_in_it_and_the_next_reply_is_whole(
+    gemma_slots: LlamaCppLlm,
+) -> None:
+    runtime = gemma_slots._runtime
+    real_step = runtime.decode_step
+    failures = [BackendUnavailable("llama_decode failed with code -3 (injected)")]
+
+    def failing_step(items: object) -> None:
+        if failures:
+            raise failures.pop()
+        real_step(items)
+
+    history = [Message("user", QUESTIONS["north"])]
+    runtime.decode_step = failing_step
+    try:
+        with pytest.raises(BackendUnavailable, match="injected"):
+            _reply(gemma_slots, history, "failing")
+        # The failed conversation's cache holds exactly what the engine believes it holds ...
+        slot = gemma_slots._table.owned_by("failing")  # type: ignore[union-attr]
+        assert slot is not None and runtime.kv_length(slot.seq) == len(slot.tokens)
+        # ... and its next turn, like any other conversation's, is answered in full.
+        again, stats = _reply(gemma_slots, history, "failing")
+    finally:
+        runtime.decode_step = real_step
+    assert again.strip() and stats.stop_reason in ("end_of_turn", "max_tokens", "stop_string")

@@ -116,6 +116,8 @@ class _BrokenLlm:
             raise RuntimeError("llama_decode returned -3 (injected)")
         return self.inner.stream(history, **kwargs)
 
+    offers_tools = False
+
     def occupancy(self) -> LlmOccupancy:
         return self.inner.occupancy()
 

@@ -38,6 +38,7 @@ from appliance.pipeline.partials import Partials, PartialsConfig, PartialsRecord
 from appliance.pipeline.playback import Player
 from appliance.pipeline.turn import Turn, TurnConfig, TurnEngines
 from appliance.pipeline.workers import EngineWorker
+from appliance.tools import ToolBox
 from appliance.trace.record import TurnTrace, new_turn_id
 from appliance.trace.store import TraceStore
 from engines.asr import AsrEngine
@@ -83,6 +84,7 @@ class SessionEngines(TurnEngines):
     turn: TurnDetector | None = None  # endpointer.mode = "smart_turn" only
     turn_worker: EngineWorker | None = None
     partial_asr: AsrEngine | None = None  # asr.partial_model, on the ASR worker; None: asr itself
+    tools: ToolBox | None = None  # agent.tools, run off the event loop by the turn
 
     @classmethod
     def create(
@@ -95,6 +97,7 @@ class SessionEngines(TurnEngines):
         turn: TurnDetector | None = None,
         partial_asr: AsrEngine | None = None,
         llm_threads: int = 1,
+        tools: ToolBox | None = None,
     ) -> SessionEngines:
         """``llm_threads``: sessions whose replies can reach the LLM at once (it batches them)."""
         return cls(
@@ -109,6 +112,7 @@ class SessionEngines(TurnEngines):
             turn=turn,
             turn_worker=None if turn is None else EngineWorker("turn"),
             partial_asr=partial_asr,
+            tools=tools,
         )
 
     def pairs(self) -> dict[str, tuple[Any, EngineWorker]]:
@@ -134,6 +138,8 @@ class SessionEngines(TurnEngines):
 
         names = list(self.pairs())
         seconds = await asyncio.gather(*(load_one(*pair) for pair in self.pairs().values()))
+        if self.tools is not None:
+            await asyncio.to_thread(self.tools.load)  # the facts files, read and indexed
         return dict(zip(names, seconds, strict=True))
 
     async def close(self) -> None:
@@ -359,6 +365,7 @@ class Session:
             audio_16k=audio,
             trace=trace,
             config=self.config.turn,
+            tools=self.engines.tools,
         )
         if confirmed:
             self._stamp_endpoint(trace, event, now)

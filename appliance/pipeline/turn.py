@@ -16,16 +16,21 @@ import threading
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from enum import Enum
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from appliance.pipeline.playback import Player
 from appliance.pipeline.played import played_text
 from appliance.pipeline.workers import EngineWorker
+from appliance.tools import ToolBox, ToolCallError, parse_calls, starts_a_call
 from appliance.trace.record import TurnTrace
 from engines.asr import AsrEngine
 from engines.llm import GenerationStats, LlmEngine, Message
 from engines.tts import TtsEngine
+
+if TYPE_CHECKING:
+    from engines.tts.clauses import ClauseSplitter
 
 log = logging.getLogger(__name__)
 
@@ -77,8 +82,10 @@ class Turn:
         audio_16k: np.ndarray,
         trace: TurnTrace,
         config: TurnConfig,
+        tools: ToolBox | None = None,
     ) -> None:
         self.engines = engines
+        self.tools = tools
         self.player = player
         self.messages_for = messages_for  # the history with a new user message appended
         self.audio_16k = audio_16k
@@ -158,30 +165,121 @@ class Turn:
         from engines.tts.clauses import ClauseSplitter  # the TTS package's splitter (pure, cheap)
 
         splitter = ClauseSplitter(first_clause_words=self.config.first_clause_words)
-        engines = self.engines
-        conversation = self.trace.session_id
-        if engines.llm.occupancy().full:
+        if self.engines.llm.occupancy().full:
             # Every slot is answering another call: say so rather than stay silent for a whole reply.
             self.trace.busy_reply = True
             await self._put_clause(self.config.busy_reply, clauses)
+        tools = self.tools if self.tools is not None and self.engines.llm.offers_tools else None
+        calls_left = tools.agent.max_tool_calls if tools is not None else 0
+        stats = self.stats
+        while True:
+            call_text = await self._reply_or_call(messages, stats, splitter, clauses, tools is not None)
+            if call_text is None or tools is None:
+                break
+            answers = await self._call_tools(tools, call_text, calls_left, clauses)
+            if answers is None:
+                break  # a failure was said instead
+            calls_left -= len(answers)
+            messages = [*messages, Message("assistant", call_text.strip()), *answers]
+            stats = GenerationStats()  # the first round's stays the turn's (its prompt, its cache)
+        for clause in splitter.flush():
+            await self._put_clause(clause, clauses)
+        await clauses.put(None)
+
+    async def _reply_or_call(
+        self,
+        messages: list[Message],
+        stats: GenerationStats,
+        splitter: ClauseSplitter,
+        clauses: asyncio.Queue[str | None],
+        tools_offered: bool,
+    ) -> str | None:
+        """Stream one LLM reply into the clauses; when its first output is a tool call, hold it back
+        (saying the preamble at once) and return its text instead."""
+        engines = self.engines
+        conversation = self.trace.session_id
+        decided: bool | None = None if tools_offered else False
+        held: list[str] = []
         try:
             pieces = engines.llm_worker.stream(
                 lambda: engines.llm.stream(
-                    messages, cancel=self._llm_cancel, stats=self.stats, conversation=conversation
+                    messages, cancel=self._llm_cancel, stats=stats, conversation=conversation
                 ),
                 cancel=self._llm_cancel,
             )
             async with contextlib.aclosing(pieces):
                 async for piece in pieces:
                     self.trace.mark("llm_first_token")
-                    self._reply_parts.append(piece)
-                    for clause in splitter.push(piece):
-                        await self._put_clause(clause, clauses)
+                    if decided is not False:
+                        held.append(piece)
+                        if decided is None:
+                            decided = starts_a_call("".join(held))
+                            if decided:
+                                await self._say_preamble(clauses)
+                        if decided is not False:
+                            continue
+                        piece, held = "".join(held), []
+                    await self._speak_piece(piece, splitter, clauses)
         except Exception as err:
             raise TurnFailed(Stage.LLM, err) from err
-        for clause in splitter.flush():
+        finally:
+            if stats is not self.stats:
+                self.trace.llm_tokens += stats.generated_tokens
+        if decided:
+            return "".join(held)
+        if held:  # the reply ended before it could tell: it was text
+            await self._speak_piece("".join(held), splitter, clauses)
+        return None
+
+    async def _speak_piece(
+        self, piece: str, splitter: ClauseSplitter, clauses: asyncio.Queue[str | None]
+    ) -> None:
+        self._reply_parts.append(piece)
+        for clause in splitter.push(piece):
             await self._put_clause(clause, clauses)
-        await clauses.put(None)
+
+    async def _say_preamble(self, clauses: asyncio.Queue[str | None]) -> None:
+        if self.trace.preamble_audio or self.tools is None:
+            return  # once per turn
+        self.trace.preamble_audio = True
+        await self._put_clause(self.tools.agent.tool_preamble, clauses)
+
+    async def _call_tools(
+        self, tools: ToolBox, call_text: str, calls_left: int, clauses: asyncio.Queue[str | None]
+    ) -> list[Message] | None:
+        """Run the calls in ``call_text``; the tool answers as messages, or None after saying why not."""
+        turn_id = self.trace.turn_id
+        try:
+            calls = parse_calls(call_text, tools.schemas())
+        except ToolCallError as err:
+            log.error("turn %s: the model's tool call was refused (%s): %s", turn_id, err.kind, err)
+            self.trace.tool_calls.append(f"refused:{err.kind}")
+            await self._say_instead(tools.agent.tool_misunderstood_reply, clauses)
+            return None
+        if len(calls) > calls_left:
+            log.error(
+                "turn %s: %d more tool calls than agent.max_tool_calls allows",
+                turn_id,
+                len(calls) - calls_left,
+            )
+            self.trace.tool_calls.append("refused:too_many")
+            await self._say_instead(tools.agent.tool_misunderstood_reply, clauses)
+            return None
+        answers = []
+        for call in calls:
+            outcome = await tools.run(call)
+            self.trace.tool_ms += round(outcome.seconds * 1000.0, 1)
+            self.trace.tool_calls.append(call.name if outcome.ok else f"{call.name}:{outcome.error_kind}")
+            if not outcome.ok:
+                log.error("turn %s: tool %s failed (%s)", turn_id, call.name, outcome.error_kind)
+                await self._say_instead(outcome.text, clauses)
+                return None
+            answers.append(Message("tool", outcome.text))
+        return answers
+
+    async def _say_instead(self, sentence: str, clauses: asyncio.Queue[str | None]) -> None:
+        self._reply_parts.append(sentence)
+        await self._put_clause(sentence, clauses)
 
     async def _put_clause(self, clause: str, clauses: asyncio.Queue[str | None]) -> None:
         if not clause.strip():

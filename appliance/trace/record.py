@@ -88,6 +88,9 @@ class TurnTrace:
     llm_evaluated_tokens: int = 0  # ... evaluated after the end of speech (the rest was cached)
     llm_queued_ms: float = 0.0  # waited for an LLM slot (every one busy with other calls' replies)
     busy_reply: bool = False  # agent.busy_reply was said first (the LLM's queue was full)
+    tool_calls: list[str] = field(default_factory=list)  # tools called (name, or name:why it failed)
+    tool_ms: float = 0.0  # time the tools took, summed
+    preamble_audio: bool = False  # agent.tool_preamble was said while a tool ran
 
     def mark(self, name: str, at: float | None = None) -> None:
         """Set timestamp ``name`` to now (or ``at``) unless it is already set."""

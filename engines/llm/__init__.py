@@ -5,7 +5,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Literal, Protocol
+from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 from engines.errors import ModelFileError
 
@@ -14,7 +14,7 @@ if TYPE_CHECKING:
 
 GGUF_KIND = "llm-gguf"
 
-Role = Literal["system", "user", "assistant"]
+Role = Literal["system", "user", "assistant", "tool"]
 
 
 @dataclass(frozen=True)
@@ -106,6 +106,12 @@ class LlmEngine(Protocol):
 
     def occupancy(self) -> LlmOccupancy: ...
 
+    @property
+    def offers_tools(self) -> bool:
+        """The model was shown the tools (``create_llm(tools=...)`` and a chat template that has a tool
+        format); a reply may then be a tool call."""
+        ...
+
     def end_conversation(self, conversation: str) -> None:
         """The conversation is over: its cache may go to another one first."""
         ...
@@ -134,10 +140,12 @@ def create_llm(
     slots: int,
     max_queue: int,
     seed: int | None = None,
+    tools: Sequence[dict[str, Any]] = (),
 ) -> LlmEngine:
     """An unloaded llama.cpp engine for the bundle's ``llm/<model>`` GGUF (``gpu_layers=-1``: all
     layers on the GPU) holding ``slots`` conversations of ``context_tokens`` each. ``seed`` fixes
-    sampling for reproducible runs; None draws one."""
+    sampling for reproducible runs; None draws one. ``tools``: function definitions shown to the model
+    when its chat template has a tool format."""
     names = available_models(bundle)
     if model not in names:
         raise ModelFileError(
@@ -158,4 +166,5 @@ def create_llm(
         seed=seed,
         slots=slots,
         max_queue=max_queue,
+        tools=tools,
     )

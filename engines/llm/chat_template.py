@@ -68,24 +68,42 @@ class ChatTemplate:
             )
         return cls(fallback, f"fallback:{architecture}", bos_token, eos_token)
 
-    def render(self, messages: Sequence[Message], *, add_generation_prompt: bool = True) -> str:
+    @property
+    def supports_tools(self) -> bool:
+        """The template shows the model a list of tools and how to call them (Qwen2.5's does)."""
+        return "tools" in self.source and "tool_call" in self.source
+
+    def render(
+        self,
+        messages: Sequence[Message],
+        *,
+        add_generation_prompt: bool = True,
+        tools: Sequence[dict[str, Any]] = (),
+    ) -> str:
         compiled = _compile(self.source)
+        extra = {"tools": list(tools)} if tools else {}
         return str(
             compiled.render(
                 messages=[{"role": m.role, "content": m.content} for m in messages],
                 add_generation_prompt=add_generation_prompt,
                 bos_token=self.bos_token,
                 eos_token=self.eos_token,
+                **extra,
             )
         )
 
     def split(
-        self, system_prompt: str, history: Sequence[Message], *, prefix: str | None = None
+        self,
+        system_prompt: str,
+        history: Sequence[Message],
+        *,
+        prefix: str | None = None,
+        tools: Sequence[dict[str, Any]] = (),
     ) -> tuple[str, str]:
-        """(system prefix, rest) of the rendered prompt; the prefix depends on ``system_prompt`` only
-        (pass it when known: ``system_prefix`` renders twice)."""
-        prefix = self.system_prefix(system_prompt) if prefix is None else prefix
-        full = self.render([Message("system", system_prompt), *history])
+        """(system prefix, rest) of the rendered prompt; the prefix depends on ``system_prompt`` (and
+        the tools) only (pass it when known: ``system_prefix`` renders twice)."""
+        prefix = self.system_prefix(system_prompt, tools=tools) if prefix is None else prefix
+        full = self.render([Message("system", system_prompt), *history], tools=tools)
         if not full.startswith(prefix):
             raise ModelFileError(
                 "the chat template renders the system prompt differently from turn to turn, "
@@ -94,9 +112,9 @@ class ChatTemplate:
             )
         return prefix, full[len(prefix) :]
 
-    def system_prefix(self, system_prompt: str) -> str:
+    def system_prefix(self, system_prompt: str, *, tools: Sequence[dict[str, Any]] = ()) -> str:
         system = Message("system", system_prompt)
-        first, second = (self.render([system, Message("user", probe)]) for probe in _PROBES)
+        first, second = (self.render([system, Message("user", probe)], tools=tools) for probe in _PROBES)
         length = 0
         for a, b in zip(first, second, strict=False):
             if a != b:
@@ -106,18 +124,21 @@ class ChatTemplate:
 
 
 def validate_history(history: Sequence[Message]) -> None:
-    """The engine owns the system prompt; a turn needs a conversation that ends with the user."""
+    """The engine owns the system prompt; a turn needs a conversation that ends with the user (or
+    with a tool's answer to the assistant's call)."""
     if not history:
         raise InputError("the history is empty", fix="pass at least one user message")
     for index, message in enumerate(history):
-        if message.role not in ("user", "assistant"):
+        if message.role not in ("user", "assistant", "tool"):
             raise InputError(
-                f"history[{index}] has role {message.role!r}; only 'user' and 'assistant' are allowed",
+                f"history[{index}] has role {message.role!r}; only 'user', 'assistant' and 'tool' are allowed",
                 fix="leave the system prompt out: the engine adds it (create_llm(system_prompt=...))",
             )
+        if message.role == "tool" and (index == 0 or history[index - 1].role not in ("assistant", "tool")):
+            raise InputError(f"history[{index}] is a tool answer without the call before it", fix="")
     if history[0].role != "user":
         raise InputError("the history must start with a user message", fix="drop leading assistant turns")
-    if history[-1].role != "user":
+    if history[-1].role not in ("user", "tool"):
         raise InputError("the history must end with a user message", fix="append the user's new words")
 
 

@@ -53,6 +53,7 @@ class LlamaCppLlm:
         seed: int | None = None,
         slots: int = 1,
         max_queue: int = 0,
+        tools: Sequence[dict[str, Any]] = (),
     ) -> None:
         if max_reply_tokens >= context_tokens:
             raise InputError(
@@ -72,6 +73,7 @@ class LlamaCppLlm:
         self.seed = seed
         self.slots = slots
         self.max_queue = max_queue
+        self.tools = list(tools)  # shown to the model only if its template has a tool format
         self.kv_cache_bytes: int | None = None
         self._runtime: Any = None  # LlamaRuntime once loaded
         self._template: ChatTemplate | None = None
@@ -103,7 +105,15 @@ class LlamaCppLlm:
         )
         try:
             self._template = _template(runtime, info.architecture)
-            prefix = self._template.system_prefix(self.system_prompt)
+            if self.tools and not self._template.supports_tools:
+                log.warning(
+                    "%s's chat template has no tool format: the %d configured tools are not offered "
+                    "to it (use a model whose template has one, such as qwen-1.5b)",
+                    self.model_path.name,
+                    len(self.tools),
+                )
+                self.tools = []
+            prefix = self._template.system_prefix(self.system_prompt, tools=self.tools)
             tokens = _prefix_tokens(runtime, prefix)
             if len(tokens) + self.max_reply_tokens >= runtime.context_tokens:
                 raise InputError(
@@ -163,6 +173,10 @@ class LlamaCppLlm:
         return len(self._system_tokens)
 
     @property
+    def offers_tools(self) -> bool:
+        return bool(self.tools) and self._template is not None
+
+    @property
     def template_origin(self) -> str:
         return self._template.origin if self._template else ""
 
@@ -170,7 +184,9 @@ class LlamaCppLlm:
         """The token sequence a turn with ``history`` evaluates (system prefix included)."""
         if self._runtime is None or self._template is None:
             raise EngineError("the LLM engine is not loaded", fix="call load() first")
-        _, rest = self._template.split(self.system_prompt, history, prefix=self._system_prefix)
+        _, rest = self._template.split(
+            self.system_prompt, history, prefix=self._system_prefix, tools=self.tools
+        )
         return self._system_tokens + self._runtime.tokenize(rest)
 
     def cached_tokens(self, conversation: str | None = None) -> list[int]:
@@ -302,7 +318,7 @@ def _prefix_tokens(runtime: Any, prefix: str) -> list[int]:
     return tokens
 
 
-def system_prompt_tokens(model_path: Path, system_prompt: str) -> int:
+def system_prompt_tokens(model_path: Path, system_prompt: str, tools: Sequence[dict[str, Any]] = ()) -> int:
     """How many tokens ``system_prompt`` takes in the model's chat template, from the vocabulary
     alone (no weights loaded: a fraction of a second): what a configuration check needs to know
     whether the persona fits the context before the daemon tries."""
@@ -311,7 +327,8 @@ def system_prompt_tokens(model_path: Path, system_prompt: str) -> int:
 
     runtime = LlamaRuntime(model_path, gpu_layers=0, context_tokens=256, threads=1, vocab_only=True)
     try:
-        prefix = _template(runtime, info.architecture).system_prefix(system_prompt)
+        template = _template(runtime, info.architecture)
+        prefix = template.system_prefix(system_prompt, tools=tools if template.supports_tools else ())
         return len(_prefix_tokens(runtime, prefix))
     finally:
         runtime.close()

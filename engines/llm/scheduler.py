@@ -189,21 +189,33 @@ class DecodeLoop:
     # the loop ----------------------------------------------------------------------------------
 
     def _run(self) -> None:
-        while True:
+        try:
+            while self._iterate():
+                pass
+        except BaseException as err:  # never leave a reader waiting for a loop that is gone
+            log.exception("the llm decode loop stopped")
             with self._cond:
-                while not self._stopping and not self._has_work():
-                    self._cond.wait(timeout=_POLL_S)
-                if self._stopping:
-                    self._fail_all(EngineError("the LLM engine was closed during the reply", fix="retry"))
-                    return
+                self._stopping = True
+                self._fail_all(EngineError(f"the LLM engine stopped: {err}", fix="restart the appliance"))
+            raise
+
+    def _iterate(self) -> bool:
+        with self._cond:
+            while not self._stopping and not self._has_work():
+                self._cond.wait(timeout=_POLL_S)
+            if self._stopping:
+                self._fail_all(EngineError("the LLM engine was closed during the reply", fix="retry"))
+                return False
+        try:
+            with self._cond:
                 self._admit()
-            try:
-                self._step()
-            except Exception as err:  # a decode failure: the jobs in it fail, the loop goes on
-                log.exception("llm decode step failed")
-                with self._cond:
-                    for job in list(self._active):
-                        self._finish(job, err)
+            self._step()
+        except Exception as err:  # a decode failure: the jobs in it fail, the loop goes on
+            log.exception("llm decode step failed")
+            with self._cond:
+                for job in list(self._active):
+                    self._finish(job, err)
+        return True
 
     def _has_work(self) -> bool:
         return bool(self._waiting) or bool(self._active)
@@ -347,8 +359,8 @@ class DecodeLoop:
                 job.sampler = None
             stats.total_s = now - job.submitted
             job.out.put(error if error is not None else _END)
-        elif isinstance(job, PrefillJob):
-            job.stats.cancelled = bool(job.pending) or error is not None
+        elif isinstance(job, PrefillJob):  # cut short, or never started (a reply came first)
+            job.stats.cancelled = bool(job.pending) or job.slot is None or error is not None
             job.stats.seconds = now - job.submitted
         job.finished.set()
 

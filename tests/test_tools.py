@@ -1,0 +1,269 @@
+"""The site's tools without a model: facts search, the model's tool calls checked against the declared
+tools, the LAN call's host rule (refused before any connection), answers cut and marked as data."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import http.server
+import json
+import socket
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+from typing import ClassVar
+
+import pytest
+
+from appliance.config import AgentConfig, ConfigError, Settings, load_settings, override
+from appliance.engine_set import tool_problems
+from appliance.tools import ToolBox, ToolCall, ToolCallError, parse_calls, starts_a_call
+from appliance.tools.facts import FactsFileError, FactsIndex, read_facts
+from appliance.tools.lan import ToolFailed, build_url, call_service, host_allowed
+
+FACTS = Path(__file__).parent / "fixtures" / "site" / "facts.md"
+
+
+def test_facts_are_cut_at_headings_and_found_by_their_words() -> None:
+    index = FactsIndex.from_file(FACTS)
+    assert len(index.facts) == 6
+    assert index.search("when does the canteen open")[0].title == "Canteen"
+    assert index.search("torque of the wheel bolts on line 3")[0].title.startswith("Torque")
+    assert index.search("who are the first aiders")[0].title == "First aid"
+    assert index.search("xylophone quantum") == []
+
+
+def test_a_facts_file_without_headings_is_cut_at_blank_lines(tmp_path: Path) -> None:
+    plain = tmp_path / "faq.txt"
+    plain.write_text("Q: Where is room 12?\nA: On the first floor.\n\nQ: Wifi?\nA: Ask reception.\n")
+    facts = read_facts(plain)
+    assert [f.text for f in facts] == [
+        "Q: Where is room 12? A: On the first floor.",
+        "Q: Wifi? A: Ask reception.",
+    ]
+    empty = tmp_path / "empty.md"
+    empty.write_text("\n\n")
+    with pytest.raises(FactsFileError, match="holds no text"):
+        read_facts(empty)
+    with pytest.raises(FactsFileError, match="cannot read"):
+        read_facts(tmp_path / "missing.md")
+
+
+def _schemas() -> dict[str, dict[str, object]]:
+    from appliance.tools.calls import ToolParameter
+
+    return {
+        "line_status": {"line": ToolParameter("integer")},
+        "site_facts": {"question": ToolParameter("string")},
+        "report": {"level": ToolParameter("string", enum=("low", "high"))},
+    }
+
+
+def test_tool_calls_are_parsed_and_their_arguments_coerced() -> None:
+    text = '<tool_call>\n{"name": "line_status", "arguments": {"line": "3"}}\n</tool_call>'
+    assert parse_calls(text, _schemas()) == [ToolCall("line_status", {"line": 3})]  # type: ignore[arg-type]
+    two = text + '\n<tool_call>\n{"name": "site_facts", "arguments": "{\\"question\\": \\"canteen\\"}"}'
+    assert [c.name for c in parse_calls(two, _schemas())] == ["line_status", "site_facts"]  # type: ignore[arg-type]
+    assert starts_a_call("  <tool") is None and starts_a_call("<tool_call>{") is True
+    assert starts_a_call("The canteen") is False
+
+
+@pytest.mark.parametrize(
+    ("text", "kind"),
+    [
+        ("<tool_call>{not json</tool_call>", "malformed"),
+        ('<tool_call>{"arguments": {}}</tool_call>', "malformed"),
+        ('<tool_call>{"name": "launch_rocket", "arguments": {}}</tool_call>', "unknown_tool"),
+        ('<tool_call>{"name": "line_status", "arguments": {"line": "three"}}</tool_call>', "bad_arguments"),
+        ('<tool_call>{"name": "line_status", "arguments": {}}</tool_call>', "bad_arguments"),
+        ('<tool_call>{"name": "line_status", "arguments": {"line": 3, "x": 1}}</tool_call>', "bad_arguments"),
+        ('<tool_call>{"name": "report", "arguments": {"level": "medium"}}</tool_call>', "bad_arguments"),
+        ("no call at all", "malformed"),
+    ],
+)
+def test_bad_tool_calls_are_refused_with_what_was_wrong(text: str, kind: str) -> None:
+    with pytest.raises(ToolCallError) as refused:
+        parse_calls(text, _schemas())  # type: ignore[arg-type]
+    assert refused.value.kind == kind
+
+
+def test_only_listed_hosts_and_networks_are_allowed() -> None:
+    allowed = ("mes.plant.local", "10.20.0.0/16", "127.0.0.1")
+    assert host_allowed("MES.plant.local", allowed) and host_allowed("10.20.3.4", allowed)
+    assert host_allowed("127.0.0.1", allowed)
+    assert not host_allowed("10.21.0.1", allowed) and not host_allowed("example.com", allowed)
+    assert not host_allowed("mes.plant.local.evil.com", allowed)
+    # An argument cannot move the request to another host or path.
+    assert build_url("http://mes.plant.local/lines/{line}", {"line": "3/../../x@evil.com"}) == (
+        "http://mes.plant.local/lines/3%2F..%2F..%2Fx%40evil.com"
+    )
+
+
+def test_a_host_not_allowed_is_refused_before_any_connection() -> None:
+    listener = socket.socket()
+    listener.bind(("127.0.0.2", 0))
+    listener.listen(1)
+    listener.settimeout(0.5)
+    port = listener.getsockname()[1]
+    try:
+        with pytest.raises(ToolFailed) as refused:
+            call_service(
+                f"http://127.0.0.2:{port}/x", method="GET", allowed_hosts=("127.0.0.1",), timeout_s=1
+            )
+        assert refused.value.kind == "refused_host"
+        with pytest.raises(TimeoutError):
+            listener.accept()  # nobody came
+    finally:
+        listener.close()
+
+
+class _Service(http.server.BaseHTTPRequestHandler):
+    paths: ClassVar[list[str]] = []
+
+    def do_GET(self) -> None:
+        _Service.paths.append(self.path)
+        if self.path.startswith("/broken"):
+            self.send_response(500)
+            self.end_headers()
+            return
+        body = (
+            b"x" * (10 * 1024 * 1024)
+            if self.path.startswith("/huge")
+            else json.dumps({"status": "running", "since": "06:10", "detail": {"speed": 12}}).encode()
+        )
+        self.send_response(200)
+        self.send_header(
+            "Content-Type", "application/json" if not self.path.startswith("/huge") else "text/plain"
+        )
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        with contextlib.suppress(BrokenPipeError, ConnectionResetError):
+            self.wfile.write(body)  # the client stops reading a huge answer
+
+    def log_message(self, *args: object) -> None:
+        return None
+
+
+@pytest.fixture(scope="module")
+def service() -> Iterator[int]:
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Service)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield server.server_address[1]
+    server.shutdown()
+    server.server_close()
+
+
+def _box(port: int, **agent: object) -> ToolBox:
+    tools = [
+        {"name": "site_facts", "kind": "facts", "description": "the site's facts", "file": str(FACTS)},
+        {
+            "name": "line_status",
+            "kind": "http",
+            "description": "the status of a production line",
+            "spoken_name": "the line status system",
+            "url": f"http://127.0.0.1:{port}/lines/{{line}}",
+            "parameters": {"line": {"type": "integer"}},
+            "keep": ["status", "detail.speed"],
+        },
+        {
+            "name": "huge",
+            "kind": "http",
+            "description": "a huge answer",
+            "url": f"http://127.0.0.1:{port}/huge",
+        },
+        {
+            "name": "broken",
+            "kind": "http",
+            "description": "a broken service",
+            "url": f"http://127.0.0.1:{port}/broken",
+        },
+    ]
+    box = ToolBox(AgentConfig.model_validate({"tools": tools, "allowed_hosts": ["127.0.0.1"], **agent}))
+    box.load()
+    return box
+
+
+def test_tools_answer_marked_as_data_cut_to_size_and_fail_with_a_sentence(service: int) -> None:
+    box = _box(service, tool_result_chars=500)
+    facts = asyncio.run(box.run(ToolCall("site_facts", {"question": "canteen opening hours"})))
+    assert facts.ok and facts.text.startswith("Data from site_facts") and "7:00" in facts.text
+    line = asyncio.run(box.run(ToolCall("line_status", {"line": 3})))
+    assert line.ok and "status: running" in line.text and "detail.speed: 12" in line.text
+    assert "/lines/3" in _Service.paths
+    huge = asyncio.run(box.run(ToolCall("huge", {})))
+    assert huge.ok and len(huge.text) < 600 and huge.text.endswith("[cut]")
+    broken = asyncio.run(box.run(ToolCall("broken", {})))
+    assert not broken.ok and broken.error_kind == "http_status"
+    assert broken.text == "Sorry, I could not reach a broken service just now."
+    definitions = {d["function"]["name"]: d["function"] for d in box.definitions()}
+    assert definitions["line_status"]["parameters"]["required"] == ["line"]
+    assert definitions["site_facts"]["parameters"]["properties"]["question"]["type"] == "string"
+
+
+def test_a_slow_tool_is_given_up_after_its_timeout() -> None:
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(1)  # accepts the connection, never answers
+    port = listener.getsockname()[1]
+    try:
+        box = ToolBox(
+            AgentConfig.model_validate(
+                {
+                    "tools": [
+                        {
+                            "name": "slow",
+                            "kind": "http",
+                            "description": "slow",
+                            "url": f"http://127.0.0.1:{port}/",
+                        }
+                    ],
+                    "allowed_hosts": ["127.0.0.1"],
+                    "tool_timeout_s": 0.5,
+                }
+            )
+        )
+        outcome = asyncio.run(box.run(ToolCall("slow", {})))
+        assert not outcome.ok and outcome.error_kind == "timeout" and outcome.seconds < 2
+    finally:
+        listener.close()
+
+
+def test_the_configuration_names_tool_problems(tmp_path: Path) -> None:
+    settings: Settings = override(
+        load_settings(None),
+        agent={
+            "tools": [
+                {"name": "facts", "kind": "facts", "description": "x", "file": str(tmp_path / "none.md")},
+                {"name": "mes", "kind": "http", "description": "y", "url": "http://10.9.9.9/x"},
+            ],
+            "allowed_hosts": ["10.20.0.0/16"],
+        },
+    )
+    problems = {p.key: p.message for p in tool_problems(settings)}
+    assert "cannot read the facts file" in problems["agent.tools[0].file"]
+    assert "not in agent.allowed_hosts" in problems["agent.tools[1].url"]
+    with pytest.raises(ConfigError, match="needs file"):
+        override(load_settings(None), agent={"tools": [{"name": "f", "kind": "facts", "description": "x"}]})
+
+
+def test_the_persona_says_what_the_device_can_and_cannot_do() -> None:
+    from appliance.agent import system_prompt
+
+    plain = system_prompt(AgentConfig())
+    assert "cannot look anything up" in plain and "reminders" in plain
+    tooled = system_prompt(
+        AgentConfig.model_validate(
+            {
+                "tools": [
+                    {
+                        "name": "site_facts",
+                        "kind": "facts",
+                        "description": "the site's facts",
+                        "file": str(FACTS),
+                    }
+                ]
+            }
+        )
+    )
+    assert "You can look up: the site's facts" in tooled and "reminders" in tooled
