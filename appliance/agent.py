@@ -11,20 +11,22 @@ from engines.llm import Message
 NOT_ABLE = "You cannot set reminders, book appointments, send messages or control machines; say so if asked."
 
 
-def abilities(agent: AgentConfig) -> str:
-    """What the device can really do, from its tools: so the model stops offering what it cannot."""
-    if not agent.tools:
+def abilities(agent: AgentConfig, *, tools_offered: bool = True) -> str:
+    """What the device can really do, from its tools (when the model is shown them): so the model
+    stops offering what it cannot."""
+    if not agent.tools or not tools_offered:
         return f"You answer from what you know and cannot look anything up. {NOT_ABLE}"
     looked_up = "; ".join(tool.description.rstrip(".") for tool in agent.tools)
     return f"You can look up: {looked_up}. Use these tools for questions about them. {NOT_ABLE}"
 
 
-def system_prompt(agent: AgentConfig) -> str:
-    """The persona with the site filled in (``{site_name}``, ``{device_id}``, ``{abilities}``)."""
+def system_prompt(agent: AgentConfig, *, tools_offered: bool = True) -> str:
+    """The persona with the site filled in (``{site_name}``, ``{device_id}``, ``{abilities}``);
+    ``tools_offered``: the model's chat template can show it the tools."""
     return (
         agent.persona.replace("{site_name}", agent.site_name)
         .replace("{device_id}", agent.device_id)
-        .replace("{abilities}", abilities(agent))
+        .replace("{abilities}", abilities(agent, tools_offered=tools_offered))
     )
 
 

@@ -134,10 +134,11 @@ def _persona_problems(settings: Settings, bundle: Bundle) -> list[ConfigProblem]
     llm = settings.llm
     try:
         tools = tool_box(settings)
+        offered = tools is not None and model_has_tool_format(bundle, llm.model)
         tokens = system_prompt_tokens(
             bundle.path(f"llm/{llm.model}"),
-            system_prompt(settings.agent),
-            tools.definitions() if tools is not None else (),
+            system_prompt(settings.agent, tools_offered=offered),
+            tools.definitions() if tools is not None and offered else (),
         )
     except EngineError:
         return []  # a damaged model file: the daemon names it, with the fix
@@ -200,10 +201,11 @@ def llm_engine(
 
     llm = settings.llm
     tools = tool_box(settings)
+    offered = tools is not None and model_has_tool_format(bundle, llm.model)
     return create_llm(
         bundle,
         model=llm.model,
-        system_prompt=system_prompt(settings.agent) if prompt is None else prompt,
+        system_prompt=system_prompt(settings.agent, tools_offered=offered) if prompt is None else prompt,
         gpu_layers=llm.gpu_layers,
         context_tokens=llm.context_tokens,
         max_reply_tokens=llm.max_reply_tokens,
@@ -213,8 +215,20 @@ def llm_engine(
         slots=llm_slots(settings),
         max_queue=llm.max_queue,
         seed=seed,
-        tools=tools.definitions() if tools is not None else (),
+        tools=tools.definitions() if tools is not None and offered else (),
     )
+
+
+def model_has_tool_format(bundle: Bundle, model: str) -> bool:
+    """The model's GGUF carries a chat template that can show it tools (from the file's header)."""
+    from engines.llm.chat_template import ChatTemplate
+    from engines.llm.gguf import read_gguf
+
+    try:
+        template = read_gguf(bundle.path(f"llm/{model}")).chat_template
+    except EngineError:
+        return False  # the factory names a missing or damaged file
+    return template is not None and ChatTemplate(template, "gguf").supports_tools
 
 
 def llm_slots(settings: Settings) -> int:
