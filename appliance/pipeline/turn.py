@@ -134,7 +134,7 @@ class Turn:
             self.trace.reply = "".join(self._reply_parts).strip()
             self.trace.played_reply = self.played_text
             self.trace.reply_audio_s = self.player.played_samples / self.player.rate
-            self.trace.llm_tokens = self.stats.generated_tokens
+            self.trace.llm_tokens += self.stats.generated_tokens  # (later rounds of a tool turn added theirs)
             self.trace.llm_prompt_tokens = self.stats.prompt_tokens
             self.trace.llm_evaluated_tokens = self.stats.evaluated_prompt_tokens
             self.trace.llm_queued_ms = round(self.stats.queued_s * 1000.0, 1)
@@ -200,12 +200,13 @@ class Turn:
         conversation = self.trace.session_id
         decided: bool | None = None if tools_offered else False
         held: list[str] = []
+        if self._llm_cancel.is_set():  # the round before ended (its stream sets it): a new one
+            self._llm_cancel = threading.Event()
+        cancel = self._llm_cancel
         try:
             pieces = engines.llm_worker.stream(
-                lambda: engines.llm.stream(
-                    messages, cancel=self._llm_cancel, stats=stats, conversation=conversation
-                ),
-                cancel=self._llm_cancel,
+                lambda: engines.llm.stream(messages, cancel=cancel, stats=stats, conversation=conversation),
+                cancel=cancel,
             )
             async with contextlib.aclosing(pieces):
                 async for piece in pieces:
