@@ -5,7 +5,9 @@ configuration (``appliance.engine_set.session_config``)."""
 
 from __future__ import annotations
 
-from appliance.config import AgentConfig
+import json
+
+from appliance.config import AgentConfig, ToolConfig
 from engines.llm import Message
 
 NOT_ABLE = "You cannot set reminders, book appointments, send messages or control machines; say so if asked."
@@ -13,11 +15,28 @@ NOT_ABLE = "You cannot set reminders, book appointments, send messages or contro
 
 def abilities(agent: AgentConfig, *, tools_offered: bool = True) -> str:
     """What the device can really do, from its tools (when the model is shown them): so the model
-    stops offering what it cannot."""
+    stops offering what it cannot, and calls a tool instead of guessing what only a tool knows.
+    (Small models follow this framing far better than a bare list of tools: measured with
+    ``python -m bench tools``.)"""
     if not agent.tools or not tools_offered:
         return f"You answer from what you know and cannot look anything up. {NOT_ABLE}"
-    looked_up = "; ".join(tool.description.rstrip(".") for tool in agent.tools)
-    return f"You can look up: {looked_up}. Use these tools for questions about them. {NOT_ABLE}"
+    known = "; ".join(tool.description.rstrip(".") for tool in agent.tools)
+    return (
+        f"You know nothing about this site yourself: {known} come only from your tools. For a question "
+        f"about these, reply with only a tool call, for example {_example_call(agent.tools[0])}, never a "
+        f"guess. For anything else, such as a greeting, answer without a tool. {NOT_ABLE}"
+    )
+
+
+def _example_call(tool: ToolConfig) -> str:
+    examples = {"integer": 2, "number": 1.5, "boolean": True}
+    if tool.kind == "facts":
+        arguments: dict[str, object] = {"question": "opening hours"}
+    else:
+        arguments = {
+            key: (p.enum[0] if p.enum else examples.get(p.type, "...")) for key, p in tool.parameters.items()
+        }
+    return f"<tool_call>{json.dumps({'name': tool.name, 'arguments': arguments})}</tool_call>"
 
 
 def system_prompt(agent: AgentConfig, *, tools_offered: bool = True) -> str:

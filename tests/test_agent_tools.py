@@ -211,14 +211,15 @@ def test_a_failing_service_gets_an_honest_sentence(
     assert trace.tool_ms < 2500
 
 
-def test_instructions_inside_a_tool_answer_are_read_as_data(
-    qwen_tools: LlmEngine, piper_tts: TtsEngine, tools: ToolBox
+def test_orders_inside_a_tool_answer_are_left_out_and_logged(
+    qwen_tools: LlmEngine, piper_tts: TtsEngine, tools: ToolBox, caplog: pytest.LogCaptureFixture
 ) -> None:
     _LineService.mode = "hostile"
     spoken, trace, _ = _turn("Is line 3 running?", qwen_tools, piper_tts, tools)
     assert trace.tool_calls == ["line_status"]
     answer = " ".join(spoken[1:]).lower()
-    assert "running" in answer and answer.strip() != "banana", answer
+    assert "running" in answer and "banana" not in answer, answer
+    assert any("t-tools" in r.message and "gave orders" in r.message for r in caplog.records)
 
 
 class _Scripted:
@@ -232,7 +233,8 @@ class _Scripted:
 
     def stream(self, history: Sequence[Message], **kwargs: Any) -> Iterator[str]:
         self.histories.append(list(history))
-        yield from self.outputs.pop(0).split(" ")
+        for index, word in enumerate(self.outputs.pop(0).split(" ")):
+            yield word if index == 0 else " " + word
 
     def occupancy(self) -> LlmOccupancy:
         return LlmOccupancy(slots=1, running=0, waiting=0, max_queue=0)
@@ -268,10 +270,22 @@ def test_a_bad_tool_call_is_answered_honestly_and_nothing_is_called(
     assert _LineService.paths == [] and len(model.histories) == 1
 
 
+def test_a_call_that_names_no_tool_searches_the_facts_for_the_question(
+    piper_tts: TtsEngine, tools: ToolBox
+) -> None:
+    model = _Scripted("<tools></tools>")  # what Qwen 1.5B writes for some site questions
+    spoken, trace, _ = _turn("Where can visitors park?", model, piper_tts, tools)  # type: ignore[arg-type]
+    assert (
+        trace.tool_calls == ["repaired:no_call", "site_facts"]
+        and " ".join(spoken[1:]) == "Here is what I found."
+    )
+    assert "car park C" in model.histories[1][-1].content
+
+
 def test_a_tool_answer_goes_back_to_the_model_marked_as_data(piper_tts: TtsEngine, tools: ToolBox) -> None:
     model = _Scripted('<tool_call> {"name": "line_status", "arguments": {"line": 3}} </tool_call>')
     spoken, trace, _ = _turn("Is line 3 running?", model, piper_tts, tools)  # type: ignore[arg-type]
-    assert trace.tool_calls == ["line_status"] and spoken[-1] == "Here is what I found."
+    assert trace.tool_calls == ["line_status"] and " ".join(spoken[1:]) == "Here is what I found."
     call, answer = model.histories[1][-2:]
     assert call.role == "assistant" and call.content.startswith("<tool_call>")
     assert answer.role == "tool" and answer.content.startswith("Data from line_status (facts to answer with")

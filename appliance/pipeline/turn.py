@@ -23,7 +23,7 @@ import numpy as np
 from appliance.pipeline.playback import Player
 from appliance.pipeline.played import played_text
 from appliance.pipeline.workers import EngineWorker
-from appliance.tools import ToolBox, ToolCallError, parse_calls, starts_a_call
+from appliance.tools import ToolBox, ToolCall, ToolCallError, as_template_text, parse_calls, starts_a_call
 from appliance.trace.record import TurnTrace
 from engines.asr import AsrEngine
 from engines.llm import GenerationStats, LlmEngine, Message
@@ -176,11 +176,12 @@ class Turn:
             call_text = await self._reply_or_call(messages, stats, splitter, clauses, tools is not None)
             if call_text is None or tools is None:
                 break
-            answers = await self._call_tools(tools, call_text, calls_left, clauses)
-            if answers is None:
+            called = await self._call_tools(tools, call_text, calls_left, clauses)
+            if called is None:
                 break  # a failure was said instead
+            calls, answers = called
             calls_left -= len(answers)
-            messages = [*messages, Message("assistant", call_text.strip()), *answers]
+            messages = [*messages, Message("assistant", as_template_text(calls)), *answers]
             stats = GenerationStats()  # the first round's stays the turn's (its prompt, its cache)
         for clause in splitter.flush():
             await self._put_clause(clause, clauses)
@@ -247,16 +248,24 @@ class Turn:
 
     async def _call_tools(
         self, tools: ToolBox, call_text: str, calls_left: int, clauses: asyncio.Queue[str | None]
-    ) -> list[Message] | None:
-        """Run the calls in ``call_text``; the tool answers as messages, or None after saying why not."""
+    ) -> tuple[list[ToolCall], list[Message]] | None:
+        """Run the calls in ``call_text``: the calls and the tools' answers as messages, or None after
+        saying why not."""
         turn_id = self.trace.turn_id
         try:
             calls = parse_calls(call_text, tools.schemas())
         except ToolCallError as err:
-            log.error("turn %s: the model's tool call was refused (%s): %s", turn_id, err.kind, err)
-            self.trace.tool_calls.append(f"refused:{err.kind}")
-            await self._say_instead(tools.agent.tool_misunderstood_reply, clauses)
-            return None
+            repaired = tools.facts_lookup(self.transcript) if err.kind == "no_call" else None
+            if repaired is None:
+                log.error("turn %s: the model's tool call was refused (%s): %s", turn_id, err.kind, err)
+                self.trace.tool_calls.append(f"refused:{err.kind}")
+                await self._say_instead(tools.agent.tool_misunderstood_reply, clauses)
+                return None
+            log.warning(
+                "turn %s: unreadable tool call (%s); the facts are searched for the question", turn_id, err
+            )
+            self.trace.tool_calls.append("repaired:no_call")
+            calls = [repaired]
         if len(calls) > calls_left:
             log.error(
                 "turn %s: %d more tool calls than agent.max_tool_calls allows",
@@ -275,8 +284,15 @@ class Turn:
                 log.error("turn %s: tool %s failed (%s)", turn_id, call.name, outcome.error_kind)
                 await self._say_instead(outcome.text, clauses)
                 return None
+            if outcome.removed_instructions:
+                log.error(
+                    "turn %s: the answer of tool %s gave orders to the model; %d sentence(s) left out",
+                    turn_id,
+                    call.name,
+                    outcome.removed_instructions,
+                )
             answers.append(Message("tool", outcome.text))
-        return answers
+        return calls, answers
 
     async def _say_instead(self, sentence: str, clauses: asyncio.Queue[str | None]) -> None:
         self._reply_parts.append(sentence)

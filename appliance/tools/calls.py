@@ -10,7 +10,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 OPEN, CLOSE = "<tool_call>", "</tool_call>"
-_BLOCK = re.compile(re.escape(OPEN) + r"(.*?)(?:" + re.escape(CLOSE) + r"|$)", re.DOTALL)
+# How small models start a call besides the template's own tags: the tools list's tag, a JSON code
+# block, or the JSON itself (with the doubled braces of the template's own example, which Qwen2.5's
+# template renders literally).
+STARTS = (OPEN, "<tools>", "```json", "```", "{")
+_NAMED = re.compile(r'\{\s*"name"\s*:')
 
 
 @dataclass(frozen=True)
@@ -28,36 +32,52 @@ class ToolCall:
 
 
 class ToolCallError(ValueError):
-    """What was wrong with a call: ``kind`` is malformed, unknown_tool or bad_arguments."""
+    """What was wrong with a call: ``kind`` is no_call (nothing named), malformed (not JSON),
+    unknown_tool or bad_arguments."""
 
     def __init__(self, kind: str, message: str) -> None:
         super().__init__(message)
         self.kind = kind
 
 
+def as_template_text(calls: list[ToolCall]) -> str:
+    """The calls as the chat template writes them, for the conversation: a small model that reads its
+    own call back in another format (a code block, doubled braces) calls again instead of answering."""
+    return "\n".join(
+        f"{OPEN}\n{json.dumps({'name': c.name, 'arguments': c.arguments}, ensure_ascii=False)}\n{CLOSE}"
+        for c in calls
+    )
+
+
 def starts_a_call(text: str) -> bool | None:
     """Whether a reply beginning with ``text`` is a tool call: True, False, or None (not known yet)."""
     stripped = text.lstrip()
-    if stripped.startswith(OPEN):
+    if any(stripped.startswith(start) for start in STARTS):
         return True
-    return None if OPEN.startswith(stripped) else False
+    return None if any(start.startswith(stripped) for start in STARTS) else False
 
 
 def parse_calls(text: str, tools: Mapping[str, Mapping[str, ToolParameter]]) -> list[ToolCall]:
     """Every call in the model's output, with its arguments checked and coerced to their types."""
-    blocks = [block.strip() for block in _BLOCK.findall(text)]
-    if not blocks:
-        raise ToolCallError("malformed", f"no {OPEN} block in {text[:80]!r}")
-    return [_parse_one(block, tools) for block in blocks]
+    body = text.replace("{{", "{")  # the doubled braces copied from the template's example
+    decoder = json.JSONDecoder()
+    calls, end = [], 0
+    for match in _NAMED.finditer(body):
+        if match.start() < end:
+            continue  # an object inside the call before (an argument that has a "name")
+        try:
+            data, end = decoder.raw_decode(body, match.start())
+        except json.JSONDecodeError as err:
+            raise ToolCallError("malformed", f"the tool call is not JSON ({err.msg}): {text[:80]!r}") from err
+        calls.append(_parse_one(data, tools))
+    if not calls:
+        raise ToolCallError("no_call", f"no tool call with a name in {text[:80]!r}")
+    return calls
 
 
-def _parse_one(block: str, tools: Mapping[str, Mapping[str, ToolParameter]]) -> ToolCall:
-    try:
-        data = json.loads(block)
-    except json.JSONDecodeError as err:
-        raise ToolCallError("malformed", f"the tool call is not JSON ({err.msg}): {block[:80]!r}") from err
+def _parse_one(data: object, tools: Mapping[str, Mapping[str, ToolParameter]]) -> ToolCall:
     if not isinstance(data, dict) or not isinstance(data.get("name"), str):
-        raise ToolCallError("malformed", f"the tool call has no name: {block[:80]!r}")
+        raise ToolCallError("malformed", f"the tool call has no name: {str(data)[:80]!r}")
     name = data["name"]
     if name not in tools:
         raise ToolCallError("unknown_tool", f"no tool is called {name[:40]!r}")

@@ -37,7 +37,15 @@ class FactsFileError(InputError):
 
 
 def words(text: str) -> list[str]:
-    return [w for w in _WORD.findall(text.lower()) if w not in _STOP]
+    """The words that can tell entries apart, their plain endings cut ("opens", "opening" -> "open")."""
+    return [_stem(w) for w in _WORD.findall(text.lower()) if w not in _STOP]
+
+
+def _stem(word: str) -> str:
+    for ending in ("ing", "ers", "ed", "es", "er", "s"):
+        if word.endswith(ending) and len(word) - len(ending) >= 3:
+            return word[: -len(ending)]
+    return word
 
 
 def read_facts(path: Path) -> list[Fact]:
