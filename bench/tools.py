@@ -191,7 +191,7 @@ async def _ask(
     spoken = [text for text, _ in timed.clauses]
     answer_at = next((at for text, at in timed.clauses if text != preamble), None)
     answer = " ".join(text for text in spoken if text != preamble)
-    called = [c for c in trace.tool_calls if not c.startswith("refused")]
+    called = [c for c in trace.tool_calls if not c.startswith(("refused:", "repaired:"))]
     right_tool = (called[:1] == [question.tool]) if question.tool else not trace.tool_calls
     right_argument = not question.argument or _LineService.paths == [f"/lines/{question.argument}"]
     return {

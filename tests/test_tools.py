@@ -31,6 +31,7 @@ def test_facts_are_cut_at_headings_and_found_by_their_words() -> None:
     assert index.search("torque of the wheel bolts on line 3")[0].title.startswith("Torque")
     assert index.search("who are the first aiders")[0].title == "First aid"
     assert index.search("xylophone quantum") == []
+    assert index.search("when does it close")[0].title == "Canteen"  # "closes" in the text
 
 
 def test_a_facts_file_without_headings_is_cut_at_blank_lines(tmp_path: Path) -> None:

@@ -42,10 +42,12 @@ def words(text: str) -> list[str]:
 
 
 def _stem(word: str) -> str:
+    """A crude stem that gives the forms of a word one spelling: close, closes, closed -> clos."""
     for ending in ("ing", "ers", "ed", "es", "er", "s"):
         if word.endswith(ending) and len(word) - len(ending) >= 3:
-            return word[: -len(ending)]
-    return word
+            word = word[: -len(ending)]
+            break
+    return word[:-1] if word.endswith("e") and len(word) >= 4 else word
 
 
 def read_facts(path: Path) -> list[Fact]:
