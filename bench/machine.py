@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import json
 import os
 import platform
 import shutil
 import subprocess
 import sys
+from datetime import datetime, timezone
 from importlib import metadata
 from pathlib import Path
 from typing import Any
@@ -91,3 +93,14 @@ def peak_rss_mb() -> float:
     import resource
 
     return round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0, 1)  # KiB on Linux
+
+
+def write_result(name: str, args: dict[str, Any], results: dict[str, Any]) -> Path:
+    """``results`` (with the arguments and this machine) as bench/results/<name>-<time>.json."""
+    folder = Path(__file__).resolve().parent / "results"
+    folder.mkdir(parents=True, exist_ok=True)
+    stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
+    path = folder / f"{name}-{stamp}.json"
+    path.write_text(json.dumps({"args": args, "machine": describe_machine(), "results": results}, indent=2))
+    print(f"written to {path}")
+    return path

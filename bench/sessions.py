@@ -22,13 +22,11 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import logging
 import resource
 import threading
 import time
 from collections import defaultdict
-from datetime import datetime, timezone
 from typing import Any
 
 import numpy as np
@@ -36,8 +34,8 @@ import numpy as np
 from appliance.config import Settings, load_settings
 from appliance.engine_set import build_engines, llm_engine, load_engines, open_bundle, session_config
 from appliance.pipeline.session import SessionEngines
-from bench.machine import describe_machine
-from bench.sip import DATA, QUESTIONS, RESULTS, Caller, PhoneCaller, _percentiles
+from bench.machine import write_result
+from bench.sip import DATA, QUESTIONS, Caller, _percentiles, serve_calls
 from engines.audio import load_audio_16k, resample
 from engines.llm import GenerationStats, Message
 
@@ -69,32 +67,10 @@ def _settings(model: str, *, slots: int, max_calls: int, reply_tokens: int) -> S
 async def _calls(
     engines: SessionEngines, settings: Settings, questions_8k: list[np.ndarray], calls: int, turns: int
 ) -> dict[str, Any]:
-    from appliance.audio.call import call_session_kwargs
-    from appliance.config import SipConfig
-    from appliance.pipeline.session import Session
-    from appliance.sip.server import SipServer
-
-    config = session_config(settings)
-    traces: list[Any] = []
-
-    async def handle(call: Any) -> None:
-        await Session(
-            engines=engines, config=config, on_turn=traces.append, **call_session_kwargs(call)
-        ).run()
-
-    base = 32000 + int(time.time()) % 500 * 2
-    server = SipServer(
-        SipConfig(enabled=True, port=0, max_calls=calls, rtp_port_min=base, rtp_port_max=base + 40), handle
-    )
-    await server.start()
     callers = [
         Caller([questions_8k[(i + k) % len(questions_8k)] for k in range(turns)], 8000) for i in range(calls)
     ]
-    try:
-        await asyncio.gather(*(PhoneCaller(c).run(server.local_port) for c in callers))
-        await asyncio.sleep(0.5)
-    finally:
-        await server.stop()
+    traces = await serve_calls(engines, session_config(settings), callers)
     latencies = [value for c in callers for value in c.latencies_s]
     return {"caller_ms": _percentiles(latencies)} | _cache_use(traces)
 
@@ -249,13 +225,7 @@ def main() -> None:
     args = parser.parse_args()
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     results = asyncio.run(main_async(args))
-    RESULTS.mkdir(parents=True, exist_ok=True)
-    stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
-    path = RESULTS / f"sessions-{stamp}.json"
-    path.write_text(
-        json.dumps({"args": vars(args), "machine": describe_machine(), "results": results}, indent=2)
-    )
-    print(f"written to {path}")
+    write_result("sessions", vars(args), results)
     _print(results)
 
 

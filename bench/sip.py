@@ -250,9 +250,8 @@ async def run_mic(engines: SessionEngines, config: SessionConfig, questions: lis
     return Run("microphone", caller.latencies_s, _trace_latencies(traces))
 
 
-async def run_calls(
-    engines: SessionEngines, config: SessionConfig, questions_8k: list[np.ndarray], calls: int
-) -> Run:
+async def serve_calls(engines: SessionEngines, config: SessionConfig, callers: list[Caller]) -> list[Any]:
+    """One loopback call per caller, all at once, each a session on ``engines``; the turns' traces."""
     traces: list[Any] = []
 
     async def handle(call: Any) -> None:
@@ -261,15 +260,24 @@ async def run_calls(
         ).run()
 
     base = 30000 + secrets.randbelow(1000) * 2
-    sip_config = SipConfig(enabled=True, port=0, max_calls=calls, rtp_port_min=base, rtp_port_max=base + 20)
+    sip_config = SipConfig(
+        enabled=True, port=0, max_calls=len(callers), rtp_port_min=base, rtp_port_max=base + 10 * len(callers)
+    )
     server = SipServer(sip_config, handle)
     await server.start()
-    callers = [Caller(questions_8k, 8000) for _ in range(calls)]
     try:
         await asyncio.gather(*(PhoneCaller(c).run(server.local_port) for c in callers))
         await asyncio.sleep(0.5)
     finally:
         await server.stop()
+    return traces
+
+
+async def run_calls(
+    engines: SessionEngines, config: SessionConfig, questions_8k: list[np.ndarray], calls: int
+) -> Run:
+    callers = [Caller(questions_8k, 8000) for _ in range(calls)]
+    traces = await serve_calls(engines, config, callers)
     latencies = [value for c in callers for value in c.latencies_s]
     return Run(f"{calls} call{'s' if calls > 1 else ''}", latencies, _trace_latencies(traces))
 

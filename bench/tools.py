@@ -15,16 +15,12 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import contextlib
 import http.server
-import json
 import logging
-import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
-from pathlib import Path
+from datetime import datetime
 from typing import Any, ClassVar
 
 import numpy as np
@@ -33,12 +29,11 @@ from appliance.audio import ArraySource, MemorySink
 from appliance.config import Settings, load_settings, override
 from appliance.engine_set import build_engines, load_engines, open_bundle, session_config
 from appliance.pipeline import Session
-from bench.machine import describe_machine
-from bench.sip import RESULTS, _percentiles
+from bench.machine import write_result
+from bench.sip import _percentiles
+from bench.site import send, serve_http, site_agent
 from engines.audio import resample
 
-REPO = Path(__file__).resolve().parents[1]
-FACTS = REPO / "tests" / "fixtures" / "site" / "facts.md"
 log = logging.getLogger("bench.tools")
 
 
@@ -83,60 +78,14 @@ class _LineService(http.server.BaseHTTPRequestHandler):
     def do_GET(self) -> None:
         _LineService.paths.append(self.path)
         line = self.path.rsplit("/", 1)[-1]
-        body = json.dumps(
-            {"line": line, "status": "stopped" if line in STOPPED_LINES else "running"}
-        ).encode()
-        self.send_response(200)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        with contextlib.suppress(BrokenPipeError, ConnectionResetError):
-            self.wfile.write(body)
+        send(self, {"line": line, "status": "stopped" if line in STOPPED_LINES else "running"})
 
     def log_message(self, *args: object) -> None:
         return None
 
 
-@contextlib.contextmanager
-def line_service() -> Iterator[int]:
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _LineService)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield server.server_address[1]
-    finally:
-        server.shutdown()
-        server.server_close()
-
-
 def site_settings(model: str, port: int) -> Settings:
-    return override(
-        load_settings(None),
-        agent={
-            "site_name": "the Northgate plant",
-            "tools": [
-                {
-                    "name": "site_facts",
-                    "kind": "facts",
-                    "description": "the site's facts: canteen hours, first aid, parking, shifts, torque specs, "
-                    "lost property",
-                    "file": str(FACTS),
-                },
-                {
-                    "name": "line_status",
-                    "kind": "http",
-                    "description": "whether a production line is running or stopped, by its number",
-                    "spoken_name": "the line status system",
-                    "url": f"http://127.0.0.1:{port}/lines/{{line}}",
-                    "parameters": {"line": {"type": "integer", "description": "the line number"}},
-                    "keep": ["status"],
-                },
-                {"name": "device_status", "kind": "device", "description": "the time and date"},
-            ],
-            "allowed_hosts": ["127.0.0.1"],
-        },
-        llm={"model": model},
-    )
+    return override(load_settings(None), agent=site_agent(port), llm={"model": model})
 
 
 @dataclass
@@ -215,7 +164,7 @@ def _ms(start: float | None, end: float | None) -> float | None:
 
 
 async def main_async(args: argparse.Namespace) -> dict[str, Any]:
-    with line_service() as port:
+    with serve_http(_LineService) as port:
         settings = site_settings(args.model, port)
         bundle = open_bundle(settings)
         engines = build_engines(settings, bundle)
@@ -255,13 +204,7 @@ def main() -> None:
     args = parser.parse_args()
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     results = asyncio.run(main_async(args))
-    RESULTS.mkdir(parents=True, exist_ok=True)
-    stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
-    path = RESULTS / f"tools-{stamp}.json"
-    path.write_text(
-        json.dumps({"args": vars(args), "machine": describe_machine(), "results": results}, indent=2)
-    )
-    print(f"written to {path}")
+    write_result("tools", vars(args), results)
     for row in results["questions"]:
         mark = (
             "ok "

@@ -4,11 +4,8 @@ tools, the LAN call's host rule (refused before any connection), answers cut and
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import http.server
-import json
 import socket
-import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import ClassVar
@@ -20,8 +17,7 @@ from appliance.engine_set import tool_problems
 from appliance.tools import ToolBox, ToolCall, ToolCallError, parse_calls, starts_a_call
 from appliance.tools.facts import FactsFileError, FactsIndex, read_facts
 from appliance.tools.lan import ToolFailed, build_url, call_service, host_allowed
-
-FACTS = Path(__file__).parent / "fixtures" / "site" / "facts.md"
+from bench.site import FACTS, send, serve_http
 
 
 def test_facts_are_cut_at_headings_and_found_by_their_words() -> None:
@@ -132,22 +128,11 @@ class _Service(http.server.BaseHTTPRequestHandler):
     def do_GET(self) -> None:
         _Service.paths.append(self.path)
         if self.path.startswith("/broken"):
-            self.send_response(500)
-            self.end_headers()
-            return
-        body = (
-            b"x" * (10 * 1024 * 1024)
-            if self.path.startswith("/huge")
-            else json.dumps({"status": "running", "since": "06:10", "detail": {"speed": 12}}).encode()
-        )
-        self.send_response(200)
-        self.send_header(
-            "Content-Type", "application/json" if not self.path.startswith("/huge") else "text/plain"
-        )
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        with contextlib.suppress(BrokenPipeError, ConnectionResetError):
-            self.wfile.write(body)  # the client stops reading a huge answer
+            send(self, {}, status=500)
+        elif self.path.startswith("/huge"):
+            send(self, b"x" * (10 * 1024 * 1024))
+        else:
+            send(self, {"status": "running", "since": "06:10", "detail": {"speed": 12}})
 
     def log_message(self, *args: object) -> None:
         return None
@@ -155,12 +140,8 @@ class _Service(http.server.BaseHTTPRequestHandler):
 
 @pytest.fixture(scope="module")
 def service() -> Iterator[int]:
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Service)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    yield server.server_address[1]
-    server.shutdown()
-    server.server_close()
+    with serve_http(_Service) as port:
+        yield port
 
 
 def _box(port: int, **agent: object) -> ToolBox:
