@@ -36,6 +36,7 @@ BENCHMARKS: dict[str, tuple[tuple[str, ...], bool]] = {
     "sip": (("sip",), True),
     "sip-edge": (("sip", "--edge"), True),
     "sessions": (("sessions",), False),
+    "sessions-rss": (("sessions", "--rss-only"), True),
     "tools": (("tools",), True),
     "e2e-partials": (
         (

@@ -27,6 +27,7 @@ import resource
 import threading
 import time
 from collections import defaultdict
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -174,7 +175,48 @@ async def _engine_rates(settings: Settings, bundle: Any, repeats: int) -> dict[s
     return figures | {"runs": single + triple}
 
 
+_RSS_PROBE = """
+import resource, sys, threading
+from bench.sessions import ENGINE_QUESTIONS, _settings
+from appliance.engine_set import llm_engine, open_bundle
+from engines.llm import Message
+model, slots, context = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+settings = _settings(model, slots=slots, max_calls=slots, reply_tokens=48)
+settings = settings.model_copy(update={"llm": settings.llm.model_copy(update={"context_tokens": context})})
+engine = llm_engine(settings, open_bundle(settings))
+engine.load()
+def reply(i):
+    for _ in engine.stream([Message("user", ENGINE_QUESTIONS[i % 3])], conversation=str(i)):
+        pass
+threads = [threading.Thread(target=reply, args=(i,)) for i in range(slots)]
+[t.start() for t in threads]
+[t.join() for t in threads]
+print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, engine.kv_cache_bytes / 2**20)
+engine.close()
+"""
+
+
+def engine_rss(model: str, slots: int, context_tokens: int) -> dict[str, float]:
+    """Peak RSS of a fresh process that loads the LLM with ``slots`` slots and fills each with a reply."""
+    import subprocess
+    import sys
+
+    done = subprocess.run(
+        [sys.executable, "-c", _RSS_PROBE, model, str(slots), str(context_tokens)],
+        capture_output=True,
+        text=True,
+        check=True,
+        cwd=Path(__file__).resolve().parents[1],
+    )
+    rss, kv = (float(v) for v in done.stdout.split()[-2:])
+    return {"peak_rss_mib": rss, "kv_cache_mib": kv}
+
+
 async def main_async(args: argparse.Namespace) -> dict[str, Any]:
+    if args.rss_only:
+        return {
+            model: {str(slots): engine_rss(model, slots, 2048) for slots in (1, 4)} for model in args.models
+        }
     most = max(args.calls)
     questions = [load_audio_16k(DATA / name) for name in QUESTIONS]
     questions_8k = [
@@ -222,10 +264,23 @@ def main() -> None:
     parser.add_argument("--reply-tokens", type=int, default=32, help="llm.max_reply_tokens for the calls")
     parser.add_argument("--engine-tokens", type=int, default=48, help="reply tokens for the tok/s figures")
     parser.add_argument("--repeats", type=int, default=5, help="runs of each tok/s figure (median)")
+    parser.add_argument(
+        "--rss-only",
+        action="store_true",
+        help="only the peak RSS of the LLM with 1 and 4 slots of 2048 tokens",
+    )
     args = parser.parse_args()
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     results = asyncio.run(main_async(args))
-    write_result("sessions", vars(args), results)
+    write_result("sessions-rss" if args.rss_only else "sessions", vars(args), results)
+    if args.rss_only:
+        for model, by_slots in results.items():
+            for slots, figures in by_slots.items():
+                print(
+                    f"{model:<11} {slots} slot(s) x 2048: peak RSS {figures['peak_rss_mib']:.0f} MiB, "
+                    f"KV cache {figures['kv_cache_mib']:.0f} MiB"
+                )
+        return
     _print(results)
 
 
