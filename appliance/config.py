@@ -200,7 +200,6 @@ class ToolConfig(Section):
     kind: Literal["facts", "device", "http"]
     description: str = Field(min_length=1, max_length=400, description="what the model is told it does")
     spoken_name: str = Field("", description='how a failure names it: "the maintenance system"')
-    preamble: str = Field("", description="said while it runs; empty: agent.tool_preamble")
     file: Path | None = Field(None, description="facts: the Markdown or question-and-answer file")
     url: str = Field("", description="http: URL template, {argument} replaced (percent-encoded)")
     method: Literal["GET", "POST"] = "GET"
@@ -242,7 +241,10 @@ class AgentConfig(Section):
     )
     tool_timeout_s: float = Field(3.0, gt=0, le=60, description="a tool that takes longer is given up")
     max_tool_calls: int = Field(2, ge=1, le=8, description="tool calls in one turn at most")
-    tool_preamble: str = Field("Let me check that.", description="said at once while a tool runs")
+    tool_preamble: str = Field(
+        "Let me check that.",
+        description="said at once when the model starts a tool call (before it names the tool)",
+    )
     tool_failed_reply: str = Field(
         "Sorry, I could not reach {tool} just now.",
         description="said when a tool fails ({tool}: its spoken_name)",

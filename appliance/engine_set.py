@@ -10,7 +10,6 @@ The daemon, every command and every benchmark build their engines here, so a key
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING
 
 from appliance.agent import system_prompt
@@ -181,15 +180,14 @@ def asr_engine(settings: Settings, bundle: Bundle, *, model: str | None = None) 
     )
 
 
-def tool_box(
-    settings: Settings, *, device_status: Callable[[], Mapping[str, object]] | None = None
-) -> ToolBox | None:
-    """The configured tools (``agent.tools``), unloaded; None when there are none."""
+def tool_box(settings: Settings) -> ToolBox | None:
+    """The configured tools (``agent.tools``), unloaded; None when there are none. (The daemon adds
+    its live state to what the device tool says: ``ToolBox.device_status``.)"""
     from appliance.tools import ToolBox
 
     if not settings.agent.tools:
         return None
-    return ToolBox(settings.agent, device_status=device_status)
+    return ToolBox(settings.agent)
 
 
 def llm_engine(

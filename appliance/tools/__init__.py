@@ -114,10 +114,6 @@ class ToolBox:
         name = next((name for name, tool in self.tools.items() if tool.kind == "facts"), None)
         return None if name is None else ToolCall(name, {"question": question[:200]})
 
-    def preamble(self, name: str) -> str:
-        tool = self.tools.get(name)
-        return (tool.preamble if tool is not None and tool.preamble else "") or self.agent.tool_preamble
-
     def failure_sentence(self, name: str) -> str:
         tool = self.tools.get(name)
         spoken = (tool.spoken_name or tool.description) if tool is not None else "that"
