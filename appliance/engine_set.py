@@ -132,13 +132,7 @@ def _persona_problems(settings: Settings, bundle: Bundle) -> list[ConfigProblem]
 
     llm = settings.llm
     try:
-        tools = tool_box(settings)
-        offered = tools is not None and model_has_tool_format(bundle, llm.model)
-        tokens = system_prompt_tokens(
-            bundle.path(f"llm/{llm.model}"),
-            system_prompt(settings.agent, tools_offered=offered),
-            tools.definitions() if tools is not None and offered else (),
-        )
+        tokens = system_prompt_tokens(bundle.path(f"llm/{llm.model}"), *llm_prompt(settings, bundle))
     except EngineError:
         return []  # a damaged model file: the daemon names it, with the fix
     if tokens + llm.max_reply_tokens < llm.context_tokens:
@@ -198,12 +192,11 @@ def llm_engine(
     from engines.llm import create_llm
 
     llm = settings.llm
-    tools = tool_box(settings)
-    offered = tools is not None and model_has_tool_format(bundle, llm.model)
+    persona, tools = llm_prompt(settings, bundle)
     return create_llm(
         bundle,
         model=llm.model,
-        system_prompt=system_prompt(settings.agent, tools_offered=offered) if prompt is None else prompt,
+        system_prompt=persona if prompt is None else prompt,
         gpu_layers=llm.gpu_layers,
         context_tokens=llm.context_tokens,
         max_reply_tokens=llm.max_reply_tokens,
@@ -213,8 +206,17 @@ def llm_engine(
         slots=llm_slots(settings),
         max_queue=llm.max_queue,
         seed=seed,
-        tools=tools.definitions() if tools is not None and offered else (),
+        tools=tools,
     )
+
+
+def llm_prompt(settings: Settings, bundle: Bundle) -> tuple[str, list[dict[str, object]]]:
+    """The system prompt and the tool definitions the LLM is shown: the tools only when the model's
+    chat template has a tool format, and the persona's abilities saying so either way."""
+    box = tool_box(settings)
+    offered = box is not None and model_has_tool_format(bundle, settings.llm.model)
+    definitions = box.definitions() if box is not None and offered else []
+    return system_prompt(settings.agent, tools_offered=offered), definitions
 
 
 def model_has_tool_format(bundle: Bundle, model: str) -> bool:
