@@ -281,7 +281,9 @@ class Turn:
             self.trace.tool_ms += round(outcome.seconds * 1000.0, 1)
             self.trace.tool_calls.append(call.name if outcome.ok else f"{call.name}:{outcome.error_kind}")
             if not outcome.ok:
-                log.error("turn %s: tool %s failed (%s)", turn_id, call.name, outcome.error_kind)
+                log.error(
+                    "turn %s: tool %s failed (%s): %s", turn_id, call.name, outcome.error_kind, outcome.detail
+                )
                 await self._say_instead(outcome.text, clauses)
                 return None
             if outcome.removed_instructions:

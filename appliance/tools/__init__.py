@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import logging
 import re
 import time
 from collections.abc import Callable, Mapping
@@ -42,8 +41,6 @@ __all__ = [
     "starts_a_call",
 ]
 
-log = logging.getLogger(__name__)
-
 FACTS_QUERY = {"question": ToolParameter("string", "the question, in a few words")}
 # Said back into the prompt around every answer: the model reads it as data, not as orders, and
 # answers from it (without the last sentence Qwen 1.5B tends to call the tool again).
@@ -59,6 +56,7 @@ class ToolOutcome:
     seconds: float
     error_kind: str = ""  # refused_host, timeout, unreachable, http_status, bad_answer, not_found
     removed_instructions: int = 0  # sentences of the answer that read as orders, left out
+    detail: str = ""  # what went wrong, for the log (the caller logs it with its turn id)
 
 
 class ToolBox:
@@ -146,9 +144,13 @@ class ToolBox:
         )
 
     def _failed(self, tool: ToolConfig, kind: str, detail: str, started: float) -> ToolOutcome:
-        log.warning("tool %s failed (%s): %s", tool.name, kind, detail)
         return ToolOutcome(
-            tool.name, False, self.failure_sentence(tool.name), time.monotonic() - started, kind
+            tool.name,
+            False,
+            self.failure_sentence(tool.name),
+            time.monotonic() - started,
+            kind,
+            detail=detail,
         )
 
     def device_facts(self) -> dict[str, object]:

@@ -135,7 +135,10 @@ def validate_history(history: Sequence[Message]) -> None:
                 fix="leave the system prompt out: the engine adds it (create_llm(system_prompt=...))",
             )
         if message.role == "tool" and (index == 0 or history[index - 1].role not in ("assistant", "tool")):
-            raise InputError(f"history[{index}] is a tool answer without the call before it", fix="")
+            raise InputError(
+                f"history[{index}] is a tool answer without the call before it",
+                fix="put each tool answer right after the assistant message that called the tool",
+            )
     if history[0].role != "user":
         raise InputError("the history must start with a user message", fix="drop leading assistant turns")
     if history[-1].role not in ("user", "tool"):

@@ -76,8 +76,11 @@ class ReplyJob(Job):
     sampler: Any = None
     next_token: int | None = None  # sampled, to be decoded in the next step
     _decoder: Any = field(default_factory=lambda: codecs.getincrementaldecoder("utf-8")(errors="replace"))
-    _stops: StopStringFilter | None = None
+    _stops: StopStringFilter = field(init=False)
     _at_start: bool = True
+
+    def __post_init__(self) -> None:
+        self._stops = StopStringFilter(self.stop)
 
     @property
     def generating(self) -> bool:
@@ -86,8 +89,6 @@ class ReplyJob(Job):
     def accept(self, token: int, piece: Callable[[int], bytes], is_end: Callable[[int], bool]) -> bool:
         """Take a sampled token: hand its text to the reader; False when the reply is complete."""
         stats = self.stats
-        if self._stops is None:
-            self._stops = StopStringFilter(self.stop)
         if is_end(token):
             stats.stop_reason = "end_of_turn"
             self._emit_tail()
@@ -105,7 +106,6 @@ class ReplyJob(Job):
         return True
 
     def _emit_tail(self) -> None:
-        assert self._stops is not None
         self._emit(self._stops.push(self._decoder.decode(b"", final=True)) + self._stops.flush())
 
     def _emit(self, text: str) -> None:
