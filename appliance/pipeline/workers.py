@@ -53,7 +53,6 @@ class EngineWorker:
         with self._count_lock:
             if self._queued >= self.threads:
                 return None
-        with self._count_lock:
             self._background.add(cancel)
         try:
             return await self._run(fn, *args)

@@ -76,10 +76,6 @@ class ToolBox:
             if tool.kind == "facts" and tool.file is not None:
                 self._facts[tool.name] = FactsIndex.from_file(tool.file)
 
-    @property
-    def enabled(self) -> bool:
-        return bool(self.tools)
-
     def schemas(self) -> dict[str, Mapping[str, ToolParameter]]:
         return {name: self._parameters(tool) for name, tool in self.tools.items()}
 
