@@ -32,8 +32,13 @@ def _config(interval_ms: int) -> SessionConfig:
 
 
 def _evict(engines: SessionEngines) -> None:
-    """Another conversation's turn, so the LLM cache holds nothing of the recording's words."""
-    "".join(engines.llm.stream([Message("user", "Hello.")]))
+    """Another conversation's turn in every slot, so the LLM cache holds nothing of the recording's
+    words (a new session could otherwise take the slot an ended one left with them)."""
+    slots = engines.llm.occupancy().slots
+    for index in range(slots):
+        "".join(engines.llm.stream([Message("user", "Hello.")], conversation=f"evict-{index}"))
+    for index in range(slots):
+        engines.llm.end_conversation(f"evict-{index}")
 
 
 def _one_turn(engines: SessionEngines, audio: np.ndarray, config: SessionConfig) -> TurnTrace:
