@@ -18,6 +18,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 # llama.cpp's CPU backend runs its threads with OpenMP, which by default spin-waits at each of the
 # hundreds of barriers per token. When ASR, TTS or anything else shares the cores, a spinning
 # thread waits for a descheduled one: 2 threads ran 5-10x slower than 1 on a busy 2-core machine.
@@ -223,6 +225,21 @@ class LlamaRuntime:
         result = llama_cpp.llama_decode(self.ctx, batch)
         if result != 0:
             raise BackendUnavailable(f"llama_decode failed with code {result}")
+
+    def evaluate(self, tokens: Sequence[int], seq: int = 0) -> np.ndarray:
+        """Evaluate ``tokens`` of ``seq`` in one batch and return the logits after every one of them
+        ([len(tokens), vocab]): for checking one backend's numbers against another's."""
+        if len(tokens) > self.batch_tokens:
+            raise ValueError(f"{len(tokens)} tokens do not fit one batch of {self.batch_tokens}")
+        position = self.kv_length(seq)
+        self._run([(t, position + i, seq) for i, t in enumerate(tokens)], outputs=range(len(tokens)))
+        return np.stack([self.logits(i) for i in range(len(tokens))])
+
+    def logits(self, index: int = -1) -> np.ndarray:
+        """A copy of the logits at output ``index`` of the last decode."""
+        size = int(llama_cpp.llama_vocab_n_tokens(self.vocab))
+        pointer = llama_cpp.llama_get_logits_ith(self.ctx, index)
+        return np.ctypeslib.as_array(pointer, shape=(size,)).copy()
 
     def prompt_tokens_evaluated(self) -> int:
         """llama.cpp's own counter of prompt tokens evaluated since the context was made."""
