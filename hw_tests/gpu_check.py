@@ -100,7 +100,17 @@ def admin_gpu_check(on_gpu: bool) -> dict[str, Any]:
 def unit_tests() -> dict[str, Any]:
     """The TensorRT runner's and GPU detection's tests against fakes, on this machine's Python."""
     done = subprocess.run(
-        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "tests/test_tensorrt_logic.py"],
+        # no conftest: the suite's fixtures import the admin page's web stack, which the machine lacks
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            "-q",
+            "--noconftest",
+            "-p",
+            "no:cacheprovider",
+            "tests/test_tensorrt_logic.py",
+        ],
         cwd=REPO,
         capture_output=True,
         text=True,
@@ -108,6 +118,25 @@ def unit_tests() -> dict[str, Any]:
         check=False,
     )
     return {"tail": done.stdout.strip().splitlines()[-3:], "passed": done.returncode == 0}
+
+
+def imported_packages() -> list[str]:
+    """Top-level modules the checks imported from outside the standard library and this project: each
+    must be on the GPU machine or carried (the dry run's test checks that)."""
+    own = {
+        "appliance",
+        "engines",
+        "build_scripts",
+        "provisioning",
+        "bench",
+        "hw_tests",
+        "tests",
+        "cython_runtime",
+    }
+    names = {name.split(".")[0] for name in list(sys.modules)}
+    return sorted(
+        n for n in names if n not in sys.stdlib_module_names and n not in own and not n.startswith("_")
+    )
 
 
 def _step(results: dict[str, Any], name: str, check: Callable[[], dict[str, Any]], out: Path) -> None:
@@ -165,6 +194,7 @@ def run_checks(payload: Path, out: Path, *, dry_run: bool) -> dict[str, Any]:
         _step(results, "asr_onnxruntime_cuda", lambda: asr_check.cuda_provider_check(whisper_dir), out)
         _step(results, "unit_tests", unit_tests, out)
     results["passed"] = all(v.get("passed") for v in results.values() if isinstance(v, dict))
+    results["imported"] = imported_packages()
     (out / "results.json").write_text(json.dumps(results, indent=1, default=str), encoding="utf-8")
     (out / "summary.md").write_text(summary(results), encoding="utf-8")
     return results

@@ -49,6 +49,13 @@ WHEELS = (
     "pycparser",
     "gguf",
     "diskcache",
+    # appliance.admin (its GPU card is checked) brings the admin page's web stack
+    "fastapi",
+    "fastapi-offline",
+    "starlette",
+    "uvicorn",
+    "annotated-doc",
+    "opentelemetry-api",
 )
 PLATFORMS = (
     "manylinux_2_28_x86_64",
