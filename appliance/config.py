@@ -335,6 +335,11 @@ class AdminConfig(Section):
     login_window_s: float = Field(300.0, ge=1.0, le=86400.0)
     cookie_secure: bool = Field(False, description="send the cookie over HTTPS only (behind a TLS proxy)")
     metrics_public: bool = Field(False, description="serve /metrics without a login (for a scraper)")
+    metrics_token_file: Path | None = Field(
+        None,
+        description="a file holding a token (16+ characters) a scraper sends as 'Authorization: Bearer "
+        "TOKEN' to read /metrics without a login (Prometheus: authorization.credentials_file)",
+    )
     header_timeout_s: float = Field(
         10.0,
         gt=0.0,

@@ -384,6 +384,36 @@ def test_metrics_can_be_public_for_a_scraper(tmp_path: Path, settings, admin_use
     assert env.client().get("/api/status").status_code == 401
 
 
+def test_a_scraper_reads_metrics_with_the_token_file_and_nothing_else(
+    tmp_path: Path, settings, admin_users_file: Path
+) -> None:
+    token_file = tmp_path / "metrics.token"
+    token_file.write_text("s3cret-token-for-prometheus\n")
+    env = make_admin_env(tmp_path, settings, admin_users_file, metrics_token_file=token_file)
+    client = env.client()
+    good = client.get("/metrics", headers={"Authorization": "Bearer s3cret-token-for-prometheus"})
+    assert good.status_code == 200 and "appliance_ready" in good.text
+    assert 'appliance_device_info{device_id="appliance-dev",site_name="Test site",version=' in good.text
+    assert "appliance_disk_free_bytes" in good.text and "appliance_memory_total_bytes" in good.text
+    wrong = client.get("/metrics", headers={"Authorization": "Bearer s3cret-token-for-prometheuz"})
+    assert wrong.status_code == 401 and "metrics_token_file" in wrong.json()["message"]
+    assert client.get("/metrics").status_code == 401  # neither a token nor a login
+    # the token opens /metrics only
+    assert (
+        client.get("/api/status", headers={"Authorization": "Bearer s3cret-token-for-prometheus"}).status_code
+        == 401
+    )
+    env.login(client)
+    assert client.get("/metrics").status_code == 200  # a logged-in operator still reads it
+    token_file.write_text("short")
+    refused = env.client().get("/metrics", headers={"Authorization": "Bearer short"})
+    assert refused.status_code == 503 and "fewer than 16" in refused.json()["message"]
+    token_file.unlink()
+    missing = env.client().get("/metrics", headers={"Authorization": "Bearer s3cret-token-for-prometheus"})
+    assert missing.status_code == 503 and str(token_file) in missing.json()["message"]
+    env.store.close()
+
+
 @pytest.mark.parametrize(
     ("method", "path", "kwargs"),
     [

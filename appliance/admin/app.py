@@ -69,7 +69,9 @@ def create_app(
 
     app.add_middleware(HeadersAndLimits, headers=SECURITY_HEADERS, max_body_bytes=MAX_BODY_BYTES)
     app.include_router(probe_router())
-    app.include_router(metrics_router(app.state.metrics, public=admin.metrics_public))
+    app.include_router(
+        metrics_router(app.state.metrics, public=admin.metrics_public, token_file=admin.metrics_token_file)
+    )
     app.include_router(auth_router())
     app.include_router(api_router())
     app.include_router(page_router(app))

@@ -15,6 +15,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
 from appliance.admin.backend import AdminBackend
+from appliance.admin.schemas import StatusReport
 from appliance.admin.views import BUDGET_STAGE
 from appliance.trace import STAGES, TurnTrace
 
@@ -71,6 +72,7 @@ class _LiveGauges(Collector):
             "turn latency budget",
             value=self._backend.budget_ms() / 1000.0,
         )
+        yield from _device_gauges(self._backend.status())
         llm = self._backend.llm_load()
         if llm is not None:
             yield GaugeMetricFamily(
@@ -87,6 +89,46 @@ class _LiveGauges(Collector):
                 "conversations whose LLM cache went to another",
                 value=llm.evictions,
             )
+
+
+def _device_gauges(status: StatusReport) -> Iterator[GaugeMetricFamily]:
+    """Which device this is (a fleet's scrape configuration labels it too, so that its alerts keep the
+    labels while it is down), its disk, memory, temperatures and GPUs."""
+    info = GaugeMetricFamily(
+        "appliance_device_info", "the device and its software", labels=["device_id", "site_name", "version"]
+    )
+    info.add_metric([status.device_id, status.site_name, status.version], 1)
+    yield info
+    host = status.host
+    for name, text, value in (
+        ("appliance_disk_total_bytes", "size of the disk holding the turn store", host.disk_total_bytes),
+        (
+            "appliance_disk_free_bytes",
+            "free space on the disk holding the turn store",
+            host.disk_total_bytes - host.disk_used_bytes,
+        ),
+        ("appliance_memory_total_bytes", "memory of the device", host.memory_total_bytes),
+        ("appliance_memory_used_bytes", "memory in use", host.memory_used_bytes),
+    ):
+        yield GaugeMetricFamily(name, text, value=value)
+    sensors = GaugeMetricFamily(
+        "appliance_temperature_celsius", "temperature sensors (a Jetson's thermal zones)", labels=["sensor"]
+    )
+    for sensor, celsius in sorted(host.temperatures_c.items()):
+        sensors.add_metric([sensor], celsius)
+    yield sensors
+    gpu_temperature = GaugeMetricFamily(
+        "appliance_gpu_temperature_celsius", "GPU temperature", labels=["gpu"]
+    )
+    gpu_memory = GaugeMetricFamily("appliance_gpu_memory_used_bytes", "GPU memory in use", labels=["gpu"])
+    for index, gpu in enumerate(host.gpus):
+        label = f"{index}: {gpu.name}"
+        if gpu.temperature_c is not None:
+            gpu_temperature.add_metric([label], gpu.temperature_c)
+        if gpu.memory_used_bytes is not None:
+            gpu_memory.add_metric([label], gpu.memory_used_bytes)
+    yield gpu_temperature
+    yield gpu_memory
 
 
 class TraceMetrics:

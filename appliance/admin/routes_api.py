@@ -6,6 +6,7 @@ block the daemon's event loop.
 
 from __future__ import annotations
 
+from pathlib import Path as PathType
 from typing import Annotated
 
 from fastapi import APIRouter, Depends, Path, Query, Request
@@ -27,7 +28,7 @@ from appliance.admin.schemas import (
     StatusReport,
     TurnView,
 )
-from appliance.admin.security import current_session, require_admin
+from appliance.admin.security import current_session, metrics_access, require_admin
 from appliance.admin.views import latency_report, turn_view
 from appliance.config import ConfigError
 
@@ -61,8 +62,9 @@ def probe_router() -> APIRouter:
     return router
 
 
-def metrics_router(metrics: TraceMetrics, *, public: bool) -> APIRouter:
-    router = APIRouter(tags=["health"], dependencies=[] if public else [Depends(current_session)])
+def metrics_router(metrics: TraceMetrics, *, public: bool, token_file: PathType | None = None) -> APIRouter:
+    access = [] if public else [Depends(metrics_access(token_file))]
+    router = APIRouter(tags=["health"], dependencies=access)
 
     @router.get(
         "/metrics",

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import hmac
+from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Annotated
 from urllib.parse import urlsplit
 
@@ -89,3 +92,45 @@ def require_admin(session: CsrfSessionDep) -> LoginSession:
     if session.role != "admin":
         raise ApiError(403, "forbidden", f"user {session.username!r} is a viewer; this needs the admin role")
     return session
+
+
+bearer_header = APIKeyHeader(
+    name="Authorization", auto_error=False, description="Bearer <admin.metrics_token_file's token>"
+)
+
+
+def read_metrics_token(path: Path) -> str:
+    """The scraper's token; an unreadable or empty file is the operator's to fix, said on each scrape."""
+    try:
+        token = path.read_text(encoding="utf-8").strip()
+    except OSError as err:
+        raise ApiError(
+            503,
+            "metrics_token_unreadable",
+            f"admin.metrics_token_file {path} cannot be read ({err.strerror})",
+        ) from err
+    if len(token) < 16:
+        raise ApiError(
+            503, "metrics_token_too_short", f"admin.metrics_token_file {path} holds fewer than 16 characters"
+        )
+    return token
+
+
+def metrics_access(token_file: Path | None) -> Callable[..., None]:
+    """/metrics for a logged-in user, or for a scraper sending the token of ``token_file``."""
+
+    def check(
+        request: Request,
+        authorization: Annotated[str | None, Depends(bearer_header)],
+        cookie: Annotated[str | None, Depends(session_cookie)],
+        context: AuthDep,
+    ) -> None:
+        if token_file is not None and authorization is not None:
+            scheme, _, given = authorization.partition(" ")
+            expected = read_metrics_token(token_file)
+            if scheme.lower() == "bearer" and hmac.compare_digest(given.strip().encode(), expected.encode()):
+                return
+            raise ApiError(401, "not_authenticated", "wrong metrics token (admin.metrics_token_file)")
+        current_session(request, cookie, context)
+
+    return check
