@@ -92,10 +92,10 @@ def test_a_real_prometheus_scrapes_two_appliances_and_alerts_on_the_one_that_sto
         home = tmp_path / device
         home.mkdir()
         extra = f'[agent]\ndevice_id = "{device}"\nsite_name = "Test depot"\n'
-        config = DaemonConfig(
+        daemon_config = DaemonConfig(
             home, free_udp_port(), free_tcp_port(), extra=extra, metrics_token_file=token_file
         )
-        daemons[device] = DaemonProcess(config)
+        daemons[device] = DaemonProcess(daemon_config)
     prometheus = None
     try:
         for daemon in daemons.values():
