@@ -176,6 +176,32 @@ class LlmConfig(Section):
         description="replies that may wait for a slot in silence; a reply that would wait behind this "
         "many says agent.busy_reply first",
     )
+    backend: Literal["local", "openai"] = Field(
+        "local",
+        description="local: the bundle's model on this device; openai: a site server's OpenAI-compatible "
+        "API at llm.server_url (llama_cpp.server, llama-server, vLLM)",
+    )
+    server_url: str = Field("", description='openai: the API\'s base, "http://10.20.0.5:8000/v1"')
+    server_model: str = Field("", description="openai: the model name the server knows; empty: its own")
+    allowed_hosts: tuple[str, ...] = Field(
+        (), description="openai: the server's host (name, address or network); nothing else is reached"
+    )
+    allow_public_server: bool = Field(
+        False, description="openai: allow a server outside the private address ranges"
+    )
+    server_api_key_file: Path | None = Field(None, description="openai: a file holding the server's API key")
+    server_connect_timeout_s: float = Field(2.0, gt=0.0, le=60.0)
+    server_first_token_timeout_s: float = Field(
+        8.0, gt=0.0, le=300.0, description="openai: the reply's first piece must arrive within this"
+    )
+    server_idle_timeout_s: float = Field(8.0, gt=0.0, le=300.0, description="openai: and each later one")
+    server_fallback: Literal["local", "none"] = Field(
+        "local",
+        description="openai: local loads the bundle's model too and answers with it when the server cannot",
+    )
+    server_retry_s: float = Field(
+        30.0, ge=0.0, le=3600.0, description="openai: after a failure, the local model answers this long"
+    )
 
 
 class TtsConfig(Section):

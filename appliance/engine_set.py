@@ -90,7 +90,25 @@ def startup_problems(settings: Settings) -> list[ConfigProblem]:
         )
     if settings.llm.model in models:
         problems += _persona_problems(settings, bundle)
-    return problems + tool_problems(settings)
+    return problems + tool_problems(settings) + llm_server_problems(settings)
+
+
+def llm_server_problems(settings: Settings) -> list[ConfigProblem]:
+    """``llm.backend = "openai"`` without a server URL, or with a host the settings do not allow."""
+    from engines.llm.openai_server import check_server_url
+
+    llm = settings.llm
+    if llm.backend != "openai":
+        return []
+    try:
+        check_server_url(llm.server_url, llm.allowed_hosts, llm.allow_public_server)
+    except EngineError as err:
+        return [ConfigProblem("llm.server_url", str(err), llm.server_url)]
+    if llm.server_api_key_file is not None and not llm.server_api_key_file.is_file():
+        return [
+            ConfigProblem("llm.server_api_key_file", "the file does not exist", str(llm.server_api_key_file))
+        ]
+    return []
 
 
 def tool_problems(settings: Settings) -> list[ConfigProblem]:
@@ -188,15 +206,25 @@ def llm_engine(
     settings: Settings, bundle: Bundle, *, prompt: str | None = None, seed: int | None = None
 ) -> LlmEngine:
     """The configured LLM with the agent's system prompt (``prompt`` replaces it, for benchmarks) and
-    its tools."""
+    its tools; with ``llm.backend = "openai"`` the site server's, the local model behind it unless
+    ``llm.server_fallback = "none"`` (no tools then: the server's template is not known here)."""
+    llm = settings.llm
+    if llm.backend == "openai":
+        return _server_llm(settings, bundle, prompt=prompt, seed=seed)
+    persona, tools = llm_prompt(settings, bundle)
+    return _local_llm(settings, bundle, persona if prompt is None else prompt, tools, seed)
+
+
+def _local_llm(
+    settings: Settings, bundle: Bundle, prompt: str, tools: list[dict[str, object]], seed: int | None
+) -> LlmEngine:
     from engines.llm import create_llm
 
     llm = settings.llm
-    persona, tools = llm_prompt(settings, bundle)
     return create_llm(
         bundle,
         model=llm.model,
-        system_prompt=persona if prompt is None else prompt,
+        system_prompt=prompt,
         gpu_layers=llm.gpu_layers,
         context_tokens=llm.context_tokens,
         max_reply_tokens=llm.max_reply_tokens,
@@ -208,6 +236,35 @@ def llm_engine(
         seed=seed,
         tools=tools,
     )
+
+
+def _server_llm(settings: Settings, bundle: Bundle, *, prompt: str | None, seed: int | None) -> LlmEngine:
+    from engines.llm.fallback import ServerWithFallback
+    from engines.llm.openai_server import OpenAiLlm, ServerSettings
+
+    llm = settings.llm
+    key_file = llm.server_api_key_file
+    server = ServerSettings(
+        url=llm.server_url,
+        model=llm.server_model,
+        allowed_hosts=llm.allowed_hosts,
+        allow_public=llm.allow_public_server,
+        connect_timeout_s=llm.server_connect_timeout_s,
+        first_token_timeout_s=llm.server_first_token_timeout_s,
+        idle_timeout_s=llm.server_idle_timeout_s,
+        api_key=key_file.read_text(encoding="utf-8").strip() if key_file is not None else None,
+    )
+    persona = system_prompt(settings.agent, tools_offered=False) if prompt is None else prompt
+    remote = OpenAiLlm(
+        server,
+        system_prompt=persona,
+        max_reply_tokens=llm.max_reply_tokens,
+        temperature=llm.temperature,
+        stop=llm.stop,
+        seed=seed,
+    )
+    local = _local_llm(settings, bundle, persona, [], seed) if llm.server_fallback == "local" else None
+    return ServerWithFallback(remote, local, retry_s=llm.server_retry_s)
 
 
 def llm_prompt(settings: Settings, bundle: Bundle) -> tuple[str, list[dict[str, object]]]:

@@ -146,6 +146,9 @@ class TurnView(Body):
     llm_evaluated_tokens: int = Field(
         0, description="prompt tokens the LLM evaluated after the end of speech"
     )
+    llm_backend: str = Field(
+        "", description='who answered with llm.backend = "openai": site server, or local model (and why)'
+    )
 
 
 class StageLatency(Body):

@@ -38,6 +38,7 @@ def turn_view(trace: TurnTrace, budget_ms: float) -> TurnView:
         partials=trace.partials,
         prefill_reused=trace.prefill_reused,
         llm_evaluated_tokens=trace.llm_evaluated_tokens,
+        llm_backend=trace.llm_backend,
     )
 
 

@@ -139,6 +139,7 @@ class Turn:
             self.trace.llm_evaluated_tokens = self.stats.evaluated_prompt_tokens
             self.trace.llm_queued_ms = round(self.stats.queued_s * 1000.0, 1)
             self.trace.prefill_reused = self.stats.prefilled_tokens
+            self.trace.llm_backend = self.stats.backend
             self.trace.mark("turn_done")
 
     async def _respond(self) -> None:

@@ -4,11 +4,12 @@ listed in ``agent.allowed_hosts`` (checked before any connection; no redirects f
 from __future__ import annotations
 
 import http.client
-import ipaddress
 import json
 from collections.abc import Sequence
 from typing import Any
 from urllib.parse import quote, urlsplit
+
+from engines.net import host_allowed
 
 MAX_BODY_BYTES = 256 * 1024  # read at most this much of an answer (a 10 MB reply is cut here)
 
@@ -19,26 +20,6 @@ class ToolFailed(Exception):
     def __init__(self, kind: str, message: str) -> None:
         super().__init__(message)
         self.kind = kind
-
-
-def host_allowed(host: str, allowed: Sequence[str]) -> bool:
-    """``host`` is listed by name (case-insensitive), or is an address inside a listed network."""
-    host = host.lower().strip("[]")
-    try:
-        address = ipaddress.ip_address(host)
-    except ValueError:
-        address = None
-    for entry in allowed:
-        entry = entry.lower().strip()
-        if entry == host:
-            return True
-        if address is not None:
-            try:
-                if address in ipaddress.ip_network(entry, strict=False):
-                    return True
-            except ValueError:
-                continue
-    return False
 
 
 def build_url(template: str, arguments: dict[str, Any]) -> str:

@@ -87,6 +87,7 @@ class TurnTrace:
     llm_prompt_tokens: int = 0  # this turn's prompt (system prompt included)
     llm_evaluated_tokens: int = 0  # ... evaluated after the end of speech (the rest was cached)
     llm_queued_ms: float = 0.0  # waited for an LLM slot (every one busy with other calls' replies)
+    llm_backend: str = ""  # who answered when llm.backend = "openai": site server, or local model (why)
     busy_reply: bool = False  # agent.busy_reply was said first (the LLM's queue was full)
     tool_calls: list[str] = field(default_factory=list)  # tools called (name, or name:why it failed)
     tool_ms: float = 0.0  # time the tools took, summed

@@ -36,6 +36,7 @@ class GenerationStats:
     prefilled_tokens: int = 0  # prompt tokens found in the cache because a prefill() put them there
     discarded_prefill_tokens: int = 0  # prefilled tokens this prompt did not match (a wrong guess)
     queued_s: float = 0.0  # waited for a free slot (every slot busy with other conversations' replies)
+    backend: str = ""  # who answered, when it can be another than the device's model (llm.backend)
 
     @property
     def cached_prompt_tokens(self) -> int:

@@ -125,7 +125,8 @@ function showLatency(report, turns) {
     cell(row, t.session_id); cell(row, t.transcript); cell(row, t.played_reply || t.reply);
     cell(row, t.turn_latency_ms, t.over_budget ? "num over" : "num");
     cell(row, endOfTurn(t));
-    cell(row, t.error ? `error: ${t.error}` : t.cancelled ? "interrupted" : "ok");
+    const outcome = t.error ? `error: ${t.error}` : t.cancelled ? "interrupted" : "ok";
+    cell(row, t.llm_backend ? `${outcome} · ${t.llm_backend}` : outcome);
   });
 }
 
