@@ -23,6 +23,7 @@ BENCHMARKS = {
     "sip": "turn latency on a call vs the microphone, 1 vs 2 calls",
     "sessions": "1, 2, 4 calls on one LLM: batched slots vs one reply at a time; decode tok/s 1 vs 3",
     "admin": "admin page request latency and event-loop lag",
+    "llm_server": "first token from a site server (llama_cpp.server, same GGUF) vs the in-process engine",
     "tools": "spoken questions about a test site: right tool and arguments, fact in the answer, latency",
 }
 

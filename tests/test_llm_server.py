@@ -5,11 +5,8 @@ mid-reply or is slow to its first token; and the hosts the settings refuse befor
 from __future__ import annotations
 
 import socket
-import subprocess
-import sys
 import threading
 import time
-import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -17,6 +14,7 @@ import pytest
 
 from appliance.config import load_settings, override
 from appliance.engine_set import llm_engine, llm_server_problems
+from bench.llm_server import LlamaServer
 from engines.errors import BackendUnavailable
 from engines.llm import GenerationStats, Message
 from engines.llm.fallback import LOCAL, SERVER, ServerWithFallback
@@ -27,36 +25,6 @@ from tests.fixtures.daemon_proc import free_tcp_port
 
 QUESTION = [Message("user", "What is the door code of the depot?")]
 STORY = [Message("user", "Tell me a long story about a dragon who guards a railway depot.")]
-
-
-class LlamaServer:
-    """``python -m llama_cpp.server`` with one model on a loopback port."""
-
-    def __init__(self, model: Path, log: Path) -> None:
-        self.port = free_tcp_port()
-        self.url = f"http://127.0.0.1:{self.port}/v1"
-        command = [sys.executable, "-m", "llama_cpp.server", "--model", str(model), "--host", "127.0.0.1"]
-        command += ["--port", str(self.port), "--n_ctx", "2048", "--n_threads", "2", "--chat_format", "gemma"]
-        with log.open("w") as sink:
-            self.process = subprocess.Popen(command, stdout=sink, stderr=subprocess.STDOUT)
-        self.log = log
-        deadline = time.monotonic() + 120
-        while not self._answers():
-            if self.process.poll() is not None or time.monotonic() > deadline:
-                self.stop()
-                raise RuntimeError(f"llama_cpp.server did not start: {log.read_text()[-2000:]}")
-            time.sleep(0.3)
-
-    def _answers(self) -> bool:
-        try:
-            with urllib.request.urlopen(f"{self.url}/models", timeout=2) as response:
-                return response.status == 200
-        except OSError:
-            return False
-
-    def stop(self) -> None:
-        self.process.kill()
-        self.process.wait(timeout=30)
 
 
 @pytest.fixture(scope="module")
