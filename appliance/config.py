@@ -290,7 +290,13 @@ class SipConfig(Section):
         None, description="address put in Contact and SDP; needed when bind_host is 0.0.0.0"
     )
     port: int = Field(5060, ge=0, le=65535, description="UDP port for SIP; 0 picks a free one")
-    max_calls: int = Field(2, ge=1, le=64, description="more calls at once get 486 Busy Here")
+    max_calls: int = Field(2, ge=1, le=64, description="more calls at once are refused (sip.full_status)")
+    full_status: Literal[486, 503] = Field(
+        503,
+        description="the answer to a call over max_calls: 503 Service Unavailable with Retry-After (a SIP "
+        "proxy then tries another device), or 486 Busy Here (the caller hears busy)",
+    )
+    retry_after_s: int = Field(5, ge=1, le=3600, description="Retry-After of a 503 (device full)")
     allow_from: tuple[str, ...] = Field(("127.0.0.1/32",), description="peer networks; others get 403")
     rtp_port_min: int = Field(40000, ge=1024, le=65535)
     rtp_port_max: int = Field(40100, ge=1024, le=65535)

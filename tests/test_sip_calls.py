@@ -176,7 +176,7 @@ def test_pcma_call_gets_a_recording_and_the_appliance_hangs_up(
     assert_heard(REPLY_TEXT, text)
 
 
-def test_two_simultaneous_calls_are_answered_and_a_third_gets_486(
+def test_two_simultaneous_calls_are_answered_and_a_third_gets_503(
     tmp_path: Path, caller_pcaps: dict[str, Path], transcribe: object
 ) -> None:
     recorder = Recorder(EchoHandler())

@@ -57,6 +57,44 @@ async def _hold(call: CallAudio) -> None:
         pass
 
 
+def _options(phone: Phone, call_id: str) -> bytes:
+    return (
+        f"OPTIONS sip:appliance@{LOOPBACK} SIP/2.0\r\nVia: SIP/2.0/UDP {LOOPBACK}:{phone.port};branch=z9hG4bK{call_id}\r\n"
+        f"From: <sip:proxy@{LOOPBACK}>;tag={call_id}\r\nTo: <sip:appliance@{LOOPBACK}>\r\nCall-ID: {call_id}\r\n"
+        "CSeq: 1 OPTIONS\r\nContent-Length: 0\r\n\r\n"
+    ).encode()
+
+
+def test_a_full_device_answers_503_with_retry_after_and_says_so_to_a_proxys_probe() -> None:
+    async def scenario(**config: object) -> list[SipResponse]:
+        async with running_server(_hold, max_calls=1, **config) as server:
+            caller, proxy = Phone(), Phone()
+            await proxy.send(_options(proxy, "probe-free"), server.local_port)
+            free = await proxy.collect(0.3)
+            await caller.send(caller.invite("holds", "z9hG4bKholds"), server.local_port)
+            await caller.collect(0.3)
+            await proxy.send(proxy.invite("over", "z9hG4bKover"), server.local_port)
+            over = await proxy.collect(0.3)
+            await proxy.send(_options(proxy, "probe-full"), server.local_port)
+            full = await proxy.collect(0.3)
+            caller.close()
+            proxy.close()
+
+            def final(
+                messages: list[SipRequest | SipResponse],
+            ) -> SipResponse:  # (a 503 is repeated until ACKed)
+                return next(m for m in messages if isinstance(m, SipResponse) and m.status >= 200)
+
+            return [final(free), final(over), final(full)]
+
+    free, over, full = asyncio.run(scenario())
+    assert free.status == 200 and free.get("X-Appliance-Calls") == "0/1" and free.get("Retry-After") is None
+    assert over.status == 503 and over.get("Retry-After") == "5"
+    assert full.status == 503 and full.get("X-Appliance-Calls") == "1/1" and full.get("Retry-After") == "5"
+    _, busy, _ = asyncio.run(scenario(full_status=486, retry_after_s=9))
+    assert busy.status == 486 and busy.get("Retry-After") is None
+
+
 def _statuses(messages: list[SipRequest | SipResponse]) -> list[int]:
     return [m.status for m in messages if isinstance(m, SipResponse)]
 
@@ -80,7 +118,7 @@ def test_retransmitter_backs_off_and_times_out() -> None:
     assert timed_out and stopped == 1 and once == 1
 
 
-def test_two_invites_at_once_for_the_last_slot_get_one_answer_and_one_486() -> None:
+def test_two_invites_at_once_for_the_last_slot_get_one_answer_and_one_503() -> None:
     async def scenario() -> tuple[list[int], list[int], int]:
         async with running_server(_hold, max_calls=1) as server:
             first, second = Phone(), Phone()
@@ -96,7 +134,7 @@ def test_two_invites_at_once_for_the_last_slot_get_one_answer_and_one_486() -> N
 
     one, two, calls = asyncio.run(scenario())
     finals = sorted([s for s in one + two if s >= 200])
-    assert finals[0] == 200 and 486 in finals and 200 not in finals[1:]
+    assert finals[0] == 200 and 503 in finals and 200 not in finals[1:]
     assert calls == 1
 
 
@@ -207,6 +245,6 @@ def test_an_invite_never_acked_gives_its_slot_back_after_64_t1() -> None:
             return busy, [m.method for m in heard if isinstance(m, SipRequest)], later, freed_after
 
     busy, requests, later, freed_after = asyncio.run(scenario())
-    assert 486 in busy  # the unACKed call holds the slot at first
+    assert 503 in busy  # the unACKed call holds the slot at first
     assert "BYE" in requests  # then it is ended, and the caller told so
     assert 200 in later and freed_after < 5.0

@@ -70,12 +70,15 @@ class InviteFlow:
             return
         if self.table.occupied() >= self.config.max_calls:
             self.stats.busy += 1
+            status = self.config.full_status
             log.info(
-                "SIP: INVITE from %s:%d refused: %d calls already (sip.max_calls)",
+                "SIP: INVITE from %s:%d refused with %d: %d calls already (sip.max_calls)",
                 *source,
+                status,
                 len(self.table.calls),
             )
-            self.send_final_failure(invite, source, 486)
+            retry = (("Retry-After", str(self.config.retry_after_s)),) if status == 503 else ()
+            self.send_final_failure(invite, source, status, headers=retry)
             return
         offer = None
         if invite.body:

@@ -1,6 +1,6 @@
 """The SIP user agent server: one UDP socket, requests in, responses and BYEs out, calls managed.
 
-Calls are limited (486 Busy Here over ``max_calls``), peers are checked against ``allow_from`` (403),
+Calls are limited (over ``max_calls``: 503 with Retry-After, or 486 Busy Here), peers are checked against ``allow_from`` (403),
 malformed messages are answered with 400 or dropped, and a call whose RTP stops for
 ``rtp_timeout_s`` is ended. Every datagram is handled in isolation: an error in one never reaches
 another call or the daemon.
@@ -241,9 +241,20 @@ class SipServer(asyncio.DatagramProtocol):
         elif request.method == "BYE":
             await self.dialogs.on_bye(request, source)
         elif request.method == "OPTIONS":
-            self.transport.respond(request, source, 200, headers=self._capabilities(source))
+            self._answer_options(request, source)
         elif request.method == "INFO":
             self.dialogs.on_info(request, source)
+
+    def _answer_options(self, request: SipRequest, source: Address) -> None:
+        """A proxy's keepalive probe: 200 while a call can be taken, 503 with Retry-After when full, so
+        that a dispatcher sends the next call elsewhere; the calls in progress either way."""
+        occupied, limit = self.table.occupied(), self.config.max_calls
+        headers = [*self._capabilities(source), ("X-Appliance-Calls", f"{occupied}/{limit}")]
+        if occupied >= limit:
+            headers.append(("Retry-After", str(self.config.retry_after_s)))
+            self.transport.respond(request, source, 503, headers=headers)
+        else:
+            self.transport.respond(request, source, 200, headers=headers)
 
     def _capabilities(self, source: Address) -> list[tuple[str, str]]:
         return [
