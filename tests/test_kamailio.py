@@ -1,0 +1,130 @@
+"""Calls spread over two appliances by a real Kamailio with deploy/kamailio/kamailio.cfg, on loopback:
+SIPp places calls through the proxy and each is answered with speech; an appliance killed with
+SIGKILL is skipped and its calls go to the other; restarted, it takes calls again."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.fixtures.daemon_proc import DaemonConfig, DaemonProcess, free_tcp_port, place_call
+from tests.test_sip_helpers import free_udp_port
+
+CONFIG = Path(__file__).resolve().parents[1] / "deploy" / "kamailio" / "kamailio.cfg"
+KAMAILIO = shutil.which("kamailio")
+
+pytestmark = pytest.mark.skipif(KAMAILIO is None, reason="kamailio missing: ./scripts/setup installs it")
+
+
+def _kamailio(
+    tmp_path: Path, appliances: list[int], port: int, *, check: bool = False
+) -> subprocess.Popen[str]:
+    listing = tmp_path / "dispatcher.list"
+    listing.write_text("".join(f"1 sip:127.0.0.1:{p}\n" for p in appliances))
+    command = [str(KAMAILIO), "-f", str(CONFIG), "-A", f'DISPATCHER_LIST="{listing}"', "-A", "DS_PING_S=1"]
+    command += ["-w", str(tmp_path), "-P", str(tmp_path / "kamailio.pid"), "-m", "32", "-M", "8"]
+    if check:
+        command.append("-c")
+    else:
+        command += ["-DD", "-E", "-l", f"udp:127.0.0.1:{port}"]
+    with (tmp_path / "kamailio.log").open("a") as sink:
+        return subprocess.Popen(command, stdout=sink, stderr=subprocess.STDOUT, text=True)
+
+
+def test_the_shipped_configuration_parses(tmp_path: Path) -> None:
+    checked = _kamailio(tmp_path, [5060], 0, check=True)
+    assert checked.wait(timeout=30) == 0, (tmp_path / "kamailio.log").read_text()[-2000:]
+
+
+def _answered(daemon: DaemonProcess) -> int:
+    """Turns the appliance stored that have a transcript and a reply it played."""
+    return sum(1 for t in daemon.stored_turns() if t["transcript"].strip() and t["played_reply"].strip())
+
+
+def _calls(tmp_path: Path, data_dir: Path, proxy_port: int, count: int, tag: str) -> list[tuple[int, str]]:
+    """``count`` calls at once through the proxy, each asking the question and staying 12 s."""
+    results: list[tuple[int, str]] = [(-1, "")] * count
+
+    def one(index: int) -> None:
+        folder = tmp_path / f"{tag}-{index}"
+        folder.mkdir()
+        results[index] = place_call(folder, data_dir, proxy_port, scenario="call.xml", pause_ms=12000)
+
+    threads = [threading.Thread(target=one, args=(i,)) for i in range(count)]
+    for thread in threads:
+        thread.start()
+        time.sleep(0.3)
+    for thread in threads:
+        thread.join(timeout=120)
+    return results
+
+
+def _wait_turns(daemons: list[DaemonProcess], total: int, before: int = 0) -> int:
+    deadline = time.monotonic() + 40
+    while time.monotonic() < deadline:
+        counted = sum(_answered(d) for d in daemons) - before
+        if counted >= total:
+            return counted
+        time.sleep(0.5)
+    return sum(_answered(d) for d in daemons) - before
+
+
+@pytest.mark.slow
+def test_calls_are_spread_over_two_appliances_and_fail_over_when_one_is_killed(
+    tmp_path: Path, data_dir: Path
+) -> None:
+    configs = []
+    for name in ("east", "west"):
+        home = tmp_path / name
+        home.mkdir()
+        configs.append(DaemonConfig(home, free_udp_port(), free_tcp_port()))  # sip.max_calls = 2 each
+    daemons = [DaemonProcess(c) for c in configs]
+    proxy_port = free_udp_port()
+    proxy = None
+    try:
+        for daemon in daemons:
+            daemon.wait_ready()
+        proxy = _kamailio(tmp_path, [c.sip_port for c in configs], proxy_port)
+        time.sleep(3)  # the first OPTIONS probes
+        east, west = daemons
+
+        # 4 calls at once through the proxy: each answered with speech, two by each appliance
+        results = _calls(tmp_path, data_dir, proxy_port, 4, "spread")
+        assert [code for code, _ in results] == [0, 0, 0, 0], [out for _, out in results]
+        assert _wait_turns(daemons, 4) == 4
+        assert (_answered(east), _answered(west)) == (2, 2)
+
+        # west is killed: the next calls are answered by east
+        west.process.kill()
+        west.process.communicate(timeout=30)  # (and its output pipe closed)
+        killed_at = time.monotonic()
+        first = _calls(tmp_path, data_dir, proxy_port, 1, "after-kill")
+        routed_s = time.monotonic() - killed_at - 12.0  # the call itself lasts 12 s
+        second = _calls(tmp_path, data_dir, proxy_port, 1, "after-kill-2")
+        assert [first[0][0], second[0][0]] == [0, 0], [first, second]
+        assert _wait_turns([east], 2, before=2) == 2  # east: its first 2, then these 2
+        print(f"kill to first call answered elsewhere: {routed_s:.1f} s of call setup")
+
+        # west restarted: once its probe answers 200 again it takes calls
+        daemons[1] = west = DaemonProcess(configs[1])
+        west.wait_ready()
+        time.sleep(3)
+        before_west = _answered(west)
+        results = _calls(tmp_path, data_dir, proxy_port, 2, "restarted")
+        assert [code for code, _ in results] == [0, 0], [out for _, out in results]
+        deadline = time.monotonic() + 40
+        while _answered(west) == before_west and time.monotonic() < deadline:
+            time.sleep(0.5)
+        assert _answered(west) > before_west
+    finally:
+        if proxy is not None:
+            proxy.terminate()
+            proxy.wait(timeout=30)
+        for daemon in daemons:
+            if daemon.process.poll() is None:
+                daemon.stop()
