@@ -162,6 +162,7 @@ class PhoneCaller(asyncio.DatagramProtocol):
         self.caller = caller
         self.sip_queue: asyncio.Queue[SipResponse] = asyncio.Queue()
         self.transport: Any = None
+        self.setup_s: float | None = None  # INVITE sent -> 200 OK received
 
     def datagram_received(self, data: bytes, addr: Any) -> None:
         message = parse_message(data)
@@ -193,6 +194,7 @@ class PhoneCaller(asyncio.DatagramProtocol):
                 f"Content-Length: {len(body)}\r\n\r\n{body}"
             ).encode()
 
+        invited = time.monotonic()
         sip.sendto(request("INVITE", 1, f"<{target}>", sdp), (LOOPBACK, server_port))
         while True:
             response = await asyncio.wait_for(self.sip_queue.get(), 10)
@@ -200,7 +202,13 @@ class PhoneCaller(asyncio.DatagramProtocol):
                 break
         if response.status != 200:
             raise RuntimeError(f"call refused: {response.status} {response.reason}")
+        self.setup_s = time.monotonic() - invited
         to = response.get("To") or ""
+        # In the dialog: to the appliance's Contact, through the proxies that recorded their route
+        contact = response.get("Contact") or f"<{target}>"
+        target = contact.split("<", 1)[-1].split(">", 1)[0]
+        routes = "".join(f"Route: {r}\r\n" for r in reversed(response.get_all("Record-Route")))
+        head += routes
         answer = response.body.decode()
         remote_port = int(next(line for line in answer.splitlines() if line.startswith("m=audio")).split()[1])
         sip.sendto(request("ACK", 1, to), (LOOPBACK, server_port))

@@ -234,7 +234,12 @@ def _figures(name: str, value: dict[str, Any]) -> str:
             f" {value['onnxruntime_cpu_encoder_ms_p50']:.0f} ms ONNX Runtime CPU ({value['runtime']})"
         )
     if name == "asr_real_int8_cpu":
-        return f"WER {value['wer']:.3f}, same words as the payload's machine {value.get('same_words_as_payload_machine', '?')}"
+        theirs = value.get("payload_machine") or {}
+        return (
+            f"WER {value['wer']:.3f} (ONNX Runtime {value['onnxruntime']}); same words as the payload's machine"
+            f" {value.get('same_words_as_payload_machine', '?')} (its WER {theirs.get('wer')}, ONNX Runtime"
+            f" {theirs.get('onnxruntime')})"
+        )
     if name == "asr_onnxruntime_cuda":
         return value.get("refused") or f"runs on {value.get('in_use')}"
     if name == "admin_gpu":

@@ -236,6 +236,7 @@ def write_expected(whisper_dir: Path, audio_dir: Path) -> Path:
             (ln for ln in Path("/proc/cpuinfo").read_text().splitlines() if ln.startswith("model name")), ""
         )
         heard["machine"] = cpu.split(":", 1)[-1].strip()
+        heard["onnxruntime"] = metadata.version("onnxruntime")
         path.write_text(json.dumps(heard, indent=1), encoding="utf-8")
     return path
 

@@ -5,39 +5,23 @@ SIGKILL is skipped and its calls go to the other; restarted, it takes calls agai
 from __future__ import annotations
 
 import shutil
-import subprocess
 import threading
 import time
 from pathlib import Path
 
 import pytest
 
+from bench.fleet import start_kamailio
 from tests.fixtures.daemon_proc import DaemonConfig, DaemonProcess, free_tcp_port, place_call
 from tests.test_sip_helpers import free_udp_port
 
-CONFIG = Path(__file__).resolve().parents[1] / "deploy" / "kamailio" / "kamailio.cfg"
-KAMAILIO = shutil.which("kamailio")
-
-pytestmark = pytest.mark.skipif(KAMAILIO is None, reason="kamailio missing: ./scripts/setup installs it")
-
-
-def _kamailio(
-    tmp_path: Path, appliances: list[int], port: int, *, check: bool = False
-) -> subprocess.Popen[str]:
-    listing = tmp_path / "dispatcher.list"
-    listing.write_text("".join(f"1 sip:127.0.0.1:{p}\n" for p in appliances))
-    command = [str(KAMAILIO), "-f", str(CONFIG), "-A", f'DISPATCHER_LIST="{listing}"', "-A", "DS_PING_S=1"]
-    command += ["-w", str(tmp_path), "-P", str(tmp_path / "kamailio.pid"), "-m", "32", "-M", "8"]
-    if check:
-        command.append("-c")
-    else:
-        command += ["-DD", "-E", "-l", f"udp:127.0.0.1:{port}"]
-    with (tmp_path / "kamailio.log").open("a") as sink:
-        return subprocess.Popen(command, stdout=sink, stderr=subprocess.STDOUT, text=True)
+pytestmark = pytest.mark.skipif(
+    shutil.which("kamailio") is None, reason="kamailio missing: ./scripts/setup installs it"
+)
 
 
 def test_the_shipped_configuration_parses(tmp_path: Path) -> None:
-    checked = _kamailio(tmp_path, [5060], 0, check=True)
+    checked = start_kamailio(tmp_path, [5060], 0, check=True)
     assert checked.wait(timeout=30) == 0, (tmp_path / "kamailio.log").read_text()[-2000:]
 
 
@@ -89,7 +73,7 @@ def test_calls_are_spread_over_two_appliances_and_fail_over_when_one_is_killed(
     try:
         for daemon in daemons:
             daemon.wait_ready()
-        proxy = _kamailio(tmp_path, [c.sip_port for c in configs], proxy_port)
+        proxy = start_kamailio(tmp_path, [c.sip_port for c in configs], proxy_port)
         time.sleep(3)  # the first OPTIONS probes
         east, west = daemons
 
