@@ -38,6 +38,8 @@ BENCHMARKS: dict[str, tuple[tuple[str, ...], bool]] = {
     "sessions": (("sessions",), False),
     "sessions-rss": (("sessions", "--rss-only"), True),
     "tools": (("tools",), True),
+    "fleet": (("fleet",), True),
+    "llm-server": (("llm_server",), True),
     "e2e-partials": (
         (
             "--llm",
