@@ -125,7 +125,7 @@ def load(
     check_llm_runs(bundle)
     engines = build_engines(settings, bundle)
     try:
-        seconds = asyncio.run(load_engines(engines))
+        seconds = asyncio.run(_load_refusing_calls(settings, engines))
     except BaseException:
         asyncio.run(engines.close())
         raise
@@ -141,6 +141,30 @@ def load(
         load_seconds=seconds,
         config_path=config_path,
     )
+
+
+async def _load_refusing_calls(settings: Settings, engines: SessionEngines) -> dict[str, float]:
+    """The engines loaded; meanwhile, with SIP on, the SIP port answers every INVITE and OPTIONS with
+    503 and Retry-After, so that the site's proxy sends calls to another device (and the phone system
+    hears "not yet" rather than nothing). The real listener takes the port once this returns."""
+    placeholder = None
+    if settings.sip.enabled:
+        from appliance.sip.server import SipServer
+
+        async def never(call: object) -> None:  # no call is accepted while loading
+            return None
+
+        placeholder = SipServer(settings.sip, never, accepting=False)
+        try:
+            await placeholder.start()
+        except OSError as err:
+            log.warning("SIP: cannot answer 503 while the engines load (%s)", err)
+            placeholder = None
+    try:
+        return await load_engines(engines)
+    finally:
+        if placeholder is not None:
+            await placeholder.stop()
 
 
 def _device_status(engines: SessionEngines) -> dict[str, object]:

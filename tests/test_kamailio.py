@@ -4,15 +4,18 @@ SIGKILL is skipped and its calls go to the other; restarted, it takes calls agai
 
 from __future__ import annotations
 
+import secrets
 import shutil
+import socket
 import threading
 import time
 from pathlib import Path
 
 import pytest
 
+from appliance.sip.message import SipResponse, parse_message
 from bench.fleet import start_kamailio
-from tests.fixtures.daemon_proc import DaemonConfig, DaemonProcess, free_tcp_port, place_call
+from tests.fixtures.daemon_proc import DaemonConfig, DaemonProcess, free_tcp_port, http_status, place_call
 from tests.test_sip_helpers import free_udp_port
 
 pytestmark = pytest.mark.skipif(
@@ -23,6 +26,30 @@ pytestmark = pytest.mark.skipif(
 def test_the_shipped_configuration_parses(tmp_path: Path) -> None:
     checked = start_kamailio(tmp_path, [5060], 0, check=True)
     assert checked.wait(timeout=30) == 0, (tmp_path / "kamailio.log").read_text()[-2000:]
+
+
+def _probe(port: int) -> tuple[int, str] | None:
+    """One OPTIONS to an appliance: its status and X-Appliance-State, or None without an answer."""
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        sock.settimeout(0.3)
+        mine = sock.getsockname()[1]
+        tag = secrets.token_hex(4)
+        sock.sendto(
+            (
+                f"OPTIONS sip:appliance@127.0.0.1:{port} SIP/2.0\r\n"
+                f"Via: SIP/2.0/UDP 127.0.0.1:{mine};branch=z9hG4bK{tag}\r\n"
+                f"From: <sip:probe@127.0.0.1>;tag={tag}\r\nTo: <sip:appliance@127.0.0.1>\r\n"
+                f"Call-ID: {tag}\r\nCSeq: 1 OPTIONS\r\nContent-Length: 0\r\n\r\n"
+            ).encode(),
+            ("127.0.0.1", port),
+        )
+        try:
+            reply = parse_message(sock.recv(65535))
+        except TimeoutError:
+            return None
+    assert isinstance(reply, SipResponse)
+    return reply.status, reply.get("X-Appliance-State") or ""
 
 
 def _answered(daemon: DaemonProcess) -> int:
@@ -71,8 +98,18 @@ def test_calls_are_spread_over_two_appliances_and_fail_over_when_one_is_killed(
     proxy_port = free_udp_port()
     proxy = None
     try:
+        # while its engines load, an appliance's SIP port answers 503 (a proxy sends calls elsewhere)
+        seen: list[tuple[int, str]] = []
+        deadline = time.monotonic() + 120
+        while http_status(f"{daemons[0].base_url}/readyz") != 200 and time.monotonic() < deadline:
+            answer = _probe(configs[0].sip_port)
+            if answer is not None:
+                seen.append(answer)
+            time.sleep(0.1)
         for daemon in daemons:
             daemon.wait_ready()
+        assert (503, "loading") in seen, seen
+        assert _probe(configs[0].sip_port) == (200, "ready")
         proxy = start_kamailio(tmp_path, [c.sip_port for c in configs], proxy_port)
         time.sleep(3)  # the first OPTIONS probes
         east, west = daemons

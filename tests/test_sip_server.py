@@ -95,6 +95,35 @@ def test_a_full_device_answers_503_with_retry_after_and_says_so_to_a_proxys_prob
     assert busy.status == 486 and busy.get("Retry-After") is None
 
 
+def test_while_the_engines_load_every_invite_and_probe_gets_503_with_retry_after() -> None:
+    async def scenario() -> list[SipResponse]:
+        async with running_server(_hold, max_calls=2) as server:
+            server.accepting = False
+            phone = Phone()
+            await phone.send(_options(phone, "probe-loading"), server.local_port)
+            probe = await phone.collect(0.3)
+            await phone.send(phone.invite("early", "z9hG4bKearly"), server.local_port)
+            early = await phone.collect(0.3)
+            server.accepting = True
+            await phone.send(_options(phone, "probe-ready"), server.local_port)
+            ready = await phone.collect(0.3)
+            phone.close()
+            finals = [
+                next(m for m in r if isinstance(m, SipResponse) and m.status >= 200)
+                for r in (probe, early, ready)
+            ]
+            return finals
+
+    probe, early, ready = asyncio.run(scenario())
+    assert (
+        probe.status == 503
+        and probe.get("X-Appliance-State") == "loading"
+        and probe.get("Retry-After") == "5"
+    )
+    assert early.status == 503 and early.get("Retry-After") == "5"
+    assert ready.status == 200 and ready.get("X-Appliance-State") == "ready"
+
+
 def _statuses(messages: list[SipRequest | SipResponse]) -> list[int]:
     return [m.status for m in messages if isinstance(m, SipResponse)]
 

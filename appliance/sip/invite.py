@@ -41,8 +41,10 @@ class InviteFlow:
         open_stream: OpenStream,
         end_call: EndCall,
         spawn: Spawn,
+        accepting: Callable[[], bool] = lambda: True,
     ) -> None:
         self.config = config
+        self.accepting = accepting
         self.stats = stats
         self.transport = transport
         self.table = table
@@ -67,6 +69,12 @@ class InviteFlow:
     async def on_invite(self, invite: SipRequest, source: Address) -> None:
         if ";tag=" in (invite.get("To") or "").replace(" ", ""):
             await self._on_reinvite(invite, source)
+            return
+        if not self.accepting():
+            log.info("SIP: INVITE from %s:%d refused with 503: the engines are still loading", *source)
+            self.send_final_failure(
+                invite, source, 503, headers=(("Retry-After", str(self.config.retry_after_s)),)
+            )
             return
         if self.table.occupied() >= self.config.max_calls:
             self.stats.busy += 1

@@ -41,8 +41,11 @@ class SipServer(asyncio.DatagramProtocol):
     """The socket side and the call lifecycle; INVITEs go to ``InviteFlow``, requests inside a call
     and responses to ours to ``DialogFlow``, both over one ``SipTransport``."""
 
-    def __init__(self, config: SipConfig, handler: CallHandler) -> None:
+    def __init__(self, config: SipConfig, handler: CallHandler, *, accepting: bool = True) -> None:
+        """``accepting`` False: every INVITE and OPTIONS gets 503 with Retry-After (the engines are
+        still loading: a proxy sends the calls elsewhere meanwhile)."""
         self.config = config
+        self.accepting = accepting
         self.stats = ServerStats()
         self._noisy = ThrottledLog(log)  # what the network can make happen thousands of times a second
         self._allowed = [ipaddress.ip_network(net, strict=False) for net in config.allow_from]
@@ -61,6 +64,7 @@ class SipServer(asyncio.DatagramProtocol):
             open_stream=self.open_stream,
             end_call=self.end_call,
             spawn=self._spawn,
+            accepting=lambda: self.accepting,
         )
         self.dialogs = DialogFlow(
             self.transport,
@@ -246,11 +250,16 @@ class SipServer(asyncio.DatagramProtocol):
             self.dialogs.on_info(request, source)
 
     def _answer_options(self, request: SipRequest, source: Address) -> None:
-        """A proxy's keepalive probe: 200 while a call can be taken, 503 with Retry-After when full, so
-        that a dispatcher sends the next call elsewhere; the calls in progress either way."""
+        """A proxy's keepalive probe: 200 while a call can be taken, 503 with Retry-After when full or
+        still loading, so that a dispatcher sends the next call elsewhere; the state either way."""
         occupied, limit = self.table.occupied(), self.config.max_calls
-        headers = [*self._capabilities(source), ("X-Appliance-Calls", f"{occupied}/{limit}")]
-        if occupied >= limit:
+        state = "loading" if not self.accepting else "full" if occupied >= limit else "ready"
+        headers = [
+            *self._capabilities(source),
+            ("X-Appliance-State", state),
+            ("X-Appliance-Calls", f"{occupied}/{limit}"),
+        ]
+        if state != "ready":
             headers.append(("Retry-After", str(self.config.retry_after_s)))
             self.transport.respond(request, source, 503, headers=headers)
         else:
