@@ -30,7 +30,7 @@ from engines.asr.whisper import WhisperEngine, WhisperFiles
 from engines.audio import load_audio_16k
 from engines.errors import BackendUnavailable
 
-STAND_IN = "torch CUDA running the exporter's modules (a stand-in for TensorRT, which is not installed)"
+STAND_IN = "torch running the exporter's own modules against ONNX Runtime on the CPU: a stand-in for TensorRT, not TensorRT"
 DECODE_STEPS = 24
 # The int8 graphs' words differ a little between ONNX Runtime versions (1.23 looped on a 2-word
 # recording that 1.32 heard right): the check bounds the WER over the set rather than asking for the
