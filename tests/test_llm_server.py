@@ -186,6 +186,10 @@ def test_the_settings_build_a_server_engine_with_the_local_model_behind_it(bundl
     assert not engine.offers_tools
     alone = llm_engine(override(settings, llm={"server_fallback": "none"}), bundle)
     assert isinstance(alone, ServerWithFallback) and alone.local is None
+    from appliance.admin.daemon import engine_states
+
+    (llm_state,) = [e for e in engine_states(settings) if e.name == "llm"]
+    assert llm_state.backend == "site server http://10.20.0.5:8000/v1, then the local gemma-270m"
     refused = override(settings, llm={"allowed_hosts": []})
     (problem,) = llm_server_problems(refused)
     assert problem.key == "llm.server_url" and "not in llm.allowed_hosts" in problem.message

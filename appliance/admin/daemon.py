@@ -36,6 +36,19 @@ def _version(package: str) -> str | None:
         return None
 
 
+def _llm_described(settings: Settings) -> tuple[str, str, str, str]:
+    llm = settings.llm
+    if llm.backend == "openai":
+        behind = f", then the local {llm.model}" if llm.server_fallback == "local" else ""
+        return (
+            "llm",
+            f"site server {llm.server_url}{behind}",
+            llm.server_model or "the server's",
+            "llama-cpp-python",
+        )
+    return ("llm", f"llama.cpp ({llm.gpu_layers} GPU layers)", llm.model, "llama-cpp-python")
+
+
 def engine_states(
     settings: Settings, load_seconds: Mapping[str, float] | None = None, *, warm: bool = True
 ) -> list[EngineState]:
@@ -56,7 +69,7 @@ def engine_states(
             "whisper",
             asr_runtime,
         ),
-        ("llm", f"llama.cpp ({settings.llm.gpu_layers} GPU layers)", settings.llm.model, "llama-cpp-python"),
+        _llm_described(settings),
         ("tts", "piper", settings.tts.voice, "piper-tts"),
     ]
     if settings.endpointer.mode == "smart_turn":
