@@ -297,6 +297,31 @@ def _wheel_needs(wheel: Path, python: str) -> tuple[str, list[str]]:
     return name, needs
 
 
+# Modules whose distribution is not found by its name everywhere (namespace packages, a build made there)
+MODULE_DISTRIBUTIONS = {
+    "google": "protobuf",
+    "opentelemetry": "opentelemetry-api",
+    "cuda": "cuda-bindings",
+    "llama_cpp": "llama-cpp-python",  # built on the machine by the check itself
+}
+# Imported here only because this interpreter is older than the machine's 3.12
+BACKPORTS = {"exceptiongroup", "tomli"}
+
+
+def missing_imports(modules: list[str]) -> list[str]:
+    """Of the top-level modules a run of the checks imported, those neither carried nor on the machine."""
+    distributions = metadata.packages_distributions()
+    there = machine_packages() | {_normal(n) for n in WHEELS} | {"llama-cpp-python"}
+    missing = []
+    for module in modules:
+        if module in BACKPORTS:
+            continue
+        names = set(distributions.get(module, [])) | {module, MODULE_DISTRIBUTIONS.get(module, module)}
+        if not {_normal(n) for n in names} & there:
+            missing.append(module)
+    return missing
+
+
 def repository_bytes(repo: Path = REPO) -> int:
     """What travels with the payload: the files git tracks and the untracked ones it does not ignore."""
     done = subprocess.run(

@@ -10,7 +10,6 @@ import shutil
 import subprocess
 import sys
 import tarfile
-from importlib import metadata
 from pathlib import Path
 
 import numpy as np
@@ -153,16 +152,7 @@ def test_the_dry_run_runs_every_check_up_to_the_gpu(payload: Path, tmp_path: Pat
     real = results["asr_real_int8_cpu"]
     assert real["wer"] <= 0.25 and int(real["same_words_as_payload_machine"].split("/")[0]) >= 6
     assert "no CUDA execution provider" in results["asr_onnxruntime_cuda"]["refused"]
-    distributions = metadata.packages_distributions()
-    built_there = {"llama-cpp-python"}
-    there = (
-        payload_mod.machine_packages() | {payload_mod._normal(n) for n in payload_mod.WHEELS} | built_there
-    )
-    missing = [
-        module
-        for module in results["imported"]
-        if not {payload_mod._normal(d) for d in distributions.get(module, [module])} & there
-    ]
+    missing = payload_mod.missing_imports(results["imported"])
     assert not missing, (
         f"the checks import {missing}: add them to hw_tests/payload.py WHEELS or gpu_machine.txt"
     )
