@@ -44,6 +44,28 @@ class AudioConfig(Section):
     input_device: str | None = Field(None, description="sounddevice name or index; None = default")
     output_device: str | None = None
     device_sample_rate_hz: int = Field(16000, ge=8000, le=192000)
+    echo_cancellation: Literal["auto", "on", "off"] = Field(
+        "auto",
+        description="cancel the appliance's own voice from the microphone (WebRTC AEC3): auto = for the "
+        "local microphone when a speaker plays the replies, not for SIP calls (a phone cancels its own "
+        "echo); on = every session, SIP calls too; off = none (vad.threshold_while_playing and "
+        "vad.gate_while_playing then keep the reply from interrupting itself)",
+    )
+    echo_delay_ms: float = Field(
+        0.0,
+        ge=0.0,
+        le=1000.0,
+        description="from a sample's write to the speaker until the microphone hears it (output buffer, "
+        "air, input buffer): measure it with `appliance calibrate`, which writes it here; 0 leaves the "
+        "whole delay to the canceller's own estimate",
+    )
+    echo_noise_suppression: bool = Field(False, description="WebRTC noise suppression after the canceller")
+    echo_high_pass: bool = Field(True, description="WebRTC high-pass filter (removes hum and DC)")
+
+
+# Without echo cancellation the appliance's own voice reaches the microphone: only speech louder than
+# the reply's echo should interrupt it (README: The streaming daemon, echo).
+RAISED_THRESHOLD = 0.85
 
 
 class VadConfig(Section):
@@ -52,7 +74,13 @@ class VadConfig(Section):
         "cpu", description="torch backend only; onnxruntime runs on the CPU"
     )
     threshold: float = Field(0.5, gt=0.0, lt=1.0)
-    threshold_while_playing: float = Field(0.85, gt=0.0, le=1.0)
+    threshold_while_playing: float | None = Field(
+        None,
+        gt=0.0,
+        le=1.0,
+        description="while a reply plays; unset: vad.threshold where echo cancellation runs, "
+        f"{RAISED_THRESHOLD} elsewhere (without it the microphone hears the reply)",
+    )
     gate_while_playing: bool = False
     threads: int | None = Field(
         None,

@@ -10,10 +10,10 @@ conversation over the shared engines, registered with the admin page while it la
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import functools
 import logging
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
@@ -22,8 +22,18 @@ import numpy.typing as npt
 
 from appliance.admin.schemas import ArtifactSummary, BundleSummary
 from appliance.audio.base import AudioSink, AudioSource
+from appliance.audio.echo import cancel_echo
+from appliance.audio.files import NullSink
 from appliance.config import Settings
-from appliance.engine_set import build_engines, check_llm_runs, load_engines, open_bundle, session_config
+from appliance.engine_set import (
+    build_engines,
+    cancels_echo,
+    check_llm_runs,
+    echo_gate,
+    load_engines,
+    open_bundle,
+    session_config,
+)
 from appliance.pipeline.session import Session, SessionConfig, SessionEngines
 from appliance.service.runner import ServiceControl
 from appliance.trace.record import TurnTrace
@@ -77,7 +87,7 @@ class NullRegistry:
         return None
 
 
-@dataclass
+@dataclasses.dataclass
 class Daemon:
     """What ``serve`` needs, built by ``load`` before READY."""
 
@@ -123,7 +133,7 @@ def load(
     """Blocking (runs on a worker thread before READY): bundle check, engines loaded and warmed."""
     bundle = open_bundle(settings, daemon_start=True)
     check_llm_runs(bundle)
-    engines = build_engines(settings, bundle)
+    engines = build_engines(settings, bundle, microphone=microphone is not None)
     try:
         seconds = asyncio.run(_load_refusing_calls(settings, engines))
     except BaseException:
@@ -328,15 +338,18 @@ async def _answer_calls(daemon: Daemon, registry: SessionRegistry, config: Sessi
     from appliance.sip.server import SipServer
 
     async def handle_call(call: CallAudio) -> None:
+        source, sink, call_config = _with_echo_cancellation(
+            daemon, CallSource(call), CallSink(call), kind="sip", speaker=True, config=config
+        )
         await run_session(
             daemon,
             registry,
-            CallSource(call),
-            CallSink(call),
+            source,
+            sink,
             session_id=f"call-{call.call_id}",
             kind="sip",
             peer=str(call.caller),
-            config=config,
+            config=call_config,
         )
 
     server = SipServer(daemon.settings.sip, handle_call)
@@ -351,6 +364,9 @@ async def _local_session(
     daemon: Daemon, registry: SessionRegistry, config: SessionConfig, control: ServiceControl
 ) -> None:
     source, sink = _local_audio(daemon.settings)
+    source, sink, config = _with_echo_cancellation(
+        daemon, source, sink, kind="microphone", speaker=not isinstance(sink, NullSink), config=config
+    )
     turns = 0
 
     def on_turn(trace: TurnTrace) -> None:
@@ -379,9 +395,29 @@ async def _local_session(
         await sink.close()
 
 
+def _with_echo_cancellation(
+    daemon: Daemon, source: AudioSource, sink: AudioSink, *, kind: str, speaker: bool, config: SessionConfig
+) -> tuple[AudioSource, AudioSink, SessionConfig]:
+    """The session's source, sink and configuration, with the echo canceller between them when
+    ``audio.echo_cancellation`` says this session uses it."""
+    engines, audio = daemon.engines, daemon.settings.audio
+    if engines.aec is None or engines.aec_worker is None:
+        return source, sink, config
+    if not cancels_echo(daemon.settings, kind=kind, speaker=speaker):
+        return source, sink, config
+    source, sink = cancel_echo(
+        source,
+        sink,
+        stream=engines.aec.stream(),
+        worker=engines.aec_worker,
+        echo_delay_ms=audio.echo_delay_ms,
+    )
+    log.info("%s: echo cancellation on (echo delay %.0f ms)", source.name, audio.echo_delay_ms)
+    return source, sink, dataclasses.replace(config, echo=echo_gate(daemon.settings, echo_cancelled=True))
+
+
 def _local_audio(settings: Settings) -> tuple[AudioSource, AudioSink]:
     from appliance.audio.devices import MicrophoneSource, SpeakerSink, probe_device
-    from appliance.audio.files import NullSink
 
     rate = settings.audio.device_sample_rate_hz
     source = MicrophoneSource(settings.audio.input_device, device_sample_rate_hz=rate)

@@ -13,10 +13,11 @@ import logging
 from typing import TYPE_CHECKING
 
 from appliance.agent import system_prompt
-from appliance.config import ConfigProblem, Settings
+from appliance.config import RAISED_THRESHOLD, ConfigProblem, Settings
 from appliance.pipeline.partials import PartialsConfig
 from appliance.pipeline.session import EchoGate, SessionConfig, SessionEngines
 from appliance.pipeline.turn import TurnConfig
+from engines.aec import EchoCanceller
 from engines.asr import AsrEngine
 from engines.errors import EngineError
 from engines.llm import LlmEngine
@@ -325,12 +326,49 @@ def endpointer_params(settings: Settings) -> EndpointerParams:
     )
 
 
-def session_config(settings: Settings) -> SessionConfig:
-    """The endpointer, echo gate, turn and history settings of every session."""
-    vad, agent = settings.vad, settings.agent
+def echo_gate(settings: Settings, *, echo_cancelled: bool) -> EchoGate:
+    """What the VAD hears while a reply plays: with the echo cancelled, the normal threshold (unless
+    ``vad.threshold_while_playing`` says otherwise); without, the raised one."""
+    vad = settings.vad
+    while_playing = vad.threshold_while_playing
+    if while_playing is None:
+        while_playing = vad.threshold if echo_cancelled else RAISED_THRESHOLD
+    return EchoGate(vad.threshold, while_playing, vad.gate_while_playing)
+
+
+def cancels_echo(settings: Settings, *, kind: str, speaker: bool) -> bool:
+    """Whether a session of ``kind`` ("microphone" or "sip") runs the echo canceller:
+    ``audio.echo_cancellation`` auto means the local microphone when a speaker plays the replies."""
+    mode = settings.audio.echo_cancellation
+    if mode == "auto":
+        return kind == "microphone" and speaker
+    return mode == "on"
+
+
+def echo_canceller(settings: Settings, *, microphone: bool) -> EchoCanceller | None:
+    """The canceller when a session may use it: with ``audio.echo_cancellation`` on, always; auto,
+    when the daemon has a ``microphone`` and replies may go to a speaker; off, never."""
+    audio = settings.audio
+    if audio.echo_cancellation == "off":
+        return None
+    if audio.echo_cancellation == "auto" and (not microphone or audio.output == "none"):
+        return None
+    from engines.aec import create_canceller
+
+    return create_canceller(
+        backend="webrtc",
+        noise_suppression=audio.echo_noise_suppression,
+        high_pass_filter=audio.echo_high_pass,
+    )
+
+
+def session_config(settings: Settings, *, echo_cancelled: bool = False) -> SessionConfig:
+    """The endpointer, echo gate, turn and history settings of a session (``echo_cancelled``: its
+    microphone runs through the echo canceller)."""
+    agent = settings.agent
     return SessionConfig(
         endpointer=endpointer_params(settings),
-        echo=EchoGate(vad.threshold, vad.threshold_while_playing, vad.gate_while_playing),
+        echo=echo_gate(settings, echo_cancelled=echo_cancelled),
         turn=TurnConfig(
             first_clause_words=settings.tts.first_clause_words,
             fallback_reply=agent.fallback_reply,
@@ -370,8 +408,9 @@ def turn_detector(settings: Settings, bundle: Bundle) -> TurnDetector | None:
     return create_turn_detector(bundle, threads=1)
 
 
-def build_engines(settings: Settings, bundle: Bundle) -> SessionEngines:
-    """The engines, unloaded, each with its worker thread. Raises the factories' errors
+def build_engines(settings: Settings, bundle: Bundle, *, microphone: bool = False) -> SessionEngines:
+    """The engines, unloaded, each with its worker thread (``microphone``: the daemon has a local
+    microphone, whose session may need the echo canceller). Raises the factories' errors
     (engines.errors.BackendUnavailable / ModelFileError / BundleError) for a backend or model that
     is not there."""
     return SessionEngines.create(
@@ -383,6 +422,7 @@ def build_engines(settings: Settings, bundle: Bundle) -> SessionEngines:
         partial_asr=partial_asr_engine(settings, bundle),
         llm_threads=llm_worker_threads(settings),
         tools=tool_box(settings),
+        aec=echo_canceller(settings, microphone=microphone),
     )
 
 

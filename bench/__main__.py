@@ -26,6 +26,7 @@ BENCHMARKS = {
     "llm_server": "first token from a site server (llama_cpp.server, same GGUF) vs the in-process engine",
     "fleet": "calls through the Kamailio proxy vs direct (turn latency, call setup); a dead appliance's cost",
     "tools": "spoken questions about a test site: right tool and arguments, fact in the answer, latency",
+    "aec": "echo cancellation in simulated rooms: ERLE, false and real barge-ins, WER, CPU vs the raised threshold",
 }
 
 

@@ -40,6 +40,7 @@ BENCHMARKS: dict[str, tuple[tuple[str, ...], bool]] = {
     "tools": (("tools",), True),
     "fleet": (("fleet",), True),
     "llm-server": (("llm_server",), True),
+    "aec": (("aec",), True),
     "e2e-partials": (
         (
             "--llm",

@@ -105,13 +105,14 @@ def test_a_full_turn_makes_no_network_connection(
 _NATIVE_CHILD = """
 import time
 from appliance.config import load_settings, override
-from appliance.engine_set import asr_engine, llm_engine, open_bundle, tts_engine, vad_engine
+from appliance.engine_set import asr_engine, echo_canceller, llm_engine, open_bundle, tts_engine, vad_engine
 from engines.llm import Message
 import numpy as np
 settings = override(load_settings(None), llm={{"model": "gemma-270m", "max_reply_tokens": 4, "context_tokens": 256}})
 bundle = open_bundle(settings)
 engines = [vad_engine(settings, bundle), asr_engine(settings, bundle), tts_engine(settings, bundle)]
 engines.append(llm_engine(settings, bundle))
+engines.append(echo_canceller(settings, microphone=True))
 for engine in engines:
     engine.load()
 stream = engines[0].stream()
@@ -120,6 +121,9 @@ for _ in range(20):
 engines[1].transcribe(np.zeros(16000, np.float32))
 list(engines[2].synthesize("Hello there."))
 list(engines[3].stream([Message("user", "Hello")]))
+echo = engines[4].stream()
+for _ in range(100):
+    echo.process(np.random.uniform(-0.1, 0.1, 512).astype(np.float32), np.zeros(512, np.float32))
 time.sleep({wait_s})
 print("done")
 """
@@ -132,7 +136,7 @@ print("done")
 def test_native_runtimes_try_no_network_in_a_namespace_of_their_own(tmp_path: Path) -> None:
     """Python's socket module is not the only way out: native libraries open sockets themselves
     (ONNX Runtime's telemetry resolved its collector about 9 s after the first session). The four real
-    engines (ONNX Runtime, Piper, llama.cpp) run in a network namespace with only a downed loopback, so nothing can leave even if
+    engines (ONNX Runtime, Piper, llama.cpp) and the echo canceller (LiveKit's native library) run in a network namespace with only a downed loopback, so nothing can leave even if
     something tries, and strace records every attempt at a non-local socket."""
     trace = tmp_path / "net.trace"
     code = _NATIVE_CHILD.format(wait_s=15)

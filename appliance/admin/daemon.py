@@ -77,6 +77,10 @@ def engine_states(
     partial = settings.asr.separate_partial_model
     if partial is not None:
         described.append(("asr_partial", described[1][1], partial, asr_runtime))
+    if "aec" in seconds:  # loaded only where a session cancels its echo
+        audio = settings.audio
+        extras = [f"delay {audio.echo_delay_ms:g} ms"] + ["noise suppression"] * audio.echo_noise_suppression
+        described.append(("aec", f"webrtc ({', '.join(extras)})", "aec3", "livekit"))
     return [
         EngineState(
             name=name,

@@ -5,6 +5,18 @@ from __future__ import annotations
 
 from types import ModuleType
 
-from appliance.commands import admin, bundle, chat, config, doctor, run, say, talk, transcribe, vad
+from appliance.commands import admin, bundle, calibrate, chat, config, doctor, run, say, talk, transcribe, vad
 
-COMMANDS: tuple[ModuleType, ...] = (run, talk, transcribe, say, vad, chat, config, bundle, doctor, admin)
+COMMANDS: tuple[ModuleType, ...] = (
+    run,
+    talk,
+    transcribe,
+    say,
+    vad,
+    chat,
+    config,
+    bundle,
+    doctor,
+    admin,
+    calibrate,
+)

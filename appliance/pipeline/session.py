@@ -14,8 +14,8 @@ interrupt turns:
 While an utterance goes on, partial transcripts and the LLM's prefill of their stable words run in
 the background (appliance/pipeline/partials.py, ``asr.partial_interval_ms``).
 
-While the appliance is speaking the endpointer's threshold is raised (or the VAD gated entirely),
-because without echo cancellation the microphone hears the speaker.
+While the appliance is speaking the endpointer's threshold is raised (or the VAD gated entirely)
+where no echo canceller takes the speaker out of the microphone (appliance/audio/echo.py).
 """
 
 from __future__ import annotations
@@ -41,6 +41,7 @@ from appliance.pipeline.workers import EngineWorker
 from appliance.tools import ToolBox
 from appliance.trace.record import TurnTrace, new_turn_id
 from appliance.trace.store import TraceStore
+from engines.aec import EchoCanceller
 from engines.asr import AsrEngine
 from engines.turn import TurnDetector
 from engines.vad import VadEngine
@@ -85,6 +86,8 @@ class SessionEngines(TurnEngines):
     turn_worker: EngineWorker | None = None
     partial_asr: AsrEngine | None = None  # asr.partial_model, on the ASR worker; None: asr itself
     tools: ToolBox | None = None  # agent.tools, run off the event loop by the turn
+    aec: EchoCanceller | None = None  # audio.echo_cancellation; each session that uses it has a stream
+    aec_worker: EngineWorker | None = None
 
     @classmethod
     def create(
@@ -98,6 +101,7 @@ class SessionEngines(TurnEngines):
         partial_asr: AsrEngine | None = None,
         llm_threads: int = 1,
         tools: ToolBox | None = None,
+        aec: EchoCanceller | None = None,
     ) -> SessionEngines:
         """``llm_threads``: sessions whose replies can reach the LLM at once (it batches them)."""
         return cls(
@@ -113,6 +117,8 @@ class SessionEngines(TurnEngines):
             turn_worker=None if turn is None else EngineWorker("turn"),
             partial_asr=partial_asr,
             tools=tools,
+            aec=aec,
+            aec_worker=None if aec is None else EngineWorker("aec"),
         )
 
     def pairs(self) -> dict[str, tuple[Any, EngineWorker]]:
@@ -126,6 +132,8 @@ class SessionEngines(TurnEngines):
             pairs["turn"] = (self.turn, self.turn_worker)
         if self.partial_asr is not None:
             pairs["asr_partial"] = (self.partial_asr, self.asr_worker)
+        if self.aec is not None and self.aec_worker is not None:
+            pairs["aec"] = (self.aec, self.aec_worker)
         return pairs
 
     async def load(self) -> dict[str, float]:

@@ -1,0 +1,194 @@
+"""Echo cancellation between the microphone and the VAD, fed with what the speaker really played.
+
+Three parts, each on the clock the other two use (``time.monotonic``):
+
+- ``PlaybackTimeline``: every sample written to the speaker, placed at the time the speaker starts on
+  it (a device is a queue drained in real time: a write starts where the last one ends, or now after
+  an underrun; a flush cuts it at now), kept at 16 kHz.
+- ``CaptureClock``: when each microphone sample was heard. Frames arrive in bursts and late by a
+  varying amount, never early, so the earliest arrival against the sample count (over the last
+  seconds, to follow a drifting device clock) marks the real one.
+- ``EchoCancelledSource``: for each microphone frame, the timeline's audio ``audio.echo_delay_ms``
+  earlier (the path from a write to the microphone: output buffer, air, input buffer; measured by
+  ``appliance calibrate``) is the reference; the canceller runs on its own worker.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import deque
+from collections.abc import AsyncIterator, Callable
+from typing import Any, Protocol, TypeVar
+
+import numpy as np
+import soxr
+
+from appliance.audio.base import SAMPLE_RATE_HZ, AudioSink, AudioSource
+from engines.aec import EchoStream
+
+T = TypeVar("T")
+
+# The reference is taken this much sooner than the calibrated delay: AEC3 can only cancel an echo
+# that comes after its reference, and finds the rest of the delay by itself.
+LEAD_S = 0.02
+_KEEP_S = 10.0  # played audio kept for the canceller (far longer than any echo path)
+
+
+class Worker(Protocol):
+    """The thread that runs the canceller (``appliance.pipeline.workers.EngineWorker``)."""
+
+    async def call(self, fn: Callable[..., T], *args: Any) -> T: ...
+
+
+class PlaybackTimeline:
+    """What the speaker played, at 16 kHz, by the monotonic time the speaker started on each sample."""
+
+    def __init__(self, *, keep_s: float = _KEEP_S) -> None:
+        self.keep_s = keep_s
+        self._start = 0.0  # time of self._audio[0]
+        self._audio = np.zeros(0, dtype=np.float32)
+        self._resampler: Any = None
+        self._resampler_rate = SAMPLE_RATE_HZ
+
+    @property
+    def end(self) -> float:
+        """When the speaker runs out of what it was given."""
+        return self._start + len(self._audio) / SAMPLE_RATE_HZ
+
+    def write(self, audio: np.ndarray, rate_hz: int, now: float) -> None:
+        audio = np.asarray(audio, dtype=np.float32).reshape(-1)
+        if rate_hz != SAMPLE_RATE_HZ:
+            if self._resampler is None or self._resampler_rate != rate_hz:
+                self._resampler = soxr.ResampleStream(rate_hz, SAMPLE_RATE_HZ, 1, dtype="float32")
+                self._resampler_rate = rate_hz
+            audio = self._resampler.resample_chunk(audio)
+        if now > self.end:  # the speaker ran dry: this write starts now, after a gap of silence
+            gap = round((now - self.end) * SAMPLE_RATE_HZ)
+            if gap > self.keep_s * SAMPLE_RATE_HZ:
+                self._start, self._audio = now, np.zeros(0, dtype=np.float32)
+            else:
+                self._audio = np.concatenate([self._audio, np.zeros(gap, dtype=np.float32)])
+        self._audio = np.concatenate([self._audio, audio])
+        self._forget(now)
+
+    def flush(self, now: float) -> None:
+        """The device dropped what it had not played yet."""
+        keep = max(0, round((now - self._start) * SAMPLE_RATE_HZ))
+        self._audio = self._audio[:keep]
+        self._resampler = None
+
+    def take(self, start: float, samples: int) -> np.ndarray:
+        """``samples`` of what was playing from ``start`` on; silence where nothing was."""
+        out = np.zeros(samples, dtype=np.float32)
+        offset = round((start - self._start) * SAMPLE_RATE_HZ)
+        first, last = max(0, offset), min(len(self._audio), offset + samples)
+        if last > first:
+            out[first - offset : last - offset] = self._audio[first:last]
+        return out
+
+    def _forget(self, now: float) -> None:
+        drop = round((now - self.keep_s - self._start) * SAMPLE_RATE_HZ)
+        if drop > 0:
+            self._audio = self._audio[drop:]
+            self._start += drop / SAMPLE_RATE_HZ
+
+
+class TappedSink:
+    """A sink that records on a timeline what it is given, then passes it on."""
+
+    def __init__(self, sink: AudioSink, timeline: PlaybackTimeline) -> None:
+        self.inner = sink
+        self.timeline = timeline
+        self.name = sink.name
+        self.sample_rate_hz = sink.sample_rate_hz
+        self.realtime = sink.realtime
+
+    async def write(self, audio: np.ndarray) -> None:
+        self.timeline.write(audio, self.sample_rate_hz, time.monotonic())  # before the device takes it
+        await self.inner.write(audio)
+
+    async def flush(self) -> None:
+        self.timeline.flush(time.monotonic())
+        await self.inner.flush()
+
+    async def close(self) -> None:
+        await self.inner.close()
+
+
+class CaptureClock:
+    """The time each captured sample was heard, from frame arrival times and the sample count."""
+
+    def __init__(self, *, window_s: float = 10.0) -> None:
+        self.window_s = window_s
+        self._samples = 0
+        self._offsets: deque[tuple[int, float]] = deque()  # increasing offsets: a sliding minimum
+
+    def frame_end(self, arrival: float, samples: int) -> float:
+        """When the last sample of a frame of ``samples``, which arrived at ``arrival``, was heard."""
+        self._samples += samples
+        offset = arrival - self._samples / SAMPLE_RATE_HZ
+        while self._offsets and self._offsets[-1][1] >= offset:
+            self._offsets.pop()
+        self._offsets.append((self._samples, offset))
+        horizon = self._samples - self.window_s * SAMPLE_RATE_HZ
+        while self._offsets[0][0] < horizon:
+            self._offsets.popleft()
+        return self.time_of(self._samples)
+
+    def time_of(self, sample: int) -> float:
+        """When sample number ``sample`` (counted from 0) was heard, by the estimate of now."""
+        if not self._offsets:
+            raise RuntimeError("no frame has arrived yet")
+        return self._offsets[0][1] + sample / SAMPLE_RATE_HZ
+
+
+class EchoCancelledSource:
+    """The microphone's frames with the speaker's echo taken out (``BLOCK_SAMPLES`` later)."""
+
+    def __init__(
+        self,
+        source: AudioSource,
+        *,
+        stream: EchoStream,
+        timeline: PlaybackTimeline,
+        worker: Worker,
+        echo_delay_s: float,
+    ) -> None:
+        self.inner = source
+        self.stream = stream
+        self.timeline = timeline
+        self.worker = worker
+        self.reference_delay_s = max(0.0, echo_delay_s - LEAD_S)
+        self.clock = CaptureClock()
+        self.name = f"{source.name}+aec"
+        self.realtime = source.realtime
+        self.ends_with_listener = getattr(source, "ends_with_listener", False)
+
+    async def frames(self) -> AsyncIterator[np.ndarray]:
+        async for frame in self.inner.frames():
+            end = self.clock.frame_end(time.monotonic(), len(frame))
+            start = end - len(frame) / SAMPLE_RATE_HZ
+            reference = self.timeline.take(start - self.reference_delay_s, len(frame))
+            yield await self.worker.call(self.stream.process, frame, reference)
+
+    def echo_return_loss_enhancement_db(self) -> float | None:
+        return self.stream.echo_return_loss_enhancement_db()
+
+    async def close(self) -> None:
+        await self.inner.close()
+
+
+def cancel_echo(
+    source: AudioSource,
+    sink: AudioSink,
+    *,
+    stream: EchoStream,
+    worker: Worker,
+    echo_delay_ms: float,
+) -> tuple[EchoCancelledSource, TappedSink]:
+    """A session's source and sink with the sink's audio cancelled from the source's."""
+    timeline = PlaybackTimeline()
+    cancelled = EchoCancelledSource(
+        source, stream=stream, timeline=timeline, worker=worker, echo_delay_s=echo_delay_ms / 1000.0
+    )
+    return cancelled, TappedSink(sink, timeline)

@@ -1,0 +1,52 @@
+"""Acoustic echo cancellation: the microphone's signal with the appliance's own voice taken out.
+
+A stream is fed 16 kHz float32 capture (the microphone) and, sample for sample, the reference: what
+the speaker was playing when that capture was made, aligned by the caller. It returns the capture with
+the echo removed, ``BLOCK_SAMPLES`` late (the canceller works on 10 ms blocks). One engine serves every
+session; each ``stream()`` has its own adaptive filter.
+"""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+import numpy as np
+
+from engines.aec.blocks import BLOCK_SAMPLES, BlockCanceller
+from engines.errors import BackendUnavailable
+
+BACKENDS = ("webrtc",)
+
+__all__ = ["BACKENDS", "BLOCK_SAMPLES", "BlockCanceller", "EchoCanceller", "EchoStream", "create_canceller"]
+
+
+class EchoStream(Protocol):
+    """One session's canceller state; capture and reference must be fed in order, equal lengths."""
+
+    def process(self, capture: np.ndarray, reference: np.ndarray) -> np.ndarray:
+        """The capture without its echo: float32, as long as ``capture``, ``BLOCK_SAMPLES`` late."""
+        ...
+
+    def echo_return_loss_enhancement_db(self) -> float | None:
+        """Capture power over output power, in dB, over the last seconds while the reference played."""
+        ...
+
+
+class EchoCanceller(Protocol):
+    def load(self) -> None: ...
+
+    def stream(self) -> EchoStream: ...
+
+    def close(self) -> None: ...
+
+
+def create_canceller(*, backend: str, noise_suppression: bool, high_pass_filter: bool) -> EchoCanceller:
+    """An unloaded canceller (``load()`` imports the runtime and runs it once)."""
+    if backend != "webrtc":
+        raise BackendUnavailable(
+            f"unknown echo cancellation backend {backend!r}; allowed: {', '.join(BACKENDS)}",
+            fix="use backend='webrtc' (WebRTC AEC3), the one this appliance ships",
+        )
+    from engines.aec.webrtc import WebRtcCanceller
+
+    return WebRtcCanceller(noise_suppression=noise_suppression, high_pass_filter=high_pass_filter)

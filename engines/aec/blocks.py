@@ -1,0 +1,65 @@
+"""Any frame length in, 10 ms blocks to the canceller, the same length out at a constant delay."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import numpy as np
+
+from engines.errors import InputError
+
+BLOCK_SAMPLES = 160  # 10 ms at 16 kHz: WebRTC's audio processing takes nothing else
+_REFERENCE_FLOOR = 1e-4  # mean power of a reference block that counts as playing (-40 dBFS)
+_ERLE_DECAY = 0.995  # per block: the running figure weighs about the last 2 s
+
+
+class BlockCanceller:
+    """Cuts capture and reference into blocks for ``process_block`` (int16 capture, int16 reference ->
+    int16 capture without echo) and gives back exactly as many samples as it was given.
+
+    The output starts with one block of silence, so it always lags the input by ``BLOCK_SAMPLES``: what
+    is held back (input not yet a whole block) plus what is ready (processed, not yet returned) is
+    always one block.
+    """
+
+    def __init__(self, process_block: Callable[[np.ndarray, np.ndarray], np.ndarray]) -> None:
+        self._process_block = process_block
+        self._pending = np.zeros((2, 0), dtype=np.float32)
+        self._ready = np.zeros(BLOCK_SAMPLES, dtype=np.float32)
+        self._capture_power = 0.0
+        self._output_power = 0.0
+
+    def process(self, capture: np.ndarray, reference: np.ndarray) -> np.ndarray:
+        capture = np.asarray(capture, dtype=np.float32).reshape(-1)
+        reference = np.asarray(reference, dtype=np.float32).reshape(-1)
+        if capture.shape != reference.shape:
+            raise InputError(
+                f"capture and reference differ in length ({len(capture)} vs {len(reference)} samples)",
+                fix="give the canceller the reference for exactly the captured samples",
+            )
+        pending = np.concatenate([self._pending, np.stack([capture, reference])], axis=1)
+        blocks = pending.shape[1] // BLOCK_SAMPLES
+        done = [self._ready]
+        for index in range(blocks):
+            block = pending[:, index * BLOCK_SAMPLES : (index + 1) * BLOCK_SAMPLES]
+            done.append(self._run(block[0], block[1]))
+        self._pending = pending[:, blocks * BLOCK_SAMPLES :]
+        ready = np.concatenate(done)
+        self._ready = ready[len(capture) :]
+        return ready[: len(capture)]
+
+    def echo_return_loss_enhancement_db(self) -> float | None:
+        if self._capture_power <= 0.0 or self._output_power <= 0.0:
+            return None
+        return float(10.0 * np.log10(self._capture_power / self._output_power))
+
+    def _run(self, capture: np.ndarray, reference: np.ndarray) -> np.ndarray:
+        out = self._process_block(to_int16(capture), to_int16(reference)).astype(np.float32) / 32768.0
+        if float(np.mean(np.square(reference))) > _REFERENCE_FLOOR:
+            self._capture_power = _ERLE_DECAY * self._capture_power + float(np.mean(np.square(capture)))
+            self._output_power = _ERLE_DECAY * self._output_power + float(np.mean(np.square(out)))
+        return out
+
+
+def to_int16(audio: np.ndarray) -> np.ndarray:
+    return (np.clip(audio, -1.0, 1.0) * 32767.0).astype(np.int16)
