@@ -31,13 +31,14 @@ from typing import Any
 
 import numpy as np
 
+from appliance.audio.echo import LEAD_S
 from bench import rooms
 from bench.asr import DEFAULT_DATA, percentile, transcribed_speech
 
 FRAME = 512
 FRAME_S = FRAME / rooms.SAMPLE_RATE_HZ
 DELAYS_S = (0.02, 0.05, 0.08, 0.12)
-LEVELS = {"normal": rooms.NORMAL_ECHO_DBFS, "loud": rooms.LOUD_ECHO_DBFS}
+LEVELS = {"quiet": rooms.QUIET_ECHO_DBFS, "normal": rooms.NORMAL_ECHO_DBFS, "loud": rooms.LOUD_ECHO_DBFS}
 DETECT_WITHIN_S = 0.3
 BARGE_IN_AT_S = 1.5  # into the reply
 STOP_LAG_S = 0.064  # the player's lead: what is still heard after a barge-in flushes the speaker
@@ -62,8 +63,9 @@ class Engines:
     cancellers: dict[str, Any]  # name -> engine with stream()
 
 
-def speech_starts(vad: Any, audio: np.ndarray, threshold: float, params: Any) -> list[float]:
-    """Where the endpointer starts an utterance (seconds into ``audio``)."""
+def speech_starts(vad: Any, audio: np.ndarray, threshold: float, params: Any) -> list[Any]:
+    """The endpointer's SPEECH_START events over ``audio`` (``time_s``: when it fired;
+    ``speech_start_s``: the first voiced frame)."""
     from engines.vad.endpointer import Endpointer, EventKind
 
     stream = vad.stream()
@@ -72,30 +74,36 @@ def speech_starts(vad: Any, audio: np.ndarray, threshold: float, params: Any) ->
     starts = []
     for index in range(len(audio) // FRAME):
         probability = stream.probability(audio[index * FRAME : (index + 1) * FRAME])
-        for event in endpointer.feed(float(probability), FRAME_S):
-            if event.kind is EventKind.SPEECH_START:
-                starts.append(event.time_s)
+        starts += [
+            e for e in endpointer.feed(float(probability), FRAME_S) if e.kind is EventKind.SPEECH_START
+        ]
     return starts
 
 
 def cancel(
     engine: Any, mic: np.ndarray, played: np.ndarray, reference_delay_s: float
-) -> tuple[np.ndarray, list[float]]:
-    """The canceller's output (aligned back by its block, as long as ``mic``) and the thread time of
-    each 10 ms block."""
+) -> tuple[np.ndarray, np.ndarray, list[float]]:
+    """The canceller's two outputs, suppressed (for the VAD) and linear (for Whisper), aligned back
+    by its block and as long as ``mic``, and the thread time of each 10 ms block."""
     from engines.aec import BLOCK_SAMPLES
 
     shift = round(reference_delay_s * rooms.SAMPLE_RATE_HZ)
     reference = np.concatenate([np.zeros(shift, dtype=np.float32), played])[: len(mic)]
     stream = engine.stream()
-    out, costs = [], []
+    suppressed, linear, costs = [], [], []
     for index in range(len(mic) // FRAME):
         window = slice(index * FRAME, (index + 1) * FRAME)
         started = time.thread_time()
-        out.append(stream.process(mic[window], reference[window]))
+        out = stream.process(mic[window], reference[window])
         costs.append((time.thread_time() - started) * BLOCK_SAMPLES / FRAME)
-    joined = np.concatenate(out)
-    return np.concatenate([joined[BLOCK_SAMPLES:], np.zeros(BLOCK_SAMPLES, dtype=np.float32)]), costs
+        suppressed.append(out.suppressed)
+        linear.append(out.linear)
+    tail = np.zeros(BLOCK_SAMPLES, dtype=np.float32)
+    return (
+        np.concatenate([*suppressed, tail])[BLOCK_SAMPLES:],
+        np.concatenate([*linear, tail])[BLOCK_SAMPLES:],
+        costs,
+    )
 
 
 def calibrated_delay_s(room: rooms.Room, delay_s: float) -> float:
@@ -110,62 +118,75 @@ def calibrated_delay_s(room: rooms.Room, delay_s: float) -> float:
     return delays[0] / 1000.0
 
 
-def erle_db(mic: np.ndarray, out: np.ndarray, played: np.ndarray, settle_s: float = 2.0) -> float:
+def erle_db(mic: np.ndarray, out: np.ndarray, settle_s: float = 2.0) -> float:
+    """Echo return loss enhancement after ``settle_s``: the echo's power over what is left of it."""
     start = round(settle_s * rooms.SAMPLE_RATE_HZ)
-    active = np.abs(played[start:]) > 1e-3
-    return float(
-        10 * np.log10(np.sum(mic[start:][active] ** 2) / max(np.sum(out[start:][active] ** 2), 1e-12))
-    )
+    return float(10 * np.log10(np.sum(mic[start:] ** 2) / max(float(np.sum(out[start:] ** 2)), 1e-12)))
+
+
+GAP_S = 1.0  # silence between two replies
+WARM_UP = 1  # replies played before a barge-in case: the canceller of a session that has spoken before
 
 
 def run_room(
     engines: Engines,
     room: rooms.Room,
     level: str,
+    delay_s: float,
     replies: list[np.ndarray],
     people: list[tuple[np.ndarray, str]],
     noise: np.ndarray,
     params: Any,
     transcribe: Callable[[np.ndarray], str],
 ) -> dict[str, Any]:
+    """The replies back to back, ``GAP_S`` apart, through one canceller stream (as one session's),
+    ``delay_s`` late; then the barge-in cases."""
     from engines.asr.text import word_error_rate
 
-    lead_s = 0.02  # appliance.audio.echo.LEAD_S
-    result: dict[str, Any] = {"room": room.name, "level": level, "distance_m": round(room.distance_m, 2)}
-    echo_only_s = 0.0
-    false_starts: dict[str, int] = {}
-    erle: dict[str, list[float]] = {}
+    reference_delay_s = max(0.0, calibrated_delay_s(room, delay_s) - LEAD_S)
+    result: dict[str, Any] = {
+        "room": room.name,
+        "level": level,
+        "distance_m": round(room.distance_m, 2),
+        "device_delay_ms": round(delay_s * 1000),
+        "calibrated_delay_ms": round(1000 * (reference_delay_s + LEAD_S), 1),
+    }
+    gap = np.zeros(round(GAP_S * rooms.SAMPLE_RATE_HZ), dtype=np.float32)
+    played = np.concatenate([part for reply in replies for part in (reply, gap)])
+    bounds = np.cumsum([0] + [len(reply) + len(gap) for reply in replies]) / rooms.SAMPLE_RATE_HZ
+    echo = rooms.echo(played, room, delay_s=delay_s, level_dbfs=LEVELS[level])
+    mic = echo + rooms.noise_bed(noise, len(echo), room.noise_dbfs)
+    heard: dict[str, tuple[np.ndarray, float]] = {"raised": (mic, 0.85), "none": (mic, 0.5)}
+    erle: dict[str, float] = {}
     costs: dict[str, list[float]] = {}
-    measured: list[float] = []
-    for index, reply in enumerate(replies):
-        delay_s = DELAYS_S[index % len(DELAYS_S)]
-        reference_delay_s = max(0.0, calibrated_delay_s(room, delay_s) - lead_s)
-        measured.append(round(1000 * (reference_delay_s + lead_s), 1))
-        echo = rooms.echo(reply, room, delay_s=delay_s, level_dbfs=LEVELS[level])
-        mic = echo + rooms.noise_bed(noise, len(echo), room.noise_dbfs)
-        echo_only_s += len(mic) / rooms.SAMPLE_RATE_HZ
-        for name, engine in engines.cancellers.items():
-            clean_out, _ = cancel(engine, echo, reply, reference_delay_s)
-            erle.setdefault(name, []).append(erle_db(echo, clean_out, reply))
-            out, block_costs = cancel(engine, mic, reply, reference_delay_s)
-            costs.setdefault(name, []).extend(block_costs)
-            false_starts[name] = false_starts.get(name, 0) + len(speech_starts(engines.vad, out, 0.5, params))
-        false_starts["raised"] = false_starts.get("raised", 0) + len(
-            speech_starts(engines.vad, mic, 0.85, params)
-        )
-        false_starts["none"] = false_starts.get("none", 0) + len(speech_starts(engines.vad, mic, 0.5, params))
-    minutes = echo_only_s / 60.0
-    result["calibrated_delays_ms"] = measured
-    result["echo_only_s"] = round(echo_only_s, 1)
-    result["false_barge_ins_per_min"] = {k: round(v / minutes, 2) for k, v in false_starts.items()}
-    result["erle_db"] = {k: round(float(np.median(v)), 1) for k, v in erle.items()}
+    for name, engine in engines.cancellers.items():
+        suppressed, linear, _ = cancel(engine, echo, played, reference_delay_s)
+        erle[name] = round(erle_db(echo, suppressed), 1)
+        erle[f"{name} linear"] = round(erle_db(echo, linear), 1)
+        out, _, costs[name] = cancel(engine, mic, played, reference_delay_s)
+        heard[name] = (out, 0.5)
+    cut: dict[str, list[int]] = {}
+    per_minute = {}
+    for name, (signal, threshold) in heard.items():
+        starts = [e.time_s for e in speech_starts(engines.vad, signal, threshold, params)]
+        per_reply = np.histogram(starts, bins=bounds)[0]
+        cut[name] = [int(i) for i in np.flatnonzero(per_reply)]
+        per_minute[name] = round(len(starts) / (len(played) / rooms.SAMPLE_RATE_HZ / 60.0), 2)
+    result["echo_only_s"] = round(len(played) / rooms.SAMPLE_RATE_HZ, 1)
+    result["replies"] = len(replies)
+    result["false_barge_ins_per_min"] = per_minute
+    result["replies_cut_by_own_echo"] = {k: len(v) for k, v in cut.items()}
+    result["first_reply_cut"] = {k: 0 in v for k, v in cut.items()}
+    result["erle_db"] = erle
     result["cpu_ms_per_10ms"] = {
         k: {f"p{q}": round(percentile(v, q) * 1000, 3) for q in (50, 95, 99)} for k, v in costs.items()
     }
-    result["barge_in"] = barge_ins(engines, room, level, replies, people, noise, params, transcribe)
+    result["barge_in"] = barge_ins(
+        engines, room, level, delay_s, reference_delay_s, replies, people, noise, params, transcribe
+    )
     refs = [text for _, text in people]
     clean = [transcribe(audio) for audio, _ in people]
-    result["barge_in"]["wer"]["clean"] = round(word_error_rate(refs, clean), 3)
+    result["barge_in"]["wer"]["recording"] = round(word_error_rate(refs, clean), 3)
     return result
 
 
@@ -173,57 +194,85 @@ def barge_ins(
     engines: Engines,
     room: rooms.Room,
     level: str,
+    delay_s: float,
+    reference_delay_s: float,
     replies: list[np.ndarray],
     people: list[tuple[np.ndarray, str]],
     noise: np.ndarray,
     params: Any,
     transcribe: Callable[[np.ndarray], str],
 ) -> dict[str, Any]:
+    """Each person starts ``BARGE_IN_AT_S`` into a reply, after ``WARM_UP`` earlier replies on the
+    same canceller stream. Their onset is where the endpointer puts the start of their speech with
+    no reply playing; a condition detects them when its endpointer starts speech at or after that
+    onset (less 50 ms). A start before it means the reply cut itself off on its own echo before the
+    person spoke. Once detected, the reply stops (as the session stops it) and what the turn would
+    transcribe, from 0.3 s before the onset, is heard without it."""
     from engines.asr.text import word_error_rate
 
-    lead_s = 0.02
-    at = round(BARGE_IN_AT_S * rooms.SAMPLE_RATE_HZ)
-    found: dict[str, list[float | None]] = {}
-    texts: dict[str, list[str]] = {}
+    rate = rooms.SAMPLE_RATE_HZ
+    conditions = {name: (engine, 0.5) for name, engine in engines.cancellers.items()}
+    conditions["raised"] = (None, 0.85)
+    latency: dict[str, list[float | None]] = {name: [] for name in [*conditions, "no reply"]}
+    self_cut = dict.fromkeys(conditions, 0)
+    texts: dict[str, list[str]] = {name: [] for name in [*conditions, "no reply"]}
+    gap = np.zeros(round(GAP_S * rate), dtype=np.float32)
     for index, (person, _text) in enumerate(people):
+        warm = [part for k in range(WARM_UP) for part in (replies[(index + 1 + k) % len(replies)], gap)]
         reply = replies[index % len(replies)]
-        delay_s = DELAYS_S[index % len(DELAYS_S)]
-        reference_delay_s = max(0.0, calibrated_delay_s(room, delay_s) - lead_s)
-        length = max(len(reply), at + len(person) + rooms.SAMPLE_RATE_HZ)
-        voice = np.zeros(length, dtype=np.float32)
-        voice[at : at + len(person)] = person
-        onset = (at + _onset(person)) / rooms.SAMPLE_RATE_HZ
-        bed = rooms.noise_bed(noise, length, room.noise_dbfs)
+        reply_at = sum(len(part) for part in warm)
+        at = reply_at + round(BARGE_IN_AT_S * rate)
+        length = (max(reply_at + len(reply), at + len(person)) + rate) // FRAME * FRAME
+        near = rooms.noise_bed(noise, length, room.noise_dbfs)
+        near[at : at + len(person)] += person
+        alone = [e for e in speech_starts(engines.vad, near, 0.5, params) if e.time_s >= reply_at / rate]
+        if not alone:
+            log.warning("person %d is not heard even without a reply; left out", index)
+            continue
+        onset, detected_alone = alone[0].speech_start_s, alone[0].time_s
+        latency["no reply"].append(detected_alone - onset)
+        window = slice(max(0, round((onset - 0.3) * rate)), at + len(person) + rate // 2)
+        texts["no reply"].append(transcribe(near[window]))
         played_full = np.zeros(length, dtype=np.float32)
-        played_full[: len(reply)] = reply
-        for name in [*engines.cancellers, "raised"]:
-            threshold = 0.85 if name == "raised" else 0.5
-            canceller = engines.cancellers.get(name)
-            path = EchoPath(room, level, delay_s, voice + bed, canceller, reference_delay_s)
-            signal = path.heard(played_full)
-            starts = [s for s in speech_starts(engines.vad, signal, threshold, params) if s >= onset - 0.05]
-            detected = starts[0] if starts else None
-            found.setdefault(name, []).append(None if detected is None else detected - onset)
-            if detected is not None:  # the session stops the reply; the turn hears the rest without it
-                stop = round((detected + STOP_LAG_S) * rooms.SAMPLE_RATE_HZ)
-                played = played_full.copy()
-                played[stop:] = 0.0
-                signal = path.heard(played)
-            begin = max(0, round((onset - 0.3) * rooms.SAMPLE_RATE_HZ))
-            end = at + len(person) + round(0.5 * rooms.SAMPLE_RATE_HZ)
-            texts.setdefault(name, []).append(transcribe(signal[begin:end]))
-    refs = [text for _, text in people]
-    summary: dict[str, Any] = {"people": len(people), "detected_within_300ms": {}, "detect_ms": {}, "wer": {}}
-    for name, times in found.items():
+        body = np.concatenate([*warm, reply])
+        played_full[: len(body)] = body
+        for name, (canceller, threshold) in conditions.items():
+            path = EchoPath(room, level, delay_s, near, canceller, reference_delay_s)
+            starts = speech_starts(engines.vad, path.heard(played_full)[0], threshold, params)
+            during = [e.time_s for e in starts if e.time_s >= reply_at / rate]
+            first = during[0] if during else None
+            if first is not None and first < onset - 0.05:
+                self_cut[name] += 1
+                latency[name].append(None)
+            else:
+                latency[name].append(None if first is None else first - onset)
+            played = played_full.copy()
+            if first is not None:  # the session stops the reply; the turn hears the rest without it
+                played[round((first + STOP_LAG_S) * rate) :] = 0.0
+            _, for_asr, suppressed = path.heard(played)
+            texts[name].append(transcribe(for_asr[window]))
+            if canceller is not None:
+                texts.setdefault(f"{name} suppressed", []).append(transcribe(suppressed[window]))
+    refs = [text for _, text in people][: len(texts["no reply"])]
+    summary: dict[str, Any] = {
+        "people": len(refs),
+        "detected_within_300ms": {},
+        "detect_ms": {},
+        "cut_by_own_echo": self_cut,
+        "wer": {},
+        "transcripts": texts,
+    }
+    for name, times in latency.items():
         within = [t for t in times if t is not None and t <= DETECT_WITHIN_S]
         seen = [t * 1000 for t in times if t is not None]
-        summary["detected_within_300ms"][name] = round(len(within) / len(times), 3)
+        summary["detected_within_300ms"][name] = round(len(within) / max(1, len(times)), 3)
         summary["detect_ms"][name] = {
             "p50": round(percentile(seen, 50), 0),
             "p95": round(percentile(seen, 95), 0),
-            "missed": sum(t is None for t in times),
+            "missed": sum(t is None for t in times) - self_cut.get(name, 0),
         }
-        summary["wer"][name] = round(word_error_rate(refs, texts[name]), 3)
+    for name, heard_texts in texts.items():
+        summary["wer"][name] = round(word_error_rate(refs, heard_texts), 3)
     return summary
 
 
@@ -239,17 +288,13 @@ class EchoPath:
     canceller: Any
     reference_delay_s: float
 
-    def heard(self, played: np.ndarray) -> np.ndarray:
+    def heard(self, played: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """What the VAD judges, what Whisper hears, and AEC3's own output for Whisper's comparison."""
         mic = rooms.echo(played, self.room, delay_s=self.delay_s, level_dbfs=LEVELS[self.level]) + self.near
         if self.canceller is None:
-            return mic
-        return cancel(self.canceller, mic, played, self.reference_delay_s)[0]
-
-
-def _onset(audio: np.ndarray, block: int = 160) -> int:
-    """The first 10 ms block within 30 dB of the recording's loudest."""
-    power = np.mean(np.square(audio[: len(audio) // block * block].reshape(-1, block)), axis=1)
-    return int(np.argmax(power > power.max() * 1e-3)) * block
+            return mic, mic, mic
+        suppressed, linear, _ = cancel(self.canceller, mic, played, self.reference_delay_s)
+        return suppressed, linear, suppressed
 
 
 def _people(data_dir: Path, count: int) -> list[tuple[np.ndarray, str]]:
@@ -307,7 +352,7 @@ def main(argv: list[str] | None = None) -> int:
         np.concatenate(list(tts.synthesize(text, sample_rate_hz=16000))) for text in REPLIES[: args.replies]
     ]
     tts.close()
-    replies = [rooms.at_level(reply, 0.0 - 20.0) for reply in replies]
+    replies = [rooms.at_level(reply[: len(reply) // FRAME * FRAME], -20.0) for reply in replies]
     vad = vad_engine(settings, bundle)
     vad.load()
     asr = asr_engine(settings, bundle)
@@ -328,11 +373,14 @@ def main(argv: list[str] | None = None) -> int:
     def transcribe(audio: np.ndarray) -> str:
         return str(asr.transcribe(audio).text)
 
-    results = []
+    results: list[dict[str, Any]] = []
     for room in rooms.ROOMS:
         for level in LEVELS:
-            log.info("%s, %s echo", room.name, level)
-            results.append(run_room(engines, room, level, replies, people, noise, params, transcribe))
+            delay_s = DELAYS_S[len(results) % len(DELAYS_S)]
+            log.info("%s, %s echo, %.0f ms late", room.name, level, delay_s * 1000)
+            results.append(
+                run_room(engines, room, level, delay_s, replies, people, noise, params, transcribe)
+            )
             _print(results[-1])
     write_result(
         "aec",
@@ -348,22 +396,32 @@ def main(argv: list[str] | None = None) -> int:
 
 def _print(row: dict[str, Any]) -> None:
     barge = row["barge_in"]
+    replies = row["replies"]
     print(
-        f"\n{row['room']} ({row['distance_m']} m), {row['level']} echo; calibrated {row['calibrated_delays_ms']} ms"
+        f"\n{row['room']} ({row['distance_m']} m), {row['level']} echo, {row['device_delay_ms']} ms late "
+        f"(calibrated {row['calibrated_delay_ms']} ms); first reply cut: {row['first_reply_cut']}"
     )
     print(
-        f"  {'':22} {'ERLE dB':>8} {'false/min':>9} {'<=300ms':>8} {'detect p50':>10} {'WER':>6} {'CPU ms/10ms p50/p99':>20}"
+        f"  {'':22} {'ERLE dB':>8} {'false/min':>9} {'cut/' + str(replies):>6} {'<=300ms':>8} "
+        f"{'detect p50/p95':>15} {'WER':>6} {'CPU ms/10ms p50/p99':>20}"
     )
-    for name in [*row["erle_db"], "raised", "none"]:
+    for name in [*row["erle_db"], "raised", "none", "no reply"]:
         erle = row["erle_db"].get(name, "-")
         within = barge["detected_within_300ms"].get(name, "-")
-        detect = barge["detect_ms"].get(name, {}).get("p50", "-")
+        detect = barge["detect_ms"].get(name)
+        detect_text = f"{detect['p50']:.0f}/{detect['p95']:.0f}" if detect else "-"
         wer = barge["wer"].get(name, "-")
         cpu = row["cpu_ms_per_10ms"].get(name)
         cpu_text = f"{cpu['p50']}/{cpu['p99']}" if cpu else "-"
-        false = row["false_barge_ins_per_min"][name]
-        print(f"  {name:22} {erle!s:>8} {false!s:>9} {within!s:>8} {detect!s:>10} {wer!s:>6} {cpu_text:>20}")
-    print(f"  clean recording WER {barge['wer']['clean']}")
+        false = row["false_barge_ins_per_min"].get(name, "-")
+        cut = row["replies_cut_by_own_echo"].get(name, "-")
+        print(
+            f"  {name:22} {erle!s:>8} {false!s:>9} {cut!s:>6} {within!s:>8} {detect_text:>15} {wer!s:>6} "
+            f"{cpu_text:>20}"
+        )
+    print(
+        f"  the recordings alone: WER {barge['wer']['recording']}; cut by own echo before the person: {barge['cut_by_own_echo']}"
+    )
 
 
 if __name__ == "__main__":

@@ -3,7 +3,7 @@ speaker, simulated with pyroomacoustics (image source method), delayed by the de
 
 Levels are RMS over the voiced part, in dBFS: a person at a kiosk at about -26 dBFS on its microphone,
 the appliance's reply reaching the same microphone at a chosen level ("normal volume": as loud as the
-person; "loud": 6 dB louder, the speaker next to the microphone).
+person; "quiet": 10 dB softer; "loud": 6 dB louder, the speaker next to the microphone).
 """
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ import numpy as np
 
 SAMPLE_RATE_HZ = 16000
 SPEECH_DBFS = -26.0
+QUIET_ECHO_DBFS = -36.0
 NORMAL_ECHO_DBFS = -26.0
 LOUD_ECHO_DBFS = -20.0
 

@@ -3,6 +3,8 @@ the settings that decide which sessions cancel their echo, and the real WebRTC c
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import pytest
 
@@ -11,6 +13,7 @@ from appliance.config import load_settings, override
 from appliance.engine_set import cancels_echo, echo_canceller, echo_gate
 from bench import rooms
 from engines.aec import BLOCK_SAMPLES, BlockCanceller, create_canceller
+from engines.audio import load_audio_16k
 from engines.errors import BackendUnavailable, InputError
 
 RATE = 16000
@@ -69,13 +72,15 @@ def test_blocks_keep_the_length_and_delay_the_output_by_one_block() -> None:
 
     blocks = BlockCanceller(identity)
     signal = np.random.default_rng(0).uniform(-0.5, 0.5, 512 * 23).astype(np.float32)
-    out = np.concatenate(
-        [blocks.process(signal[i : i + 512], signal[i : i + 512]) for i in range(0, len(signal), 512)]
-    )
+    outs = [blocks.process(signal[i : i + 512], signal[i : i + 512]) for i in range(0, len(signal), 512)]
+    out = np.concatenate([o.suppressed for o in outs])
     assert len(out) == len(signal)
     expected = np.round(signal * 32767) / 32768
     np.testing.assert_allclose(out[BLOCK_SAMPLES:], expected[:-BLOCK_SAMPLES], atol=2 / 32768)
     np.testing.assert_array_equal(out[:BLOCK_SAMPLES], 0.0)
+    # Nothing suppressed means a person speaks: the linear filter does not learn and passes it on.
+    linear = np.concatenate([o.linear for o in outs])
+    np.testing.assert_allclose(linear[BLOCK_SAMPLES:], signal[:-BLOCK_SAMPLES], atol=1e-6)
     with pytest.raises(InputError, match="differ in length"):
         blocks.process(signal[:512], signal[:500])
 
@@ -112,11 +117,10 @@ def canceller() -> object:
     engine.close()
 
 
-def _cancel(engine: object, mic: np.ndarray, reference: np.ndarray) -> np.ndarray:
+def _cancel(engine: object, mic: np.ndarray, reference: np.ndarray, *, linear: bool = False) -> np.ndarray:
     stream = engine.stream()  # type: ignore[attr-defined]
-    return np.concatenate(
-        [stream.process(mic[i : i + 512], reference[i : i + 512]) for i in range(0, len(mic), 512)]
-    )
+    outs = [stream.process(mic[i : i + 512], reference[i : i + 512]) for i in range(0, len(mic), 512)]
+    return np.concatenate([o.linear if linear else o.suppressed for o in outs])
 
 
 @pytest.mark.parametrize("room", rooms.ROOMS, ids=lambda r: r.name.split(",")[0].replace(" ", "-"))
@@ -159,3 +163,47 @@ def test_a_reference_that_comes_after_its_echo_cannot_be_cancelled(
 
     assert erle(on_time) > 20.0
     assert erle(late) < 10.0
+
+
+def test_the_linear_output_keeps_a_person_who_speaks_over_the_reply(
+    canceller: object, piper_tts: object, data_dir: Path
+) -> None:
+    """AEC3's suppressor turns a person down while the reply still plays (what the VAD gets); the
+    linear canceller's output (what Whisper gets) keeps them, with the echo still 10 dB down."""
+    texts = [
+        "The canteen is open from half past eleven to two, and the menu is on the board.",
+        "Line three stopped at ten past nine for a tool change.",
+    ]
+    reply = np.concatenate(
+        [np.concatenate(list(piper_tts.synthesize(t, sample_rate_hz=RATE))) for t in texts]  # type: ignore[attr-defined]
+    )
+    reply = rooms.at_level(reply[: len(reply) // 512 * 512], -20.0)
+    person = rooms.at_level(load_audio_16k(data_dir / "speech/en/google_audio.wav"), rooms.SPEECH_DBFS)
+    at = len(reply) - 2 * RATE  # the person starts 2 s before the reply ends
+    near = np.zeros(len(reply), np.float32)
+    near[at : at + len(person)] = person[: len(reply) - at]
+    room = rooms.ROOMS[1]
+    echo = rooms.echo(reply, room, delay_s=0.05, level_dbfs=rooms.NORMAL_ECHO_DBFS)
+    reference = np.concatenate([np.zeros(round((0.05 - LEAD_S) * RATE), np.float32), reply])[: len(reply)]
+    suppressed = _cancel(canceller, echo + near, reference)[BLOCK_SAMPLES:]
+    linear = _cancel(canceller, echo + near, reference, linear=True)[BLOCK_SAMPLES:]
+    overlap = slice(at, at + RATE)  # the person's first second, the reply still playing
+
+    def turned_down(out: np.ndarray) -> float:
+        """The share of the person's strongest time-frequency cells (300 Hz-4 kHz) that come out more
+        than 6 dB quieter than the person alone."""
+        from scipy.signal import stft
+
+        _, _, voice = stft(near[overlap], fs=RATE, nperseg=512)
+        _, _, heard = stft(out[overlap], fs=RATE, nperseg=512)
+        voice_power, heard_power = np.abs(voice[10:129]) ** 2, np.abs(heard[10:129]) ** 2
+        strong = voice_power > voice_power.max() * 1e-2
+        return float(np.mean(heard_power[strong] < voice_power[strong] / 4))
+
+    assert turned_down(linear) < 0.05 and turned_down(suppressed) > 0.2, (
+        turned_down(linear),
+        turned_down(suppressed),
+    )
+    before = slice(3 * RATE, at)  # echo alone, converged
+    linear_erle = 10 * np.log10(np.sum(echo[before] ** 2) / np.sum(linear[before] ** 2))
+    assert linear_erle > 10.0

@@ -3,17 +3,35 @@
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
+from dataclasses import dataclass
 from typing import Protocol
 
 import numpy as np
 
 from engines.audio import FRAME_S, FRAME_SAMPLES, SAMPLE_RATE_HZ
 
-__all__ = ["FRAME_S", "FRAME_SAMPLES", "SAMPLE_RATE_HZ", "AudioSink", "AudioSource"]
+__all__ = ["FRAME_S", "FRAME_SAMPLES", "SAMPLE_RATE_HZ", "AudioSink", "AudioSource", "HeardFrame"]
+
+
+@dataclass(frozen=True)
+class HeardFrame:
+    """One frame in two versions, for a source that cleans its audio two ways (the echo-cancelled
+    microphone): ``for_vad`` decides whether someone speaks, ``for_asr`` is what is transcribed."""
+
+    for_vad: np.ndarray
+    for_asr: np.ndarray
+
+
+def split_frame(frame: np.ndarray | HeardFrame) -> tuple[np.ndarray, np.ndarray]:
+    """(what the VAD judges, what is transcribed) of a source's frame."""
+    if isinstance(frame, HeardFrame):
+        return frame.for_vad, frame.for_asr
+    return frame, frame
 
 
 class AudioSource(Protocol):
-    """Yields float32 mono frames of FRAME_SAMPLES at 16 kHz, in order, until the input ends.
+    """Yields float32 mono frames of FRAME_SAMPLES at 16 kHz, in order, until the input ends (or
+    ``HeardFrame`` pairs of them).
 
     ``realtime`` is False for a source that runs faster than a clock (a file fed with ``--fast``):
     a session then finishes each turn before taking the next frame.
@@ -22,7 +40,7 @@ class AudioSource(Protocol):
     name: str
     realtime: bool
 
-    def frames(self) -> AsyncIterator[np.ndarray]: ...
+    def frames(self) -> AsyncIterator[np.ndarray | HeardFrame]: ...
 
     async def close(self) -> None: ...
 

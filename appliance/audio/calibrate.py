@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from appliance.audio.base import SAMPLE_RATE_HZ, AudioSink, AudioSource
+from appliance.audio.base import SAMPLE_RATE_HZ, AudioSink, AudioSource, split_frame
 from appliance.audio.echo import CaptureClock, PlaybackTimeline, TappedSink
 from appliance.pipeline.playback import Player
 from engines.audio import resample
@@ -89,7 +89,8 @@ async def measure_echo_delay(
     got_frame = asyncio.Event()
 
     async def listen() -> None:
-        async for frame in source.frames():
+        async for heard in source.frames():
+            frame = split_frame(heard)[1]
             clock.frame_end(time.monotonic(), len(frame))
             frames.append(np.asarray(frame, dtype=np.float32))
             got_frame.set()

@@ -23,7 +23,7 @@ from typing import Any, Protocol, TypeVar
 import numpy as np
 import soxr
 
-from appliance.audio.base import SAMPLE_RATE_HZ, AudioSink, AudioSource
+from appliance.audio.base import SAMPLE_RATE_HZ, AudioSink, AudioSource, HeardFrame, split_frame
 from engines.aec import EchoStream
 
 T = TypeVar("T")
@@ -143,7 +143,8 @@ class CaptureClock:
 
 
 class EchoCancelledSource:
-    """The microphone's frames with the speaker's echo taken out (``BLOCK_SAMPLES`` later)."""
+    """The microphone's frames with the speaker's echo taken out (``BLOCK_SAMPLES`` later): AEC3's
+    for the VAD, the linear canceller's for what is transcribed (``engines.aec.Cancelled``)."""
 
     def __init__(
         self,
@@ -164,12 +165,14 @@ class EchoCancelledSource:
         self.realtime = source.realtime
         self.ends_with_listener = getattr(source, "ends_with_listener", False)
 
-    async def frames(self) -> AsyncIterator[np.ndarray]:
-        async for frame in self.inner.frames():
+    async def frames(self) -> AsyncIterator[HeardFrame]:
+        async for heard in self.inner.frames():
+            frame = split_frame(heard)[1]
             end = self.clock.frame_end(time.monotonic(), len(frame))
             start = end - len(frame) / SAMPLE_RATE_HZ
             reference = self.timeline.take(start - self.reference_delay_s, len(frame))
-            yield await self.worker.call(self.stream.process, frame, reference)
+            cancelled = await self.worker.call(self.stream.process, frame, reference)
+            yield HeardFrame(for_vad=cancelled.suppressed, for_asr=cancelled.linear)
 
     def echo_return_loss_enhancement_db(self) -> float | None:
         return self.stream.echo_return_loss_enhancement_db()

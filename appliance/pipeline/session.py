@@ -33,7 +33,7 @@ from typing import Any
 import numpy as np
 
 from appliance.agent import Conversation
-from appliance.audio.base import FRAME_S, FRAME_SAMPLES, AudioSink, AudioSource
+from appliance.audio.base import FRAME_S, FRAME_SAMPLES, AudioSink, AudioSource, HeardFrame, split_frame
 from appliance.pipeline.partials import Partials, PartialsConfig, PartialsRecord
 from appliance.pipeline.playback import Player
 from appliance.pipeline.turn import Turn, TurnConfig, TurnEngines
@@ -273,11 +273,12 @@ class Session:
             )
             self.engines.llm.end_conversation(self.session_id)
 
-    async def _on_frame(self, frame: np.ndarray, vad_stream: Any) -> None:
-        if len(frame) != FRAME_SAMPLES:
+    async def _on_frame(self, heard: np.ndarray | HeardFrame, vad_stream: Any) -> None:
+        frame, transcribed = split_frame(heard)
+        if len(frame) != FRAME_SAMPLES or len(transcribed) != FRAME_SAMPLES:
             raise ValueError(f"frames must have {FRAME_SAMPLES} samples, got {len(frame)}")
         now = time.monotonic()
-        self._frames.append((frame, now))
+        self._frames.append((transcribed, now))  # the utterance's audio: ASR, partials, the turn model
         self._frame_count += 1
         probability = float(await self.engines.vad_worker.call(vad_stream.probability, frame))
         playing = self.speaking

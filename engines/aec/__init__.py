@@ -2,8 +2,10 @@
 
 A stream is fed 16 kHz float32 capture (the microphone) and, sample for sample, the reference: what
 the speaker was playing when that capture was made, aligned by the caller. It returns the capture with
-the echo removed, ``BLOCK_SAMPLES`` late (the canceller works on 10 ms blocks). One engine serves every
-session; each ``stream()`` has its own adaptive filter.
+the echo removed, ``BLOCK_SAMPLES`` late (the cancellers work on 10 ms blocks), in two versions
+(``Cancelled``): WebRTC AEC3's, whose suppressor keeps the VAD from hearing the reply, and a linear
+canceller's, which leaves a person speaking over the reply whole for Whisper. One engine serves every
+session; each ``stream()`` has its own adaptive filters.
 """
 
 from __future__ import annotations
@@ -12,18 +14,26 @@ from typing import Protocol
 
 import numpy as np
 
-from engines.aec.blocks import BLOCK_SAMPLES, BlockCanceller
+from engines.aec.blocks import BLOCK_SAMPLES, BlockCanceller, Cancelled
 from engines.errors import BackendUnavailable
 
 BACKENDS = ("webrtc",)
 
-__all__ = ["BACKENDS", "BLOCK_SAMPLES", "BlockCanceller", "EchoCanceller", "EchoStream", "create_canceller"]
+__all__ = [
+    "BACKENDS",
+    "BLOCK_SAMPLES",
+    "BlockCanceller",
+    "Cancelled",
+    "EchoCanceller",
+    "EchoStream",
+    "create_canceller",
+]
 
 
 class EchoStream(Protocol):
     """One session's canceller state; capture and reference must be fed in order, equal lengths."""
 
-    def process(self, capture: np.ndarray, reference: np.ndarray) -> np.ndarray:
+    def process(self, capture: np.ndarray, reference: np.ndarray) -> Cancelled:
         """The capture without its echo: float32, as long as ``capture``, ``BLOCK_SAMPLES`` late."""
         ...
 

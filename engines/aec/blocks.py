@@ -1,11 +1,13 @@
-"""Any frame length in, 10 ms blocks to the canceller, the same length out at a constant delay."""
+"""Any frame length in, 10 ms blocks to the cancellers, the same length out at a constant delay."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 
 import numpy as np
 
+from engines.aec.linear import LinearCanceller
 from engines.errors import InputError
 
 BLOCK_SAMPLES = 160  # 10 ms at 16 kHz: WebRTC's audio processing takes nothing else
@@ -13,9 +15,21 @@ _REFERENCE_FLOOR = 1e-4  # mean power of a reference block that counts as playin
 _ERLE_DECAY = 0.995  # per block: the running figure weighs about the last 2 s
 
 
+@dataclass(frozen=True)
+class Cancelled:
+    """One stretch of microphone audio without the echo, in two versions of equal length:
+    ``suppressed`` (echo removed and what may remain of it turned down: for the VAD, which must not
+    hear the reply) and ``linear`` (the echo path's estimate subtracted, nothing turned down: for
+    Whisper and the turn detector, which must hear all of a person who speaks over the reply)."""
+
+    suppressed: np.ndarray
+    linear: np.ndarray
+
+
 class BlockCanceller:
     """Cuts capture and reference into blocks for ``process_block`` (int16 capture, int16 reference ->
-    int16 capture without echo) and gives back exactly as many samples as it was given.
+    int16 capture without echo), runs the linear canceller beside it, and gives back exactly as many
+    samples as it was given.
 
     The output starts with one block of silence, so it always lags the input by ``BLOCK_SAMPLES``: what
     is held back (input not yet a whole block) plus what is ready (processed, not yet returned) is
@@ -24,12 +38,13 @@ class BlockCanceller:
 
     def __init__(self, process_block: Callable[[np.ndarray, np.ndarray], np.ndarray]) -> None:
         self._process_block = process_block
+        self._linear = LinearCanceller()
         self._pending = np.zeros((2, 0), dtype=np.float32)
-        self._ready = np.zeros(BLOCK_SAMPLES, dtype=np.float32)
+        self._ready = np.zeros((2, BLOCK_SAMPLES), dtype=np.float32)
         self._capture_power = 0.0
         self._output_power = 0.0
 
-    def process(self, capture: np.ndarray, reference: np.ndarray) -> np.ndarray:
+    def process(self, capture: np.ndarray, reference: np.ndarray) -> Cancelled:
         capture = np.asarray(capture, dtype=np.float32).reshape(-1)
         reference = np.asarray(reference, dtype=np.float32).reshape(-1)
         if capture.shape != reference.shape:
@@ -44,9 +59,9 @@ class BlockCanceller:
             block = pending[:, index * BLOCK_SAMPLES : (index + 1) * BLOCK_SAMPLES]
             done.append(self._run(block[0], block[1]))
         self._pending = pending[:, blocks * BLOCK_SAMPLES :]
-        ready = np.concatenate(done)
-        self._ready = ready[len(capture) :]
-        return ready[: len(capture)]
+        ready = np.concatenate(done, axis=1)
+        self._ready = ready[:, len(capture) :]
+        return Cancelled(suppressed=ready[0, : len(capture)], linear=ready[1, : len(capture)])
 
     def echo_return_loss_enhancement_db(self) -> float | None:
         if self._capture_power <= 0.0 or self._output_power <= 0.0:
@@ -55,10 +70,11 @@ class BlockCanceller:
 
     def _run(self, capture: np.ndarray, reference: np.ndarray) -> np.ndarray:
         out = self._process_block(to_int16(capture), to_int16(reference)).astype(np.float32) / 32768.0
+        linear = self._linear.process(capture, reference, out).astype(np.float32)
         if float(np.mean(np.square(reference))) > _REFERENCE_FLOOR:
             self._capture_power = _ERLE_DECAY * self._capture_power + float(np.mean(np.square(capture)))
             self._output_power = _ERLE_DECAY * self._output_power + float(np.mean(np.square(out)))
-        return out
+        return np.stack([out, linear])
 
 
 def to_int16(audio: np.ndarray) -> np.ndarray:
