@@ -40,7 +40,7 @@ BENCHMARKS: dict[str, tuple[tuple[str, ...], bool]] = {
     "tools": (("tools",), True),
     "fleet": (("fleet",), True),
     "llm-server": (("llm_server",), True),
-    "aec": (("aec",), True),
+    "aec": (("aec",), False),
     "e2e-partials": (
         (
             "--llm",

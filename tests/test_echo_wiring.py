@@ -1,0 +1,87 @@
+"""The composition root puts the echo canceller where ``audio.echo_cancellation`` says: the local
+microphone with a speaker (auto), every call too (on), nowhere (off), with the VAD threshold that
+goes with it."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterator
+from types import SimpleNamespace
+from typing import Any
+
+import numpy as np
+import pytest
+
+from appliance import daemon
+from appliance.audio.echo import EchoCancelledSource, TappedSink
+from appliance.audio.files import ArraySource, MemorySink
+from appliance.config import Settings, load_settings, override
+from appliance.engine_set import echo_canceller, session_config
+from appliance.pipeline.workers import EngineWorker
+from engines.aec import EchoCanceller
+
+
+@pytest.fixture(scope="module")
+def canceller() -> Iterator[EchoCanceller]:
+    engine = echo_canceller(load_settings(None), microphone=True)
+    assert engine is not None
+    engine.load()
+    yield engine
+    engine.close()
+
+
+def _wire(
+    settings: Settings, canceller: EchoCanceller | None, *, kind: str, speaker: bool
+) -> tuple[Any, Any, Any]:
+    worker = EngineWorker("aec")
+    fake = SimpleNamespace(settings=settings, engines=SimpleNamespace(aec=canceller, aec_worker=worker))
+    source = ArraySource(np.zeros(512 * 4, np.float32), realtime=True)
+    sink = MemorySink(16000, realtime=True)
+    return daemon._with_echo_cancellation(
+        fake,  # type: ignore[arg-type]
+        source,
+        sink,
+        kind=kind,
+        speaker=speaker,
+        config=session_config(settings),
+    )
+
+
+def test_auto_cancels_the_local_microphone_with_a_speaker_at_the_normal_threshold(
+    canceller: EchoCanceller,
+) -> None:
+    settings = load_settings(None)
+    source, sink, config = _wire(settings, canceller, kind="microphone", speaker=True)
+    assert isinstance(source, EchoCancelledSource) and isinstance(sink, TappedSink)
+    assert config.echo.threshold_while_playing == settings.vad.threshold
+
+    async def frames() -> list[Any]:
+        return [frame async for frame in source.frames()]
+
+    heard = asyncio.run(frames())
+    assert len(heard) == 4 and heard[0].for_vad.shape == heard[0].for_asr.shape == (512,)
+
+
+@pytest.mark.parametrize(
+    ("mode", "kind", "speaker", "cancelled"),
+    [
+        ("auto", "sip", True, False),  # a phone cancels its own echo
+        ("auto", "microphone", False, False),  # no speaker: nothing to cancel
+        ("on", "sip", True, True),
+        ("off", "microphone", True, False),
+    ],
+)
+def test_the_other_sessions(
+    canceller: EchoCanceller, mode: str, kind: str, speaker: bool, cancelled: bool
+) -> None:
+    settings = override(load_settings(None), audio={"echo_cancellation": mode})
+    source, sink, config = _wire(settings, canceller, kind=kind, speaker=speaker)
+    assert isinstance(source, EchoCancelledSource) is cancelled
+    assert isinstance(sink, TappedSink) is cancelled
+    assert config.echo.threshold_while_playing == (settings.vad.threshold if cancelled else 0.85)
+
+
+def test_no_canceller_loaded_means_none_is_wired() -> None:
+    source, sink, config = _wire(load_settings(None), None, kind="microphone", speaker=True)
+    assert isinstance(source, ArraySource) and isinstance(sink, MemorySink)
+    assert config.echo.threshold_while_playing == 0.85
