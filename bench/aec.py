@@ -57,10 +57,16 @@ log = logging.getLogger("bench.aec")
 
 
 @dataclass
-class Engines:
+class Bench:
+    """The engines and the audio every room is measured with."""
+
     vad: Any
-    asr: Any
+    transcribe: Callable[[np.ndarray], str]
     cancellers: dict[str, Any]  # name -> engine with stream()
+    replies: list[np.ndarray]
+    people: list[tuple[np.ndarray, str]]
+    noise: np.ndarray
+    params: Any  # the endpointer's
 
 
 def speech_starts(vad: Any, audio: np.ndarray, threshold: float, params: Any) -> list[Any]:
@@ -128,17 +134,7 @@ GAP_S = 1.0  # silence between two replies
 WARM_UP = 1  # replies played before a barge-in case: the canceller of a session that has spoken before
 
 
-def run_room(
-    engines: Engines,
-    room: rooms.Room,
-    level: str,
-    delay_s: float,
-    replies: list[np.ndarray],
-    people: list[tuple[np.ndarray, str]],
-    noise: np.ndarray,
-    params: Any,
-    transcribe: Callable[[np.ndarray], str],
-) -> dict[str, Any]:
+def run_room(bench: Bench, room: rooms.Room, level: str, delay_s: float) -> dict[str, Any]:
     """The replies back to back, ``GAP_S`` apart, through one canceller stream (as one session's),
     ``delay_s`` late; then the barge-in cases."""
     from engines.asr.text import word_error_rate
@@ -152,14 +148,14 @@ def run_room(
         "calibrated_delay_ms": round(1000 * (reference_delay_s + LEAD_S), 1),
     }
     gap = np.zeros(round(GAP_S * rooms.SAMPLE_RATE_HZ), dtype=np.float32)
-    played = np.concatenate([part for reply in replies for part in (reply, gap)])
-    bounds = np.cumsum([0] + [len(reply) + len(gap) for reply in replies]) / rooms.SAMPLE_RATE_HZ
+    played = np.concatenate([part for reply in bench.replies for part in (reply, gap)])
+    bounds = np.cumsum([0] + [len(reply) + len(gap) for reply in bench.replies]) / rooms.SAMPLE_RATE_HZ
     echo = rooms.echo(played, room, delay_s=delay_s, level_dbfs=LEVELS[level])
-    mic = echo + rooms.noise_bed(noise, len(echo), room.noise_dbfs)
+    mic = echo + rooms.noise_bed(bench.noise, len(echo), room.noise_dbfs)
     heard: dict[str, tuple[np.ndarray, float]] = {"raised": (mic, 0.85), "none": (mic, 0.5)}
     erle: dict[str, float] = {}
     costs: dict[str, list[float]] = {}
-    for name, engine in engines.cancellers.items():
+    for name, engine in bench.cancellers.items():
         suppressed, linear, _ = cancel(engine, echo, played, reference_delay_s)
         erle[name] = round(erle_db(echo, suppressed), 1)
         erle[f"{name} linear"] = round(erle_db(echo, linear), 1)
@@ -168,12 +164,12 @@ def run_room(
     cut: dict[str, list[int]] = {}
     per_minute = {}
     for name, (signal, threshold) in heard.items():
-        starts = [e.time_s for e in speech_starts(engines.vad, signal, threshold, params)]
+        starts = [e.time_s for e in speech_starts(bench.vad, signal, threshold, bench.params)]
         per_reply = np.histogram(starts, bins=bounds)[0]
         cut[name] = [int(i) for i in np.flatnonzero(per_reply)]
         per_minute[name] = round(len(starts) / (len(played) / rooms.SAMPLE_RATE_HZ / 60.0), 2)
     result["echo_only_s"] = round(len(played) / rooms.SAMPLE_RATE_HZ, 1)
-    result["replies"] = len(replies)
+    result["replies"] = len(bench.replies)
     result["false_barge_ins_per_min"] = per_minute
     result["replies_cut_by_own_echo"] = {k: len(v) for k, v in cut.items()}
     result["first_reply_cut"] = {k: 0 in v for k, v in cut.items()}
@@ -181,26 +177,15 @@ def run_room(
     result["cpu_ms_per_10ms"] = {
         k: {f"p{q}": round(percentile(v, q) * 1000, 3) for q in (50, 95, 99)} for k, v in costs.items()
     }
-    result["barge_in"] = barge_ins(
-        engines, room, level, delay_s, reference_delay_s, replies, people, noise, params, transcribe
-    )
-    refs = [text for _, text in people]
-    clean = [transcribe(audio) for audio, _ in people]
+    result["barge_in"] = barge_ins(bench, room, level, delay_s, reference_delay_s)
+    refs = [text for _, text in bench.people]
+    clean = [bench.transcribe(audio) for audio, _ in bench.people]
     result["barge_in"]["wer"]["recording"] = round(word_error_rate(refs, clean), 3)
     return result
 
 
 def barge_ins(
-    engines: Engines,
-    room: rooms.Room,
-    level: str,
-    delay_s: float,
-    reference_delay_s: float,
-    replies: list[np.ndarray],
-    people: list[tuple[np.ndarray, str]],
-    noise: np.ndarray,
-    params: Any,
-    transcribe: Callable[[np.ndarray], str],
+    bench: Bench, room: rooms.Room, level: str, delay_s: float, reference_delay_s: float
 ) -> dict[str, Any]:
     """Each person starts ``BARGE_IN_AT_S`` into a reply, after ``WARM_UP`` earlier replies on the
     same canceller stream. Their onset is where the endpointer puts the start of their speech with
@@ -211,34 +196,38 @@ def barge_ins(
     from engines.asr.text import word_error_rate
 
     rate = rooms.SAMPLE_RATE_HZ
-    conditions = {name: (engine, 0.5) for name, engine in engines.cancellers.items()}
+    conditions = {name: (engine, 0.5) for name, engine in bench.cancellers.items()}
     conditions["raised"] = (None, 0.85)
     latency: dict[str, list[float | None]] = {name: [] for name in [*conditions, "no reply"]}
     self_cut = dict.fromkeys(conditions, 0)
     texts: dict[str, list[str]] = {name: [] for name in [*conditions, "no reply"]}
     gap = np.zeros(round(GAP_S * rate), dtype=np.float32)
-    for index, (person, _text) in enumerate(people):
-        warm = [part for k in range(WARM_UP) for part in (replies[(index + 1 + k) % len(replies)], gap)]
-        reply = replies[index % len(replies)]
+    for index, (person, _text) in enumerate(bench.people):
+        warm = [
+            part
+            for k in range(WARM_UP)
+            for part in (bench.replies[(index + 1 + k) % len(bench.replies)], gap)
+        ]
+        reply = bench.replies[index % len(bench.replies)]
         reply_at = sum(len(part) for part in warm)
         at = reply_at + round(BARGE_IN_AT_S * rate)
         length = (max(reply_at + len(reply), at + len(person)) + rate) // FRAME * FRAME
-        near = rooms.noise_bed(noise, length, room.noise_dbfs)
+        near = rooms.noise_bed(bench.noise, length, room.noise_dbfs)
         near[at : at + len(person)] += person
-        alone = [e for e in speech_starts(engines.vad, near, 0.5, params) if e.time_s >= reply_at / rate]
+        alone = [e for e in speech_starts(bench.vad, near, 0.5, bench.params) if e.time_s >= reply_at / rate]
         if not alone:
             log.warning("person %d is not heard even without a reply; left out", index)
             continue
         onset, detected_alone = alone[0].speech_start_s, alone[0].time_s
         latency["no reply"].append(detected_alone - onset)
         window = slice(max(0, round((onset - 0.3) * rate)), at + len(person) + rate // 2)
-        texts["no reply"].append(transcribe(near[window]))
+        texts["no reply"].append(bench.transcribe(near[window]))
         played_full = np.zeros(length, dtype=np.float32)
         body = np.concatenate([*warm, reply])
         played_full[: len(body)] = body
         for name, (canceller, threshold) in conditions.items():
             path = EchoPath(room, level, delay_s, near, canceller, reference_delay_s)
-            starts = speech_starts(engines.vad, path.heard(played_full)[0], threshold, params)
+            starts = speech_starts(bench.vad, path.heard(played_full)[0], threshold, bench.params)
             during = [e.time_s for e in starts if e.time_s >= reply_at / rate]
             first = during[0] if during else None
             if first is not None and first < onset - 0.05:
@@ -250,10 +239,10 @@ def barge_ins(
             if first is not None:  # the session stops the reply; the turn hears the rest without it
                 played[round((first + STOP_LAG_S) * rate) :] = 0.0
             _, for_asr, suppressed = path.heard(played)
-            texts[name].append(transcribe(for_asr[window]))
+            texts[name].append(bench.transcribe(for_asr[window]))
             if canceller is not None:
-                texts.setdefault(f"{name} suppressed", []).append(transcribe(suppressed[window]))
-    refs = [text for _, text in people][: len(texts["no reply"])]
+                texts.setdefault(f"{name} suppressed", []).append(bench.transcribe(suppressed[window]))
+    refs = [text for _, text in bench.people][: len(texts["no reply"])]
     summary: dict[str, Any] = {
         "people": len(refs),
         "detected_within_300ms": {},
@@ -339,9 +328,15 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
 
     from appliance.config import load_settings, override
-    from appliance.engine_set import asr_engine, endpointer_params, open_bundle, tts_engine, vad_engine
+    from appliance.engine_set import (
+        asr_engine,
+        echo_canceller,
+        endpointer_params,
+        open_bundle,
+        tts_engine,
+        vad_engine,
+    )
     from bench.machine import write_result
-    from engines.aec import create_canceller
     from engines.audio import load_audio_16k
 
     settings = load_settings(None)
@@ -359,34 +354,34 @@ def main(argv: list[str] | None = None) -> int:
     asr.load()
     cancellers: dict[str, Any] = {}
     for name, ns in (("webrtc", False), ("webrtc+ns", True)):
-        engine = create_canceller(backend="webrtc", noise_suppression=ns, high_pass_filter=True)
+        engine = echo_canceller(override(settings, audio={"echo_noise_suppression": ns}), microphone=True)
+        assert engine is not None
         engine.load()
         cancellers[name] = engine
     other = _aec_audio_processing()
     if other is not None:
         cancellers["aec-audio-processing"] = other
-    engines = Engines(vad, asr, cancellers)
-    params = endpointer_params(override(settings, endpointer={"mode": "silence"}))
-    noise = load_audio_16k(args.data / "vad/noise/speechbrain_noise1.wav")
-    people = _people(args.data, args.people)
-
-    def transcribe(audio: np.ndarray) -> str:
-        return str(asr.transcribe(audio).text)
-
+    bench = Bench(
+        vad=vad,
+        transcribe=lambda audio: str(asr.transcribe(audio).text),
+        cancellers=cancellers,
+        replies=replies,
+        people=_people(args.data, args.people),
+        noise=load_audio_16k(args.data / "vad/noise/speechbrain_noise1.wav"),
+        params=endpointer_params(override(settings, endpointer={"mode": "silence"})),
+    )
     results: list[dict[str, Any]] = []
     for room in rooms.ROOMS:
         for level in LEVELS:
             delay_s = DELAYS_S[len(results) % len(DELAYS_S)]
             log.info("%s, %s echo, %.0f ms late", room.name, level, delay_s * 1000)
-            results.append(
-                run_room(engines, room, level, delay_s, replies, people, noise, params, transcribe)
-            )
+            results.append(run_room(bench, room, level, delay_s))
             _print(results[-1])
     write_result(
         "aec",
         {
             "replies": len(replies),
-            "people": len(people),
+            "people": len(bench.people),
             "reply_s": round(sum(len(r) for r in replies) / 16000, 1),
         },
         {"rows": results, "cancellers": list(cancellers)},

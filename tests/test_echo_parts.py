@@ -109,14 +109,6 @@ def test_an_unknown_backend_names_the_fix() -> None:
         create_canceller(backend="speex", noise_suppression=False, high_pass_filter=True)
 
 
-@pytest.fixture(scope="module")
-def canceller() -> object:
-    engine = create_canceller(backend="webrtc", noise_suppression=False, high_pass_filter=True)
-    engine.load()
-    yield engine
-    engine.close()
-
-
 def _cancel(engine: object, mic: np.ndarray, reference: np.ndarray, *, linear: bool = False) -> np.ndarray:
     stream = engine.stream()  # type: ignore[attr-defined]
     outs = [stream.process(mic[i : i + 512], reference[i : i + 512]) for i in range(0, len(mic), 512)]
@@ -125,7 +117,7 @@ def _cancel(engine: object, mic: np.ndarray, reference: np.ndarray, *, linear: b
 
 @pytest.mark.parametrize("room", rooms.ROOMS, ids=lambda r: r.name.split(",")[0].replace(" ", "-"))
 def test_the_real_canceller_takes_a_reply_out_of_the_microphone(
-    canceller: object, room: rooms.Room, piper_tts: object, data_dir: object
+    aec_engine: object, room: rooms.Room, piper_tts: object, data_dir: object
 ) -> None:
     """A Piper reply through a simulated room, 80 ms late: with the reference aligned as the session
     aligns it (the calibrated delay less LEAD_S), the echo is 18 dB down after 2 s with the speaker
@@ -138,14 +130,14 @@ def test_the_real_canceller_takes_a_reply_out_of_the_microphone(
     mic = rooms.echo(reply, room, delay_s=delay_s, level_dbfs=rooms.NORMAL_ECHO_DBFS)
     shift = round((delay_s - LEAD_S) * RATE)
     reference = np.concatenate([np.zeros(shift, np.float32), reply])[: len(reply)]
-    out = _cancel(canceller, mic, reference)[BLOCK_SAMPLES:]
+    out = _cancel(aec_engine, mic, reference)[BLOCK_SAMPLES:]
     settled = slice(2 * RATE, len(out))
     erle = 10 * np.log10(np.sum(mic[settled] ** 2) / np.sum(out[settled] ** 2))
     assert erle > (18.0 if room in rooms.NEAR_ROOMS else 6.0), f"{room.name}: ERLE {erle:.1f} dB"
 
 
 def test_a_reference_that_comes_after_its_echo_cannot_be_cancelled(
-    canceller: object, piper_tts: object
+    aec_engine: object, piper_tts: object
 ) -> None:
     """Why the delay is calibrated and the reference taken LEAD_S early: 150 ms late, it is useless."""
     text = "Visitors park in the north car park. Please sign in at the front desk and wear your badge."
@@ -158,7 +150,7 @@ def test_a_reference_that_comes_after_its_echo_cannot_be_cancelled(
     settled = slice(2 * RATE, len(reply) - BLOCK_SAMPLES)
 
     def erle(reference: np.ndarray) -> float:
-        out = _cancel(canceller, mic, reference)[BLOCK_SAMPLES:]
+        out = _cancel(aec_engine, mic, reference)[BLOCK_SAMPLES:]
         return float(10 * np.log10(np.sum(mic[settled] ** 2) / np.sum(out[settled] ** 2)))
 
     assert erle(on_time) > 20.0
@@ -166,7 +158,7 @@ def test_a_reference_that_comes_after_its_echo_cannot_be_cancelled(
 
 
 def test_the_linear_output_keeps_a_person_who_speaks_over_the_reply(
-    canceller: object, piper_tts: object, data_dir: Path
+    aec_engine: object, piper_tts: object, data_dir: Path
 ) -> None:
     """AEC3's suppressor turns a person down while the reply still plays (what the VAD gets); the
     linear canceller's output (what Whisper gets) keeps them, with the echo still 10 dB down."""
@@ -185,8 +177,8 @@ def test_the_linear_output_keeps_a_person_who_speaks_over_the_reply(
     room = rooms.ROOMS[1]
     echo = rooms.echo(reply, room, delay_s=0.05, level_dbfs=rooms.NORMAL_ECHO_DBFS)
     reference = np.concatenate([np.zeros(round((0.05 - LEAD_S) * RATE), np.float32), reply])[: len(reply)]
-    suppressed = _cancel(canceller, echo + near, reference)[BLOCK_SAMPLES:]
-    linear = _cancel(canceller, echo + near, reference, linear=True)[BLOCK_SAMPLES:]
+    suppressed = _cancel(aec_engine, echo + near, reference)[BLOCK_SAMPLES:]
+    linear = _cancel(aec_engine, echo + near, reference, linear=True)[BLOCK_SAMPLES:]
     overlap = slice(at, at + RATE)  # the person's first second, the reply still playing
 
     def turned_down(out: np.ndarray) -> float:

@@ -19,7 +19,7 @@ from appliance.config import Settings, override
 from appliance.engine_set import session_config
 from appliance.pipeline import Session, SessionEngines
 from bench import rooms
-from engines.aec import EchoCanceller, create_canceller
+from engines.aec import EchoCanceller
 from engines.asr import AsrEngine
 from engines.asr.text import word_error_rate
 from engines.audio import load_audio_16k
@@ -41,24 +41,16 @@ DEVICE_DELAY_S = 0.07
 NOISE_DBFS = -60.0
 
 
-@pytest.fixture(scope="module")
-def canceller() -> Iterator[EchoCanceller]:
-    engine = create_canceller(backend="webrtc", noise_suppression=False, high_pass_filter=True)
-    engine.load()
-    yield engine
-    engine.close()
-
-
 @pytest.fixture
 def engines(
     vad_onnx: VadEngine,
     pipeline_asr: AsrEngine,
     piper_tts: TtsEngine,
     smart_turn: TurnDetector,
-    canceller: EchoCanceller,
+    aec_engine: EchoCanceller,
 ) -> Iterator[SessionEngines]:
     built = SessionEngines.create(
-        vad=vad_onnx, asr=pipeline_asr, llm=FakeLlm(REPLY), tts=piper_tts, turn=smart_turn, aec=canceller
+        vad=vad_onnx, asr=pipeline_asr, llm=FakeLlm(REPLY), tts=piper_tts, turn=smart_turn, aec=aec_engine
     )
     yield built
     for _engine, worker in built.pairs().values():

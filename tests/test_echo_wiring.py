@@ -5,7 +5,6 @@ goes with it."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterator
 from types import SimpleNamespace
 from typing import Any
 
@@ -16,25 +15,16 @@ from appliance import daemon
 from appliance.audio.echo import EchoCancelledSource, TappedSink
 from appliance.audio.files import ArraySource, MemorySink
 from appliance.config import Settings, load_settings, override
-from appliance.engine_set import echo_canceller, session_config
+from appliance.engine_set import session_config
 from appliance.pipeline.workers import EngineWorker
 from engines.aec import EchoCanceller
 
 
-@pytest.fixture(scope="module")
-def canceller() -> Iterator[EchoCanceller]:
-    engine = echo_canceller(load_settings(None), microphone=True)
-    assert engine is not None
-    engine.load()
-    yield engine
-    engine.close()
-
-
 def _wire(
-    settings: Settings, canceller: EchoCanceller | None, *, kind: str, speaker: bool
+    settings: Settings, aec_engine: EchoCanceller | None, *, kind: str, speaker: bool
 ) -> tuple[Any, Any, Any]:
     worker = EngineWorker("aec")
-    fake = SimpleNamespace(settings=settings, engines=SimpleNamespace(aec=canceller, aec_worker=worker))
+    fake = SimpleNamespace(settings=settings, engines=SimpleNamespace(aec=aec_engine, aec_worker=worker))
     source = ArraySource(np.zeros(512 * 4, np.float32), realtime=True)
     sink = MemorySink(16000, realtime=True)
     return daemon._with_echo_cancellation(
@@ -48,10 +38,10 @@ def _wire(
 
 
 def test_auto_cancels_the_local_microphone_with_a_speaker_at_the_normal_threshold(
-    canceller: EchoCanceller,
+    aec_engine: EchoCanceller,
 ) -> None:
     settings = load_settings(None)
-    source, sink, config = _wire(settings, canceller, kind="microphone", speaker=True)
+    source, sink, config = _wire(settings, aec_engine, kind="microphone", speaker=True)
     assert isinstance(source, EchoCancelledSource) and isinstance(sink, TappedSink)
     assert config.echo.threshold_while_playing == settings.vad.threshold
 
@@ -72,10 +62,10 @@ def test_auto_cancels_the_local_microphone_with_a_speaker_at_the_normal_threshol
     ],
 )
 def test_the_other_sessions(
-    canceller: EchoCanceller, mode: str, kind: str, speaker: bool, cancelled: bool
+    aec_engine: EchoCanceller, mode: str, kind: str, speaker: bool, cancelled: bool
 ) -> None:
     settings = override(load_settings(None), audio={"echo_cancellation": mode})
-    source, sink, config = _wire(settings, canceller, kind=kind, speaker=speaker)
+    source, sink, config = _wire(settings, aec_engine, kind=kind, speaker=speaker)
     assert isinstance(source, EchoCancelledSource) is cancelled
     assert isinstance(sink, TappedSink) is cancelled
     assert config.echo.threshold_while_playing == (settings.vad.threshold if cancelled else 0.85)
