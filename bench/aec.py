@@ -31,7 +31,7 @@ from typing import Any
 
 import numpy as np
 
-from appliance.audio.echo import LEAD_S
+from appliance.audio.echo import CONVERGE_S, LEAD_S
 from bench import rooms
 from bench.asr import DEFAULT_DATA, percentile, transcribed_speech
 
@@ -124,6 +124,19 @@ def calibrated_delay_s(room: rooms.Room, delay_s: float) -> float:
     return delays[0] / 1000.0
 
 
+def converged_at_s(played: np.ndarray, reference_delay_s: float) -> float:
+    """When a new stream has learnt from ``CONVERGE_S`` of playback (``EchoCancelledSource.echo_converged``)."""
+    from engines.aec import BLOCK_SAMPLES
+
+    blocks = len(played) // BLOCK_SAMPLES
+    power = np.mean(np.square(played[: blocks * BLOCK_SAMPLES].reshape(blocks, BLOCK_SAMPLES)), axis=1)
+    needed = round(CONVERGE_S * rooms.SAMPLE_RATE_HZ / BLOCK_SAMPLES)
+    active = np.flatnonzero(power > 1e-4)
+    if len(active) < needed:
+        return float("inf")
+    return float((active[needed - 1] + 1) * BLOCK_SAMPLES / rooms.SAMPLE_RATE_HZ + reference_delay_s)
+
+
 def erle_db(mic: np.ndarray, out: np.ndarray, settle_s: float = 2.0) -> float:
     """Echo return loss enhancement after ``settle_s``: the echo's power over what is left of it."""
     start = round(settle_s * rooms.SAMPLE_RATE_HZ)
@@ -163,8 +176,11 @@ def run_room(bench: Bench, room: rooms.Room, level: str, delay_s: float) -> dict
         heard[name] = (out, 0.5)
     cut: dict[str, list[int]] = {}
     per_minute = {}
+    trusted_s = converged_at_s(played, reference_delay_s)
     for name, (signal, threshold) in heard.items():
         starts = [e.time_s for e in speech_starts(bench.vad, signal, threshold, bench.params)]
+        if name in bench.cancellers:  # the session ignores the microphone until the canceller converged
+            starts = [t for t in starts if t >= trusted_s]
         per_reply = np.histogram(starts, bins=bounds)[0]
         cut[name] = [int(i) for i in np.flatnonzero(per_reply)]
         per_minute[name] = round(len(starts) / (len(played) / rooms.SAMPLE_RATE_HZ / 60.0), 2)

@@ -136,7 +136,7 @@ def test_a_person_speaking_over_the_reply_interrupts_it_and_is_transcribed(
     reference = {c.path.name: c.reference for c in transcribed_speech(data_dir)}[Path(recording).name]
     person = rooms.at_level(load_audio_16k(data_dir / recording), rooms.SPEECH_DBFS)
     room = _room(data_dir)
-    room.speak(person, after_s=2.0)
+    room.speak(person, after_s=3.5)  # past the canceller's first seconds of learning (CONVERGE_S)
     session = _run(engines, room, settings, delay_ms=echo_delay_ms, turns=2)
 
     first, second = session.traces

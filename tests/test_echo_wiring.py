@@ -16,8 +16,11 @@ from appliance.audio.echo import EchoCancelledSource, TappedSink
 from appliance.audio.files import ArraySource, MemorySink
 from appliance.config import Settings, load_settings, override
 from appliance.engine_set import session_config
+from appliance.pipeline.session import EchoGate, Session, SessionConfig
 from appliance.pipeline.workers import EngineWorker
 from engines.aec import EchoCanceller
+from engines.vad.endpointer import EndpointerParams
+from tests.fixtures.pipeline import ReactiveSource, make_fakes, tone
 
 
 def _wire(
@@ -75,3 +78,27 @@ def test_no_canceller_loaded_means_none_is_wired() -> None:
     source, sink, config = _wire(load_settings(None), None, kind="microphone", speaker=True)
     assert isinstance(source, ArraySource) and isinstance(sink, MemorySink)
     assert config.echo.threshold_while_playing == 0.85
+
+
+class _LearningSource(ReactiveSource):
+    """A person speaks over the reply while the echo canceller has or has not yet learnt the room."""
+
+    def __init__(self, *, converged: bool) -> None:
+        super().__init__(tone(0.8), tone(0.5), inject_after_s=0.6, tail_s=1.5)
+        self.echo_converged = converged
+
+
+@pytest.mark.parametrize("converged", [False, True])
+def test_the_microphone_is_ignored_while_a_new_canceller_learns_the_room(converged: bool) -> None:
+    fakes = make_fakes("It is sunny and warm today, with a light breeze from the west.")
+    source = _LearningSource(converged=converged)
+    config = SessionConfig(
+        endpointer=EndpointerParams(end_silence_s=0.4), echo=EchoGate(0.5, 0.5, gate_while_playing=False)
+    )
+    session = Session(
+        engines=fakes.engines, source=source, sink=MemorySink(16000, realtime=True), config=config
+    )
+    source.session = session
+    asyncio.run(asyncio.wait_for(session.run(max_turns=1), 60))
+    assert source.injected_at is not None
+    assert session.barge_ins == (1 if converged else 0)

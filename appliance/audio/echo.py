@@ -31,6 +31,9 @@ T = TypeVar("T")
 # The reference is taken this much sooner than the calibrated delay: AEC3 can only cancel an echo
 # that comes after its reference, and finds the rest of the delay by itself.
 LEAD_S = 0.02
+# Playback a new stream learns from before its output is trusted: in a reverberant hall AEC3 let the
+# first reply of a session cut itself off (bench aec), never a later one.
+CONVERGE_S = 2.0
 _KEEP_S = 10.0  # played audio kept for the canceller (far longer than any echo path)
 
 
@@ -173,6 +176,12 @@ class EchoCancelledSource:
             reference = self.timeline.take(start - self.reference_delay_s, len(frame))
             cancelled = await self.worker.call(self.stream.process, frame, reference)
             yield HeardFrame(for_vad=cancelled.suppressed, for_asr=cancelled.linear)
+
+    @property
+    def echo_converged(self) -> bool:
+        """Whether the canceller has heard enough of the speaker to be trusted (the session ignores
+        the microphone while a reply plays until then)."""
+        return self.stream.reference_heard_s() >= CONVERGE_S
 
     def echo_return_loss_enhancement_db(self) -> float | None:
         return self.stream.echo_return_loss_enhancement_db()

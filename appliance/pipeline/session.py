@@ -284,6 +284,8 @@ class Session:
         playing = self.speaking
         self.endpointer.threshold = self.config.echo.threshold_for(playing)
         probability = self.config.echo.probability_for(probability, playing)
+        if playing and not getattr(self.source, "echo_converged", True):
+            probability = 0.0  # the echo canceller is still learning the room (a session's first seconds)
         for event in self.endpointer.feed(probability, FRAME_S):
             await self._on_event(event, now)
         if self.endpointer.in_speech and self._active is None:

@@ -41,6 +41,10 @@ class EchoStream(Protocol):
         """Capture power over output power, in dB, over the last seconds while the reference played."""
         ...
 
+    def reference_heard_s(self) -> float:
+        """Seconds of playback the stream has learnt the room from."""
+        ...
+
 
 class EchoCanceller(Protocol):
     def load(self) -> None: ...

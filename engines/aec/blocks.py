@@ -43,6 +43,7 @@ class BlockCanceller:
         self._ready = np.zeros((2, BLOCK_SAMPLES), dtype=np.float32)
         self._capture_power = 0.0
         self._output_power = 0.0
+        self._reference_blocks = 0  # blocks in which the reference played: what the filters learnt from
 
     def process(self, capture: np.ndarray, reference: np.ndarray) -> Cancelled:
         capture = np.asarray(capture, dtype=np.float32).reshape(-1)
@@ -63,6 +64,10 @@ class BlockCanceller:
         self._ready = ready[:, len(capture) :]
         return Cancelled(suppressed=ready[0, : len(capture)], linear=ready[1, : len(capture)])
 
+    def reference_heard_s(self) -> float:
+        """Seconds of playback the cancellers have learnt from (the reference above -40 dBFS)."""
+        return self._reference_blocks * BLOCK_SAMPLES / 16000
+
     def echo_return_loss_enhancement_db(self) -> float | None:
         if self._capture_power <= 0.0 or self._output_power <= 0.0:
             return None
@@ -72,6 +77,7 @@ class BlockCanceller:
         out = self._process_block(to_int16(capture), to_int16(reference)).astype(np.float32) / 32768.0
         linear = self._linear.process(capture, reference, out).astype(np.float32)
         if float(np.mean(np.square(reference))) > _REFERENCE_FLOOR:
+            self._reference_blocks += 1
             self._capture_power = _ERLE_DECAY * self._capture_power + float(np.mean(np.square(capture)))
             self._output_power = _ERLE_DECAY * self._output_power + float(np.mean(np.square(out)))
         return np.stack([out, linear])
