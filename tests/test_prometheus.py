@@ -146,7 +146,13 @@ def test_a_real_prometheus_scrapes_two_appliances_and_alerts_on_the_one_that_sto
         # the device's own name for itself, beside the target list's
         assert {s["metric"]["exported_device_id"] for s in info} == {"kiosk-east", "kiosk-west"}
         assert all(s["metric"]["exported_device_id"] == s["metric"]["device_id"] for s in info)
-        free = _wait_for("a recording rule's result", lambda: _query(base, "appliance:disk_free:ratio"))
+
+        def both_recorded() -> list[dict[str, Any]]:
+            # the rule's first evaluation may come between the two devices' first scrapes
+            found = _query(base, "appliance:disk_free:ratio")
+            return found if len(found) == 2 else []
+
+        free = _wait_for("a recording rule's result for both devices", both_recorded)
         assert len(free) == 2 and all(0.0 < float(s["value"][1]) < 1.0 for s in free)
         assert not [a for a in _firing(base) if a["alertname"] == "ApplianceDown"]
 
