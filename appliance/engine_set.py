@@ -346,14 +346,20 @@ def cancels_echo(settings: Settings, *, kind: str, speaker: bool) -> bool:
 
 
 def echo_canceller(settings: Settings, *, microphone: bool) -> EchoCanceller | None:
-    """The canceller when a session may use it: with ``audio.echo_cancellation`` on, always; auto,
-    when the daemon has a ``microphone`` and replies may go to a speaker; off, never."""
+    """The canceller when a session may use it: with ``audio.echo_cancellation`` on, always (its load
+    names a missing runtime); auto, when the daemon has a ``microphone``, replies may go to a speaker
+    and the runtime loads here (else a warning, and the raised threshold); off, never."""
     audio = settings.audio
     if audio.echo_cancellation == "off":
         return None
     if audio.echo_cancellation == "auto" and (not microphone or audio.output == "none"):
         return None
-    from engines.aec import create_canceller
+    from engines.aec import create_canceller, unavailable_reason
+
+    why = unavailable_reason() if audio.echo_cancellation == "auto" else None
+    if why is not None:  # auto: a kiosk that cannot cancel its echo still runs, as before it could
+        log.warning("echo cancellation is off: %s; replies are protected by the raised VAD threshold", why)
+        return None
 
     return create_canceller(
         backend="webrtc",

@@ -199,3 +199,21 @@ def test_the_linear_output_keeps_a_person_who_speaks_over_the_reply(
     before = slice(3 * RATE, at)  # echo alone, converged
     linear_erle = 10 * np.log10(np.sum(echo[before] ** 2) / np.sum(linear[before] ** 2))
     assert linear_erle > 10.0
+
+
+def test_auto_without_the_runtime_runs_on_with_a_warning_and_on_names_the_fix(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    import engines.aec.webrtc as webrtc
+
+    def missing() -> None:
+        raise ImportError("No module named 'livekit'")
+
+    monkeypatch.setattr(webrtc, "_import_rtc", missing)
+    settings = load_settings(None)
+    assert echo_canceller(settings, microphone=True) is None
+    assert "echo cancellation is off" in caplog.text and "pip install livekit" in caplog.text
+    on = echo_canceller(override(settings, audio={"echo_cancellation": "on"}), microphone=True)
+    assert on is not None
+    with pytest.raises(BackendUnavailable, match="pip install livekit"):
+        on.load()

@@ -27,6 +27,7 @@ __all__ = [
     "EchoCanceller",
     "EchoStream",
     "create_canceller",
+    "unavailable_reason",
 ]
 
 
@@ -52,6 +53,13 @@ class EchoCanceller(Protocol):
     def stream(self) -> EchoStream: ...
 
     def close(self) -> None: ...
+
+
+def unavailable_reason() -> str | None:
+    """Why the echo canceller's runtime cannot load on this machine (None when it can)."""
+    from engines.aec.webrtc import unavailable_reason as webrtc_unavailable
+
+    return webrtc_unavailable()
 
 
 def create_canceller(*, backend: str, noise_suppression: bool, high_pass_filter: bool) -> EchoCanceller:

@@ -16,9 +16,15 @@ from engines.errors import BackendUnavailable
 SAMPLE_RATE_HZ = 16000
 
 
+def _import_rtc() -> Any:
+    from livekit import rtc
+
+    return rtc
+
+
 def _rtc() -> Any:
     try:
-        from livekit import rtc
+        rtc = _import_rtc()
     except ImportError as err:
         raise BackendUnavailable(
             f"WebRTC audio processing is not installed ({err})",
@@ -30,6 +36,15 @@ def _rtc() -> Any:
             fix="reinstall livekit==1.2.0 for this machine's architecture, or set audio.echo_cancellation = 'off'",
         ) from err
     return rtc
+
+
+def unavailable_reason() -> str | None:
+    """Why WebRTC audio processing cannot run here (None when it can)."""
+    try:
+        _rtc()
+    except BackendUnavailable as err:
+        return str(err)
+    return None
 
 
 class WebRtcStream(BlockCanceller):
