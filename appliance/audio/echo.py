@@ -49,7 +49,7 @@ class PlaybackTimeline:
     def __init__(self, *, keep_s: float = _KEEP_S) -> None:
         self.keep_s = keep_s
         self._start = 0.0  # time of self._audio[0]
-        self._audio = np.zeros(0, dtype=np.float32)
+        self._audio: np.ndarray = np.zeros(0, dtype=np.float32)
         self._resampler: Any = None
         self._resampler_rate = SAMPLE_RATE_HZ
 

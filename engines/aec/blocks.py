@@ -39,8 +39,8 @@ class BlockCanceller:
     def __init__(self, process_block: Callable[[np.ndarray, np.ndarray], np.ndarray]) -> None:
         self._process_block = process_block
         self._linear = LinearCanceller()
-        self._pending = np.zeros((2, 0), dtype=np.float32)
-        self._ready = np.zeros((2, BLOCK_SAMPLES), dtype=np.float32)
+        self._pending: np.ndarray = np.zeros((2, 0), dtype=np.float32)
+        self._ready: np.ndarray = np.zeros((2, BLOCK_SAMPLES), dtype=np.float32)
         self._capture_power = 0.0
         self._output_power = 0.0
         self._reference_blocks = 0  # blocks in which the reference played: what the filters learnt from

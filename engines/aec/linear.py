@@ -24,10 +24,10 @@ _FLOOR = 1e-10
 class LinearCanceller:
     def __init__(self, *, partitions: int = PARTITIONS) -> None:
         bins = BLOCK + 1
-        self._weights = np.zeros((partitions, bins), dtype=np.complex128)
-        self._history = np.zeros((partitions, bins), dtype=np.complex128)
-        self._previous = np.zeros(BLOCK, dtype=np.float64)
-        self._power = np.full(bins, _FLOOR)
+        self._weights: np.ndarray = np.zeros((partitions, bins), dtype=np.complex128)
+        self._history: np.ndarray = np.zeros((partitions, bins), dtype=np.complex128)
+        self._previous: np.ndarray = np.zeros(BLOCK, dtype=np.float64)
+        self._power: np.ndarray = np.full(bins, _FLOOR)
 
     def process(self, capture: np.ndarray, reference: np.ndarray, suppressed: np.ndarray) -> np.ndarray:
         """One block: ``capture`` less the estimated echo of ``reference``; ``suppressed`` (AEC3's
