@@ -126,12 +126,12 @@ def calibrated_delay_s(room: rooms.Room, delay_s: float) -> float:
 
 def converged_at_s(played: np.ndarray, reference_delay_s: float) -> float:
     """When a new stream has learnt from ``CONVERGE_S`` of playback (``EchoCancelledSource.echo_converged``)."""
-    from engines.aec import BLOCK_SAMPLES
+    from engines.aec.blocks import BLOCK_SAMPLES, REFERENCE_FLOOR
 
     blocks = len(played) // BLOCK_SAMPLES
     power = np.mean(np.square(played[: blocks * BLOCK_SAMPLES].reshape(blocks, BLOCK_SAMPLES)), axis=1)
     needed = round(CONVERGE_S * rooms.SAMPLE_RATE_HZ / BLOCK_SAMPLES)
-    active = np.flatnonzero(power > 1e-4)
+    active = np.flatnonzero(power > REFERENCE_FLOOR)
     if len(active) < needed:
         return float("inf")
     return float((active[needed - 1] + 1) * BLOCK_SAMPLES / rooms.SAMPLE_RATE_HZ + reference_delay_s)
@@ -254,7 +254,7 @@ def barge_ins(
             played = played_full.copy()
             if first is not None:  # the session stops the reply; the turn hears the rest without it
                 played[round((first + STOP_LAG_S) * rate) :] = 0.0
-            _, for_asr, suppressed = path.heard(played)
+            suppressed, for_asr = path.heard(played)
             texts[name].append(bench.transcribe(for_asr[window]))
             if canceller is not None:
                 texts.setdefault(f"{name} suppressed", []).append(bench.transcribe(suppressed[window]))
@@ -293,13 +293,13 @@ class EchoPath:
     canceller: Any
     reference_delay_s: float
 
-    def heard(self, played: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """What the VAD judges, what Whisper hears, and AEC3's own output for Whisper's comparison."""
+    def heard(self, played: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """What the VAD judges (AEC3's output) and what Whisper hears (the linear canceller's)."""
         mic = rooms.echo(played, self.room, delay_s=self.delay_s, level_dbfs=LEVELS[self.level]) + self.near
         if self.canceller is None:
-            return mic, mic, mic
+            return mic, mic
         suppressed, linear, _ = cancel(self.canceller, mic, played, self.reference_delay_s)
-        return suppressed, linear, suppressed
+        return suppressed, linear
 
 
 def _people(data_dir: Path, count: int) -> list[tuple[np.ndarray, str]]:

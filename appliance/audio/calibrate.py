@@ -82,7 +82,7 @@ async def measure_echo_delay(
 ) -> Calibration:
     """Play ``repeats`` chirps on ``sink`` while listening on ``source``; raises CalibrationError when
     the microphone gives nothing or does not hear them."""
-    timeline = PlaybackTimeline()
+    timeline = PlaybackTimeline(keep_s=60.0)  # the whole run is read back at the end
     player = Player(TappedSink(sink, timeline))
     clock = CaptureClock()
     frames: list[np.ndarray] = []
@@ -116,7 +116,7 @@ async def measure_echo_delay(
     # What was playing, sample for sample with the microphone's, by the capture clock's best estimate
     # (the earliest arrival of the whole run) of when its first sample was heard.
     reference = timeline.take(clock.time_of(0), len(captured))
-    chirp_starts = _chirp_starts(reference, len(sweep))
+    chirp_starts = _chirp_starts(reference)
     if len(chirp_starts) != repeats:
         raise CalibrationError(
             f"found {len(chirp_starts)} of {repeats} chirps on the playback timeline "
@@ -155,9 +155,8 @@ async def _wait_for_microphone(
         )
 
 
-def _chirp_starts(reference: np.ndarray, length: int) -> list[int]:
+def _chirp_starts(reference: np.ndarray) -> list[int]:
     """Where each chirp begins on the timeline: loud runs at least a gap apart."""
-    del length
     loud = np.flatnonzero(np.abs(reference) > 0.05)
     if len(loud) == 0:
         return []

@@ -34,7 +34,8 @@ LEAD_S = 0.02
 # Playback a new stream learns from before its output is trusted: in a reverberant hall AEC3 let the
 # first reply of a session cut itself off (bench aec), never a later one.
 CONVERGE_S = 2.0
-_KEEP_S = 10.0  # played audio kept for the canceller (far longer than any echo path)
+# Played audio kept for the canceller: audio.echo_delay_ms is at most 1 s. Every write copies it.
+_KEEP_S = 2.0
 
 
 class Worker(Protocol):
@@ -182,9 +183,6 @@ class EchoCancelledSource:
         """Whether the canceller has heard enough of the speaker to be trusted (the session ignores
         the microphone while a reply plays until then)."""
         return self.stream.reference_heard_s() >= CONVERGE_S
-
-    def echo_return_loss_enhancement_db(self) -> float | None:
-        return self.stream.echo_return_loss_enhancement_db()
 
     async def close(self) -> None:
         await self.inner.close()

@@ -34,14 +34,14 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def handle(args: argparse.Namespace) -> int:
     settings = settings_or_exit(args)
-    from appliance.audio.calibrate import CalibrationError, measure_echo_delay
+    from appliance.audio.calibrate import Calibration, CalibrationError, measure_echo_delay
     from appliance.audio.devices import AudioDeviceError, MicrophoneSource, SpeakerSink
 
     audio = settings.audio
     source = MicrophoneSource(audio.input_device, device_sample_rate_hz=audio.device_sample_rate_hz)
     sink = SpeakerSink(audio.output_device, device_sample_rate_hz=audio.device_sample_rate_hz)
 
-    async def measure() -> object:
+    async def measure() -> Calibration:
         try:
             return await asyncio.wait_for(measure_echo_delay(source, sink, repeats=args.repeats), TIMEOUT_S)
         finally:
@@ -60,9 +60,6 @@ def handle(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
         return EXIT_FAILED
-    from appliance.audio.calibrate import Calibration
-
-    assert isinstance(result, Calibration)
     written = None if args.dry_run or args.config is None else _write(args, result.delay_ms)
     if args.json:
         record = {

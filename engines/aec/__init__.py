@@ -38,10 +38,6 @@ class EchoStream(Protocol):
         """The capture without its echo: float32, as long as ``capture``, ``BLOCK_SAMPLES`` late."""
         ...
 
-    def echo_return_loss_enhancement_db(self) -> float | None:
-        """Capture power over output power, in dB, over the last seconds while the reference played."""
-        ...
-
     def reference_heard_s(self) -> float:
         """Seconds of playback the stream has learnt the room from."""
         ...

@@ -8,11 +8,11 @@ from dataclasses import dataclass
 import numpy as np
 
 from engines.aec.linear import LinearCanceller
+from engines.audio import SAMPLE_RATE_HZ
 from engines.errors import InputError
 
 BLOCK_SAMPLES = 160  # 10 ms at 16 kHz: WebRTC's audio processing takes nothing else
-_REFERENCE_FLOOR = 1e-4  # mean power of a reference block that counts as playing (-40 dBFS)
-_ERLE_DECAY = 0.995  # per block: the running figure weighs about the last 2 s
+REFERENCE_FLOOR = 1e-4  # mean power of a reference block that counts as playing (-40 dBFS)
 
 
 @dataclass(frozen=True)
@@ -41,8 +41,6 @@ class BlockCanceller:
         self._linear = LinearCanceller()
         self._pending: np.ndarray = np.zeros((2, 0), dtype=np.float32)
         self._ready: np.ndarray = np.zeros((2, BLOCK_SAMPLES), dtype=np.float32)
-        self._capture_power = 0.0
-        self._output_power = 0.0
         self._reference_blocks = 0  # blocks in which the reference played: what the filters learnt from
 
     def process(self, capture: np.ndarray, reference: np.ndarray) -> Cancelled:
@@ -66,20 +64,13 @@ class BlockCanceller:
 
     def reference_heard_s(self) -> float:
         """Seconds of playback the cancellers have learnt from (the reference above -40 dBFS)."""
-        return self._reference_blocks * BLOCK_SAMPLES / 16000
-
-    def echo_return_loss_enhancement_db(self) -> float | None:
-        if self._capture_power <= 0.0 or self._output_power <= 0.0:
-            return None
-        return float(10.0 * np.log10(self._capture_power / self._output_power))
+        return self._reference_blocks * BLOCK_SAMPLES / SAMPLE_RATE_HZ
 
     def _run(self, capture: np.ndarray, reference: np.ndarray) -> np.ndarray:
         out = self._process_block(to_int16(capture), to_int16(reference)).astype(np.float32) / 32768.0
         linear = self._linear.process(capture, reference, out).astype(np.float32)
-        if float(np.mean(np.square(reference))) > _REFERENCE_FLOOR:
+        if float(np.mean(np.square(reference))) > REFERENCE_FLOOR:
             self._reference_blocks += 1
-            self._capture_power = _ERLE_DECAY * self._capture_power + float(np.mean(np.square(capture)))
-            self._output_power = _ERLE_DECAY * self._output_power + float(np.mean(np.square(out)))
         return np.stack([out, linear])
 
 

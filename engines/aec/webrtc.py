@@ -11,9 +11,8 @@ from typing import Any
 import numpy as np
 
 from engines.aec.blocks import BLOCK_SAMPLES, BlockCanceller
+from engines.audio import SAMPLE_RATE_HZ
 from engines.errors import BackendUnavailable
-
-SAMPLE_RATE_HZ = 16000
 
 
 def _import_rtc() -> Any:
