@@ -11,7 +11,15 @@ from importlib import resources
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import (
+    AliasChoices,
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
 from engines.files import TOMLDecodeError, loads_toml
@@ -311,6 +319,20 @@ class AgentConfig(Section):
     max_history_messages: int = Field(16, ge=2, le=256, description="conversation kept per session")
 
 
+def _ip_address(value: str) -> str:
+    """A listening or advertised address must be a number: the device resolves no names."""
+    import ipaddress
+
+    try:
+        ipaddress.ip_address(value)
+    except ValueError:
+        raise ValueError(
+            f"{value!r} is not an IP address (this device looks up no names): use one of its own "
+            "addresses, 127.0.0.1, or 0.0.0.0 for every interface"
+        ) from None
+    return value
+
+
 class SipConfig(Section):
     enabled: bool = False
     bind_host: str = "127.0.0.1"
@@ -354,12 +376,17 @@ class SipConfig(Section):
     tcp_max_per_source: int = Field(8, ge=1, le=1024, description="TCP connections at once from one address")
     user_agent: str = "voice-appliance"
 
+    @field_validator("bind_host")
+    @classmethod
+    def _bind_is_address(cls, value: str) -> str:
+        return _ip_address(value)
+
     @field_validator("advertise_host")
     @classmethod
     def _advertised(cls, value: str | None, info: Any) -> str | None:
         if value is None and info.data.get("bind_host") in ("0.0.0.0", "::"):
             raise ValueError("set sip.advertise_host to the address callers reach when bind_host is 0.0.0.0")
-        return value
+        return None if value is None else _ip_address(value)
 
     @field_validator("allow_from")
     @classmethod
@@ -400,19 +427,31 @@ class AdminConfig(Section):
         description="a file holding a token (16+ characters) a scraper sends as 'Authorization: Bearer "
         "TOKEN' to read /metrics without a login (Prometheus: authorization.credentials_file)",
     )
-    header_timeout_s: float = Field(
+    request_timeout_s: float = Field(
         10.0,
         gt=0.0,
         le=300.0,
-        description="a request's header fields must arrive within this, or the connection closes",
+        validation_alias=AliasChoices("request_timeout_s", "header_timeout_s"),  # its name until 2026-12
+        description="a request, header fields and body, must arrive within this, or the connection closes",
     )
     max_connections: int = Field(64, ge=4, le=4096, description="more connections at once get 503")
+    max_connections_per_client: int = Field(
+        8,
+        ge=1,
+        le=4096,
+        description="connections one address may hold at once (a trusted proxy excepted); more are closed",
+    )
     trusted_proxies: tuple[str, ...] = Field(
         (),
         description="addresses of a TLS proxy in front whose X-Forwarded-For is believed; "
         "none by default, so a forged header cannot dodge the login limit",
     )
     refresh_s: float = Field(2.0, ge=0.5, le=60.0, description="dashboard refresh interval")
+
+    @field_validator("bind_host")
+    @classmethod
+    def _bind_is_address(cls, value: str) -> str:
+        return _ip_address(value)
 
     @field_validator("users_file", "password_file")
     @classmethod

@@ -36,6 +36,7 @@ from appliance.engine_set import (
 )
 from appliance.pipeline.session import Session, SessionConfig, SessionEngines
 from appliance.service.runner import ServiceControl
+from appliance.start_plan import StartPlan
 from appliance.trace.record import TurnTrace
 from appliance.trace.store import TraceStore
 from appliance.turn_report import describe_turn, turn_summary
@@ -99,7 +100,8 @@ class Daemon:
     no_microphone_reason: str
     load_seconds: dict[str, float]
     config_path: Path | None = None
-    notice: str | None = None  # running on the last configuration that started, and why
+    notice: str | None = None  # running degraded or on the last configuration that started, and why
+    local_problem: str | None = None  # the local audio session does not run, and why
 
 
 def open_store(settings: Settings) -> TraceStore | None:
@@ -187,33 +189,30 @@ def _device_status(engines: SessionEngines) -> dict[str, object]:
     }
 
 
-def load_with_fallback(
-    settings: Settings,
-    *,
-    microphone: str | None,
-    no_microphone_reason: str,
-    config_path: Path | None,
-    notice: str | None = None,
-) -> Daemon:
-    """``load``; when the engines cannot load with ``settings``, the last configuration that started
-    (``appliance.last_good``), loudly. ``notice`` says ``settings`` already are that configuration
-    (the file itself was invalid): no second fallback then. The microphone probed first is kept."""
+def load_with_fallback(plan: StartPlan, *, config_path: Path | None) -> Daemon:
+    """``load`` with what ``plan`` chose; when the engines cannot load with it, the last configuration
+    that started (``appliance.last_good``), loudly. A plan already on that configuration (its notice
+    says so) gets no second fallback. The microphone probed for the plan is kept."""
     from appliance import last_good
     from engines.errors import EngineError
 
     def started(chosen: Settings, why: str | None) -> Daemon:
         daemon = load(
-            chosen, microphone=microphone, no_microphone_reason=no_microphone_reason, config_path=config_path
+            chosen,
+            microphone=plan.microphone,
+            no_microphone_reason=plan.no_microphone_reason,
+            config_path=config_path,
         )
+        daemon.local_problem = plan.local_problem
         if why is not None:
             log.error("%s", why)
             daemon.notice = why
         return daemon
 
     try:
-        return started(settings, notice)
+        return started(plan.settings, plan.notice)
     except EngineError as err:
-        kept = None if notice is not None else last_good.fallback(config_path, str(err))
+        kept = None if plan.notice is not None else last_good.fallback(config_path, str(err))
         if kept is None:
             raise
         try:
@@ -267,19 +266,21 @@ async def run_session(
     return session
 
 
+LISTENERS_START_S = 15.0  # the admin page and SIP bind in well under a second
+
+
 async def serve(daemon: Daemon, control: ServiceControl) -> None:
     """The daemon after READY; returns (demo) or runs until cancelled (SIGTERM/SIGINT)."""
-    from appliance import last_good
-
     settings = daemon.settings
-    if daemon.notice is None:
-        last_good.remember(daemon.config_path)  # READY was reached with this file
-    else:
+    if daemon.notice is not None:
         control.status(f"degraded: {daemon.notice}")
     config = session_config(settings)
-    registry, background = _start_listeners(daemon, config)
+    registry, background, listening = _start_listeners(daemon, config)
     try:
-        if settings.audio.input == "none":
+        await _remember_if_whole(daemon, listening, control)
+        if daemon.local_problem is not None:
+            await asyncio.Event().wait()  # SIP and the admin page serve; the notice says why nothing else
+        elif settings.audio.input == "none":
             control.status("ready: no local audio session (audio.input = none)")
             await asyncio.Event().wait()  # until SIGTERM/SIGINT cancels serve
         elif daemon.microphone is None:
@@ -294,14 +295,39 @@ async def serve(daemon: Daemon, control: ServiceControl) -> None:
         await asyncio.gather(*background, return_exceptions=True)
 
 
+async def _remember_if_whole(
+    daemon: Daemon, listening: dict[str, asyncio.Event], control: ServiceControl
+) -> None:
+    """This configuration becomes the last good one only when it runs as asked: no notice, and every
+    listener it asked for up (the admin page, SIP on UDP and, with sip.tcp, TCP)."""
+    from appliance import last_good
+
+    waits = {name: asyncio.ensure_future(event.wait()) for name, event in listening.items()}
+    if waits:
+        await asyncio.wait(waits.values(), timeout=LISTENERS_START_S)
+    missing = [name for name, wait in waits.items() if not wait.done()]
+    for wait in waits.values():
+        wait.cancel()
+    if missing:
+        why = f"{', '.join(missing)} did not start (see the log above)"
+        log.error("%s: this configuration is not kept as the last one that started", why)
+        control.status(f"degraded: {why}" + (f"; {daemon.notice}" if daemon.notice else ""))
+    elif daemon.notice is None:
+        last_good.remember(daemon.config_path)
+
+
 def _start_listeners(
     daemon: Daemon, config: SessionConfig
-) -> tuple[SessionRegistry, list[asyncio.Task[None]]]:
-    """The admin page and the SIP listener, as tasks beside the local session. A listener that fails
-    (say, its port is taken) is logged and the rest of the daemon keeps running."""
+) -> tuple[SessionRegistry, list[asyncio.Task[None]], dict[str, asyncio.Event]]:
+    """The admin page and the SIP listener, as tasks beside the local session, and for each listener
+    asked for an event set once it accepts. A listener that fails (say, its port is taken) is logged
+    and the rest of the daemon keeps running."""
     settings = daemon.settings
     tasks: list[asyncio.Task[None]] = []
+    listening: dict[str, asyncio.Event] = {}
     registry: SessionRegistry = NullRegistry()
+    if settings.admin.enabled:
+        listening["the admin page"] = asyncio.Event()
     if settings.admin.enabled and daemon.store is not None:
         from appliance.admin import engine_states, llm_load, run_admin_page
         from appliance.admin.backend import LiveRegistry
@@ -313,13 +339,22 @@ def _start_listeners(
         live.watch_llm(lambda: llm_load(llm.occupancy()))
         registry = live
         page = run_admin_page(
-            settings, daemon.store, live, daemon.bundle, config_path=daemon.config_path, notice=daemon.notice
+            settings,
+            daemon.store,
+            live,
+            daemon.bundle,
+            config_path=daemon.config_path,
+            notice=daemon.notice,
+            started=listening["the admin page"],
         )
         tasks.append(asyncio.create_task(_logged(page, "admin page"), name="admin-page"))
+    elif settings.admin.enabled:
+        log.error("the admin page is not served: the turn store could not be opened (trace.db_path)")
     if settings.sip.enabled:
-        calls = _answer_calls(daemon, registry, config)
+        listening["SIP"] = asyncio.Event()
+        calls = _answer_calls(daemon, registry, config, listening["SIP"])
         tasks.append(asyncio.create_task(_logged(calls, "SIP"), name="sip"))
-    return registry, tasks
+    return registry, tasks, listening
 
 
 async def _logged(work: Awaitable[None], what: str) -> None:
@@ -331,8 +366,11 @@ async def _logged(work: Awaitable[None], what: str) -> None:
         log.exception("%s stopped; the rest of the appliance keeps running", what)
 
 
-async def _answer_calls(daemon: Daemon, registry: SessionRegistry, config: SessionConfig) -> None:
-    """Each SIP call is a session of its own on the shared engines."""
+async def _answer_calls(
+    daemon: Daemon, registry: SessionRegistry, config: SessionConfig, listening: asyncio.Event
+) -> None:
+    """Each SIP call is a session of its own on the shared engines. ``listening`` is set once the
+    port takes calls on every transport asked for."""
     from appliance.audio.call import CallSink, CallSource
     from appliance.sip.call import CallAudio
     from appliance.sip.server import SipServer
@@ -354,6 +392,8 @@ async def _answer_calls(daemon: Daemon, registry: SessionRegistry, config: Sessi
 
     server = SipServer(daemon.settings.sip, handle_call)
     await server.start()
+    if server.tcp_listening or not daemon.settings.sip.tcp:
+        listening.set()
     try:
         await asyncio.Event().wait()
     finally:

@@ -49,8 +49,8 @@ def open_bundle(settings: Settings, *, daemon_start: bool = False) -> Bundle:
 def startup_problems(settings: Settings) -> list[ConfigProblem]:
     """What would stop the engines from loading with these settings, found without loading them:
     ``llm.model``, ``asr.model`` and ``tts.voice`` against what the bundle holds (each problem lists
-    what is there), and the persona's tokens against ``llm.context_tokens``. Nothing to say when the
-    bundle cannot be read: the daemon says that itself."""
+    what is there), and the persona's tokens against ``llm.context_tokens``; a bundle that cannot be
+    opened is a problem of ``bundle.dir``."""
     from engines.asr.artifacts import whisper_models
     from engines.llm import available_models
     from engines.tts import bundled_voices
@@ -58,8 +58,12 @@ def startup_problems(settings: Settings) -> list[ConfigProblem]:
 
     try:
         bundle = Bundle.open(settings.bundle.dir, verify=False)
-    except EngineError:
-        return []
+    except EngineError as err:
+        return [
+            ConfigProblem(
+                "bundle.dir", f"the engine bundle cannot be opened: {err}", str(settings.bundle.dir)
+            )
+        ]
     models = available_models(bundle)
     choices = (
         ("llm.model", settings.llm.model, models, "python -m build_scripts quantize"),

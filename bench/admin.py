@@ -32,8 +32,9 @@ from appliance.admin import (
     engine_states,
     serve,
 )
+from appliance.admin.protocol import ConnectionLimits
 from appliance.admin.users import set_password
-from appliance.config import load_settings
+from appliance.config import AdminConfig, load_settings
 from appliance.daemon import summarize_bundle
 from appliance.engine_set import open_bundle
 from appliance.trace import TIMESTAMPS, TraceStore, TurnTrace, percentile
@@ -84,7 +85,9 @@ async def _baseline(requests: int) -> dict[str, float]:
 
     sock = bind_socket("127.0.0.1", 0)
     started = asyncio.Event()
-    server = asyncio.create_task(serve(bare, "127.0.0.1", 0, sock=sock, started=started))
+    server = asyncio.create_task(
+        serve(bare, "127.0.0.1", 0, limits=ConnectionLimits.of(AdminConfig()), sock=sock, started=started)
+    )
     await started.wait()
     times = []
     async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{sock.getsockname()[1]}") as client:
@@ -117,7 +120,9 @@ async def _measure(turns: int, requests: int) -> dict[str, Any]:
     )
     sock = bind_socket("127.0.0.1", 0)
     started = asyncio.Event()
-    server = asyncio.create_task(serve(app, "127.0.0.1", 0, sock=sock, started=started))
+    server = asyncio.create_task(
+        serve(app, "127.0.0.1", 0, limits=ConnectionLimits.of(settings.admin), sock=sock, started=started)
+    )
     await started.wait()
     url = f"http://127.0.0.1:{sock.getsockname()[1]}"
     results: dict[str, Any] = {"turns_stored": turns, "store_fill_s": round(fill_s, 2), "routes": {}}

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import struct
 from pathlib import Path
 
 import numpy as np
@@ -78,6 +79,7 @@ def load_audio(path: str | Path) -> tuple[np.ndarray, int]:
         raise InputError(f"{file} is not a file", fix="pass the path of an audio file")
     if file.stat().st_size == 0:
         raise InputError(f"audio file {file} is empty (0 bytes)", fix="record or copy the file again")
+    _refuse_truncated_wav(file)
     try:
         data, sample_rate_hz = sf.read(str(file), dtype="float32", always_2d=True)
     except (sf.LibsndfileError, RuntimeError, TypeError, ValueError) as err:
@@ -92,6 +94,45 @@ def load_audio(path: str | Path) -> tuple[np.ndarray, int]:
         raise InputError(f"audio file {file} contains NaN or infinite samples", fix="re-export the file")
     log.debug("loaded %s: %d samples at %d Hz", file, mono.size, sample_rate_hz)
     return mono, int(sample_rate_hz)
+
+
+# A data chunk size a recorder writes while it does not yet know the length (arecord to a pipe).
+_UNKNOWN_WAV_SIZES = (0, 0xFFFFFFFF, 0x7FFFFFFF)
+
+
+def wav_data_sizes(file: Path) -> tuple[int, int] | None:
+    """(bytes the WAV header's data chunk claims, bytes present after it) for a RIFF WAVE file with a
+    known length; None for any other file. libsndfile reads a cut file silently, short."""
+    try:
+        with file.open("rb") as handle:
+            head = handle.read(12)
+            if len(head) < 12 or head[:4] != b"RIFF" or head[8:12] != b"WAVE":
+                return None
+            position, size = 12, file.stat().st_size
+            while position + 8 <= size:
+                handle.seek(position)
+                chunk_id, chunk_size = struct.unpack("<4sI", handle.read(8))
+                if chunk_id == b"data":
+                    if chunk_size in _UNKNOWN_WAV_SIZES:
+                        return None
+                    return chunk_size, size - position - 8
+                position += 8 + chunk_size + (chunk_size & 1)
+    except OSError:
+        return None
+    return None
+
+
+def _refuse_truncated_wav(file: Path) -> None:
+    sizes = wav_data_sizes(file)
+    if sizes is None or sizes[1] >= sizes[0]:
+        return
+    claimed, present = sizes
+    raise InputError(
+        f"audio file {file} is cut short: its header says {claimed} bytes of audio, only {present} "
+        f"({100.0 * present / claimed:.0f}%) are there",
+        fix="copy or record the file again; to use the part that is there, rewrite its header "
+        f"(sox --ignore-length {file} fixed.wav)",
+    )
 
 
 def load_audio_16k(path: str | Path) -> np.ndarray:

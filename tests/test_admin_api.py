@@ -310,12 +310,14 @@ def test_turns_and_latency_come_from_the_trace_store(admin_env: AdminEnv) -> Non
     fast.endpoint_by, fast.turn_checks = "smart_turn", 1
     slow.endpoint_by, slow.turn_checks, slow.turn_incomplete = "incomplete_silence", 2, 2
     slow.partials, slow.prefill_reused, slow.llm_evaluated_tokens = 3, 6, 8
+    slow.cancelled, slow.outcome = True, "hangup"
     admin_env.store.add(fast)
     admin_env.store.add(slow)
     client = admin_env.client()
     admin_env.login(client)
     turns = client.get("/api/turns", params={"limit": 10}).json()
     assert [t["transcript"] for t in turns] == ["slow one", "fast one"]
+    assert [t["outcome"] for t in turns] == ["hangup", "answered"]
     slow_view = turns[0]
     expected_ms = round(stage_ms(slow, "turn_latency"), 1)
     assert slow_view["turn_latency_ms"] == expected_ms and slow_view["over_budget"] is True

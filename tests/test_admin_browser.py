@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from appliance.admin import bind_socket, engine_states, llm_load, serve
+from appliance.admin.protocol import ConnectionLimits
 from appliance.audio import MemorySink
 from appliance.audio.files import wav_file_source
 from appliance.config import load_settings
@@ -55,7 +56,16 @@ class ServerThread:
         ready = asyncio.Event()
 
         async def main() -> None:
-            self.task = asyncio.create_task(serve(env.app, "127.0.0.1", 0, sock=self.sock, started=ready))
+            self.task = asyncio.create_task(
+                serve(
+                    env.app,
+                    "127.0.0.1",
+                    0,
+                    limits=ConnectionLimits.of(env.settings.admin),
+                    sock=self.sock,
+                    started=ready,
+                )
+            )
             await ready.wait()
             self.started.set()
             await asyncio.gather(self.task, return_exceptions=True)

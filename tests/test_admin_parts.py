@@ -47,17 +47,32 @@ def test_rate_limiter_blocks_after_the_limit_and_frees_after_the_window() -> Non
     limiter = LoginRateLimiter(3, 60.0, clock=clock)
     keys = ["client:10.0.0.9", "user:tech"]
     for _ in range(3):
-        assert limiter.retry_after_s(keys) == 0
-        limiter.record_failure(keys)
+        assert limiter.take(keys) == 0
         clock.now += 1
-    assert limiter.retry_after_s(keys) == pytest.approx(57.0)
+    assert limiter.take(keys) == pytest.approx(57.0)
+    assert limiter.retry_after_s(keys) == pytest.approx(57.0)  # a refused attempt is not counted
     assert limiter.retry_after_s(["client:10.0.0.10", "user:other"]) == 0  # others are not affected
     # The name waits only 1 s after its third failure, which has passed (see the test below).
     assert limiter.retry_after_s(["client:10.0.0.10", "user:tech"]) == pytest.approx(0.0)
     clock.now += 57.5
-    assert limiter.retry_after_s(keys) == 0  # the first failure left the window
-    limiter.reset(keys)
-    assert limiter.retry_after_s(keys) == 0
+    assert limiter.take(keys) == 0  # the first failure left the window
+    limiter.succeeded(keys, forget=["user:tech"])
+    assert limiter.retry_after_s(["client:10.0.0.11", "user:tech"]) == 0
+
+
+def test_attempts_are_counted_before_the_password_is_checked() -> None:
+    """Forty guesses at once: only the limit's worth get a password check; a right password gives its
+    slot back, so the technician who mistyped twice is not held up by the attempt that worked."""
+    limiter = LoginRateLimiter(5, 300.0, clock=Clock())
+    keys = ["client:10.0.0.9", "user:admin"]
+    admitted = [limiter.take(keys) == 0 for _ in range(40)]
+    assert sum(admitted) == 5 and admitted[:5] == [True] * 5
+    other = LoginRateLimiter(3, 300.0, clock=Clock())
+    for _ in range(2):
+        assert other.take(keys) == 0  # two wrong passwords
+    assert other.take(keys) == 0
+    other.succeeded(keys, forget=["user:admin"])  # the third was right
+    assert other.take(["client:10.0.0.9", "user:viewer"]) == 0  # two of three left on the address
 
 
 def test_a_user_name_is_slowed_down_by_a_doubling_delay_never_locked_out() -> None:
@@ -71,7 +86,7 @@ def test_a_user_name_is_slowed_down_by_a_doubling_delay_never_locked_out() -> No
         keys = [f"client:10.1.0.{n}", "user:tech"]
         waits.append(limiter.retry_after_s(keys))
         clock.now += waits[-1]
-        limiter.record_failure(keys)
+        assert limiter.take(keys) == 0
     assert waits == [0, 0, 0, 1.0, 2.0, 4.0, 8.0, 8.0]
     assert limiter.retry_after_s(["client:10.9.9.9", "user:tech"]) == pytest.approx(8.0)
     clock.now += 8.0
@@ -82,7 +97,7 @@ def test_rate_limiter_memory_stays_bounded() -> None:
     clock = Clock()
     limiter = LoginRateLimiter(2, 10.0, clock=clock, max_keys=100)
     for index in range(1000):
-        limiter.record_failure([f"client:{index}"])
+        limiter.take([f"client:{index}"])
         clock.now += 0.001
     assert len(limiter._failures) <= 100
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -12,16 +13,20 @@ import httpx
 import pytest
 
 from appliance.admin import bind_socket, engine_states, run_admin_page, serve
-from appliance.config import Settings
+from appliance.admin.protocol import ConnectionLimits
+from appliance.config import AdminConfig, Settings
 from tests.fixtures.admin import ADMIN_PASSWORD, ADMIN_USER, AdminEnv, make_admin_env, recorded_turn
+from tests.fixtures.loopwatch import watch_loop
 from tests.fixtures.net import closed_within
+
+LIMITS = ConnectionLimits.of(AdminConfig())
 
 
 async def _exercise(env: AdminEnv) -> tuple[list[int], int]:
     sock = bind_socket("127.0.0.1", 0)
     port = sock.getsockname()[1]
     started = asyncio.Event()
-    task = asyncio.create_task(serve(env.app, "127.0.0.1", port, sock=sock, started=started))
+    task = asyncio.create_task(serve(env.app, "127.0.0.1", port, limits=LIMITS, sock=sock, started=started))
     await asyncio.wait_for(started.wait(), 10)
     ticks = 0
     stop_ticking = asyncio.Event()
@@ -59,7 +64,9 @@ def test_cancelled_server_releases_its_port(admin_env: AdminEnv) -> None:
         sock = bind_socket("127.0.0.1", 0)
         port: int = sock.getsockname()[1]
         started = asyncio.Event()
-        task = asyncio.create_task(serve(admin_env.app, "127.0.0.1", port, sock=sock, started=started))
+        task = asyncio.create_task(
+            serve(admin_env.app, "127.0.0.1", port, limits=LIMITS, sock=sock, started=started)
+        )
         await asyncio.wait_for(started.wait(), 10)
         task.cancel()
         with pytest.raises(asyncio.CancelledError):
@@ -176,9 +183,9 @@ def test_connections_that_send_no_request_are_closed_and_real_requests_still_wor
     tmp_path: Path, settings: Settings, admin_users_file: Path
 ) -> None:
     """The real server: a connection that sends nothing, and one that sends its header fields and
-    never ends them, are closed after admin.header_timeout_s; a request on a fresh connection, and a
+    never ends them, are closed after admin.request_timeout_s; a request on a fresh connection, and a
     second request on a kept-alive one, are answered."""
-    env = served_env(tmp_path, settings, admin_users_file, header_timeout_s=0.5)
+    env = served_env(tmp_path, settings, admin_users_file, request_timeout_s=0.5)
 
     async def scenario() -> dict[str, bool]:
         async with serving(env) as port:
@@ -202,3 +209,92 @@ def test_connections_that_send_no_request_are_closed_and_real_requests_still_wor
     results = asyncio.run(scenario())
     env.store.close()
     assert all(results.values()), results
+
+
+async def _slow_login(port: int, source: str) -> tuple[asyncio.StreamReader, asyncio.StreamWriter] | None:
+    """A login whose body says 60,000 bytes and sends one: the header fields are whole, the body is not."""
+    try:
+        reader, writer = await asyncio.open_connection("127.0.0.1", port, local_addr=(source, 0))
+    except OSError:
+        return None
+    writer.write(
+        b"POST /api/login HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+        b"Content-Length: 60000\r\n\r\n{"
+    )
+    return reader, writer
+
+
+def test_slow_request_bodies_cannot_hold_the_page(
+    tmp_path: Path, settings: Settings, admin_users_file: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """63 logins from one address, each sending its body a byte at a time (the attack that kept
+    /healthz at 503 for as long as it was held): the address gets admin.max_connections_per_client
+    connections and the rest are closed at once, those few are closed when admin.request_timeout_s
+    runs out, /healthz answers from another address meanwhile, nothing blocks the event loop, and
+    the refusals make a line or two of log, not one each."""
+    timeout_s = 2.0
+    env = served_env(tmp_path, settings, admin_users_file, request_timeout_s=timeout_s)
+    per_client = env.settings.admin.max_connections_per_client
+
+    async def scenario() -> dict[str, Any]:
+        async with watch_loop() as slow, serving(env) as port:
+            held = [c for c in [await _slow_login(port, "127.0.0.2") for _ in range(63)] if c is not None]
+            await asyncio.sleep(0.3)
+            closed_now = [await closed_within(reader, 0.05) for reader, _ in held]
+            async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}", timeout=5.0) as client:
+                started = asyncio.get_running_loop().time()
+                health = (await client.get("/healthz")).status_code
+                health_s = asyncio.get_running_loop().time() - started
+            survivors = [reader for (reader, _), closed in zip(held, closed_now, strict=True) if not closed]
+            closed_later = [await closed_within(reader, timeout_s + 1.0) for reader in survivors]
+            for _, writer in held:
+                writer.close()
+            return {
+                "open_after_refusals": len(survivors),
+                "closed_at_deadline": all(closed_later),
+                "health": health,
+                "health_s": health_s,
+                "slow": list(slow),
+            }
+
+    with caplog.at_level(logging.INFO, logger="appliance.admin"):
+        result = asyncio.run(scenario())
+    env.store.close()
+    assert result["open_after_refusals"] == per_client, result
+    assert result["closed_at_deadline"], result
+    assert result["health"] == 200 and result["health_s"] < 2.0, result
+    assert result["slow"] == []
+    refusals = [r for r in caplog.records if "connections; another one refused" in r.getMessage()]
+    assert 1 <= len(refusals) <= 2, [r.getMessage() for r in refusals]
+
+
+def test_parallel_password_guesses_cost_what_sequential_ones_do(
+    tmp_path: Path, settings: Settings, admin_users_file: Path
+) -> None:
+    """40 wrong logins sent at once from one address (the per-address connection cap raised so that
+    all of them reach the login): only admin.login_max_failures passwords are checked, the rest get
+    429 at once (each 401 is a password checked); the right password from that address is refused
+    until the window passes."""
+    env = served_env(tmp_path, settings, admin_users_file, max_connections_per_client=64)
+    limit = env.settings.admin.login_max_failures
+
+    async def burst() -> list[int]:
+        async with (
+            serving(env) as port,
+            httpx.AsyncClient(
+                base_url=f"http://127.0.0.1:{port}", timeout=30.0, limits=httpx.Limits(max_connections=64)
+            ) as client,
+        ):
+            guesses = [
+                client.post("/api/login", json={"username": ADMIN_USER, "password": f"guess number {n}"})
+                for n in range(40)
+            ]
+            statuses = [r.status_code for r in await asyncio.gather(*guesses)]
+            right = await client.post("/api/login", json={"username": ADMIN_USER, "password": ADMIN_PASSWORD})
+            return [*statuses, right.status_code]
+
+    statuses = asyncio.run(burst())
+    env.store.close()
+    # Each 401 is a password checked and found wrong.
+    assert statuses[:-1].count(401) == limit and statuses[:-1].count(429) == 40 - limit, statuses
+    assert statuses[-1] == 429

@@ -19,10 +19,14 @@ def test_transcribe_json_lines_and_bad_files(
     empty.write_bytes(b"")
     not_audio = tmp_path / "notes.wav"
     not_audio.write_text("this is not audio\n")
+    cut = tmp_path / "cut.wav"  # its header claims twice the audio that is there
+    whole = (data_dir / "speech/en/pocketsphinx_cards_002.wav").read_bytes()
+    cut.write_bytes(whole[: 44 + (len(whole) - 44) // 2])
     files = [
         data_dir / "speech/telephony_8k/deepspeech_LDC93S1_pcms16le_1_8000.wav",
         empty,
         not_audio,
+        cut,
         data_dir / "speech/en/pocketsphinx_cards_002.wav",
     ]
     code = main(["transcribe", *map(str, files), "--json"])
@@ -30,7 +34,7 @@ def test_transcribe_json_lines_and_bad_files(
     lines = [json.loads(line) for line in captured.out.splitlines()]
     assert code == 1  # some files failed
     assert [line["file"] for line in lines] == [str(f) for f in files]
-    phone, bad_empty, bad_text, cards = lines
+    phone, bad_empty, bad_text, bad_cut, cards = lines
     assert set(phone) == {"file", "text", "audio_s", "asr_s"}
     assert normalize_text(phone["text"]).startswith("she had")
     assert phone["audio_s"] == pytest.approx(2.925, abs=0.01)
@@ -39,6 +43,7 @@ def test_transcribe_json_lines_and_bad_files(
     assert bad_empty["code"] == bad_text["code"] == "bad-input"
     assert "empty" in bad_empty["error"]
     assert "not a readable audio file" in bad_text["error"]
+    assert "cut short" in bad_cut["error"] and "text" not in bad_cut
     assert str(empty) in captured.err and str(not_audio) in captured.err
 
 

@@ -140,3 +140,19 @@ def test_header_without_samples_is_rejected(tmp_path: Path) -> None:
 def test_directory_is_rejected(tmp_path: Path) -> None:
     with pytest.raises(InputError, match="is not a file"):
         load_audio(tmp_path)
+
+
+def test_a_wav_cut_short_is_refused_with_what_is_missing(data_dir: Path, tmp_path: Path) -> None:
+    """libsndfile reads a WAV whose header claims more audio than is there without a word, so half a
+    recording would be transcribed as if it were all of it."""
+    whole = (data_dir / SPEECH_16K).read_bytes()
+    cut = tmp_path / "cut.wav"
+    cut.write_bytes(whole[: len(whole) // 2])
+    with pytest.raises(InputError, match=r"cut\.wav is cut short: its header says \d+ bytes") as info:
+        load_audio(cut)
+    assert info.value.fix and "sox --ignore-length" in info.value.fix
+    # A recorder that streamed the file leaves the length unknown (0xFFFFFFFF): that is read as is.
+    data_at = whole.index(b"data") + 4
+    streamed = tmp_path / "streamed.wav"
+    streamed.write_bytes(whole[:data_at] + b"\xff\xff\xff\xff" + whole[data_at + 4 :])
+    assert load_audio(streamed)[0].size == load_audio(data_dir / SPEECH_16K)[0].size

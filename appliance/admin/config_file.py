@@ -157,11 +157,14 @@ def apply_changes(
     *,
     machine_check: Callable[[Settings], list[ConfigProblem]] | None = None,
 ) -> tuple[Settings, list[str]]:
-    """Merge ``changes`` into the file at ``path``, validate (``machine_check``: what the machine must
-    offer the new settings), write; the file's settings and the changed keys."""
+    """Merge ``changes`` into the file at ``path``, validate (``machine_check``: whether the new
+    settings can start on this machine, ``appliance.start_check``; without one, the bundle's choices
+    alone), write; the file's settings and the changed keys."""
+    from appliance.engine_set import startup_problems
+
     merged, changed = merge_changes(read_file_data(path), changes)
-    file_settings = validate_file_data(merged, "changes")
-    problems = machine_check(file_settings) if machine_check is not None else []
+    file_settings = _schema_checked(merged, "changes")
+    problems = (machine_check or startup_problems)(file_settings)
     if problems:
         raise ConfigError("changes", problems)
     text = to_toml(merged)

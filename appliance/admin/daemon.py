@@ -12,6 +12,7 @@ for state in engine_states(settings, load_seconds):
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import Iterable, Mapping
 from importlib import metadata
@@ -21,6 +22,7 @@ from typing import Protocol
 from appliance.admin.app import create_app
 from appliance.admin.backend import LiveRegistry
 from appliance.admin.local import ApplyHook, LocalBackend
+from appliance.admin.protocol import ConnectionLimits
 from appliance.admin.schemas import BundleSummary, EngineState, LlmLoad
 from appliance.admin.server import serve
 from appliance.config import Settings
@@ -137,9 +139,11 @@ async def run_admin_page(
     live_keys: Iterable[str] = (),
     on_apply: ApplyHook | None = None,
     notice: str | None = None,
+    started: asyncio.Event | None = None,
 ) -> None:
     """Serve the admin page on ``admin.bind_host:admin.port`` until cancelled; returns at once when
-    ``admin.enabled`` is false. Raises OSError naming the fix when the address cannot be used."""
+    ``admin.enabled`` is false. Raises OSError naming the fix when the address cannot be used.
+    ``started`` is set once requests are accepted."""
     if not settings.admin.enabled:
         log.info("admin page disabled (admin.enabled = false)")
         return
@@ -158,7 +162,6 @@ async def run_admin_page(
         create_app(backend, settings),
         admin.bind_host,
         admin.port,
-        trusted_proxies=admin.trusted_proxies,
-        header_timeout_s=admin.header_timeout_s,
-        max_connections=admin.max_connections,
+        limits=ConnectionLimits.of(admin),
+        started=started,
     )

@@ -16,7 +16,6 @@ import psutil
 from appliance import __version__
 from appliance.admin.backend import ConfigNotWritable, LiveRegistry
 from appliance.admin.config_file import apply_changes, environment_overrides
-from appliance.admin.placement import placement_problems
 from appliance.admin.schemas import (
     BundleSummary,
     ConfigUpdate,
@@ -29,6 +28,7 @@ from appliance.admin.schemas import (
 )
 from appliance.admin.system import HostProbe
 from appliance.config import Settings, load_settings
+from appliance.start_check import check_start
 from appliance.trace import TraceStore, TurnTrace
 
 log = logging.getLogger(__name__)
@@ -175,8 +175,11 @@ class LocalBackend:
             )
         with self._config_lock:
             running = self._settings
+            config_path = self.config_path
             _, changed = apply_changes(
-                self.config_path, changes, machine_check=lambda new: placement_problems(new, running)
+                config_path,
+                changes,
+                machine_check=lambda new: check_start(new, config_path=config_path, running=running).all,
             )
             overridden = set(environment_overrides())
             effective = load_settings(self.config_path)

@@ -42,30 +42,47 @@ class LoginRateLimiter:
     def retry_after_s(self, keys: list[str]) -> float:
         """Seconds until an attempt for ``keys`` is allowed again; 0 when it is allowed now."""
         now = self._clock()
-        wait = 0.0
         with self._lock:
-            for key in keys:
-                times = self._prune(key, now)
-                if len(times) < self.max_failures:
-                    continue
-                if key.startswith(self._growing_prefix):
-                    delay = min(2.0 ** (len(times) - self.max_failures), self.max_delay_s)
-                    wait = max(wait, times[-1] + delay - now)
-                else:
-                    wait = max(wait, times[0] + self.window_s - now)
+            return self._wait(keys, now)
+
+    def _wait(self, keys: list[str], now: float) -> float:
+        wait = 0.0
+        for key in keys:
+            times = self._prune(key, now)
+            if len(times) < self.max_failures:
+                continue
+            if key.startswith(self._growing_prefix):
+                delay = min(2.0 ** (len(times) - self.max_failures), self.max_delay_s)
+                wait = max(wait, times[-1] + delay - now)
+            else:
+                wait = max(wait, times[0] + self.window_s - now)
         return wait
 
-    def record_failure(self, keys: list[str]) -> None:
+    def take(self, keys: list[str]) -> float:
+        """Count an attempt for ``keys`` as failed before its password is checked, or refuse it: 0 when
+        the attempt may go ahead (call ``succeeded`` if the password was right), else the seconds to
+        wait. Counting first makes N guesses sent at once cost what N sent one after another do: the
+        password check is slow, and a limit read before it and counted after lets a burst through."""
         now = self._clock()
         with self._lock:
+            wait = self._wait(keys, now)
+            if wait > 0:
+                return wait
             if len(self._failures) >= self._max_keys:
                 self._forget_expired(now)
             for key in keys:
                 self._prune(key, now).append(now)
+        return 0.0
 
-    def reset(self, keys: list[str]) -> None:
+    def succeeded(self, keys: list[str], *, forget: list[str]) -> None:
+        """The attempt counted by ``take`` was right: take its count back from ``keys``, and forget
+        every earlier failure of ``forget`` (the user name: the real user is not slowed further)."""
         with self._lock:
             for key in keys:
+                times = self._failures.get(key)
+                if times:
+                    times.pop()  # the newest: this attempt's own (an older one may be another's)
+            for key in forget:
                 self._failures.pop(key, None)
 
     def _prune(self, key: str, now: float) -> deque[float]:

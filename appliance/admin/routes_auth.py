@@ -54,7 +54,7 @@ def auth_router() -> APIRouter:
         check_same_origin(request)
         client = request.client.host if request.client else "unknown"
         keys = [f"client:{client}", f"user:{body.username}"]
-        wait_s = context.limiter.retry_after_s(keys)
+        wait_s = context.limiter.take(keys)  # counted as failed until the password proves right
         if wait_s > 0:
             retry = math.ceil(wait_s)
             raise ApiError(
@@ -65,6 +65,7 @@ def auth_router() -> APIRouter:
             )
         try:
             if not await run_in_threadpool(context.users.users):
+                context.limiter.succeeded(keys, forget=[])  # no password was tried
                 raise ApiError(
                     401,
                     "no_accounts",
@@ -72,13 +73,13 @@ def auth_router() -> APIRouter:
                     "`appliance admin passwd --user NAME --role admin`",
                 )
         except UserFileError as err:
+            context.limiter.succeeded(keys, forget=[])
             raise ApiError(401, "no_accounts", f"the accounts file is unreadable: {err}") from err
         user = await run_in_threadpool(context.users.authenticate, body.username, body.password)
         if user is None:
-            context.limiter.record_failure(keys)
             log.warning("failed admin login for user %r from %s", body.username, client)
             raise ApiError(401, "bad_credentials", "wrong user name or password")
-        context.limiter.reset([keys[1]])
+        context.limiter.succeeded(keys, forget=[keys[1]])
         token, session = context.sessions.create(user.name, user.role)
         response.set_cookie(
             SESSION_COOKIE,

@@ -126,6 +126,10 @@ class TurnView(Body):
     played_reply: str
     cancelled: bool
     error: str | None
+    outcome: str = Field(
+        description="how the turn ended: answered, interrupted (the person spoke over the reply), hangup "
+        "(the call ended during the reply), stopped (the daemon stopped during it), error"
+    )
     speculative: bool
     audio_s: float
     reply_audio_s: float

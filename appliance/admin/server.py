@@ -11,7 +11,7 @@ from collections.abc import Iterator
 import uvicorn
 from fastapi import FastAPI
 
-from appliance.admin.protocol import bounded_h11
+from appliance.admin.protocol import ConnectionLimits, bounded_h11
 
 log = logging.getLogger(__name__)
 
@@ -49,11 +49,9 @@ async def serve(
     host: str,
     port: int,
     *,
+    limits: ConnectionLimits,
     sock: socket.socket | None = None,
     started: asyncio.Event | None = None,
-    trusted_proxies: tuple[str, ...] = (),
-    header_timeout_s: float = 10.0,
-    max_connections: int = 64,
 ) -> None:
     """Serve ``app`` until cancelled; run it as a task on the daemon's loop.
 
@@ -66,14 +64,14 @@ async def serve(
         log_config=None,
         access_log=False,
         lifespan="off",
-        http=bounded_h11(header_timeout_s),
-        limit_concurrency=max_connections,
+        http=bounded_h11(limits),
+        limit_concurrency=limits.max_connections,
         ws="none",
         timeout_graceful_shutdown=int(SHUTDOWN_TIMEOUT_S),
         # uvicorn believes X-Forwarded-For from 127.0.0.1 unless told otherwise: then every forged
         # address would get its own login attempts. Only configured proxies are believed.
-        proxy_headers=bool(trusted_proxies),
-        forwarded_allow_ips=list(trusted_proxies) or None,
+        proxy_headers=bool(limits.trusted_proxies),
+        forwarded_allow_ips=list(limits.trusted_proxies) or None,
     )
     server = _EmbeddedServer(config)
     task = asyncio.ensure_future(server.serve(sockets=[listening]))

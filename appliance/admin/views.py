@@ -23,6 +23,7 @@ def turn_view(trace: TurnTrace, budget_ms: float) -> TurnView:
         played_reply=trace.played_reply,
         cancelled=trace.cancelled,
         error=trace.error,
+        outcome=turn_outcome(trace),
         speculative=trace.speculative,
         audio_s=trace.audio_s,
         reply_audio_s=trace.reply_audio_s,
@@ -40,6 +41,14 @@ def turn_view(trace: TurnTrace, budget_ms: float) -> TurnView:
         llm_evaluated_tokens=trace.llm_evaluated_tokens,
         llm_backend=trace.llm_backend,
     )
+
+
+def turn_outcome(trace: TurnTrace) -> str:
+    if trace.error:
+        return "error"
+    if trace.outcome:
+        return trace.outcome
+    return "interrupted" if trace.cancelled else "answered"
 
 
 def latency_report(traces: list[TurnTrace], budget_ms: float) -> LatencyReport:

@@ -26,11 +26,12 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def handle_check(args: argparse.Namespace) -> int:
     from appliance.admin.config_file import read_file_data, validate_file_data
-    from appliance.engine_set import startup_problems
+    from appliance.start_check import check_start
 
     source = str(args.file or "default configuration")
     try:
-        problems = startup_problems(load_settings(args.file))
+        # The ports may be held by the running daemon itself: only clashes between them count here.
+        problems = check_start(load_settings(args.file), config_path=args.file, ports_free=False).all
     except ConfigError as err:
         source, problems = err.source, err.problems
         if args.file is not None:  # the file alone: every schema problem and the bundle's choices

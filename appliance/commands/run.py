@@ -15,8 +15,8 @@ import argparse
 import logging
 import sys
 
-from appliance.commands.common import EXIT_CONFIG, EXIT_FAILED, add_config_option
-from appliance.config import ConfigError, load_settings
+from appliance.commands.common import EXIT_CONFIG, add_config_option
+from appliance.config import ConfigError
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -26,44 +26,20 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def handle(args: argparse.Namespace) -> int:
-    from appliance import daemon, last_good
-
-    notice: str | None = None
-    try:
-        settings = load_settings(args.config)
-    except ConfigError as err:
-        kept = last_good.fallback(args.config, str(err))
-        if kept is None:
-            print(f"error: {err}", file=sys.stderr)
-            return EXIT_CONFIG
-        settings, notice = kept
-    from appliance.audio.devices import probe_device
+    from appliance import daemon
     from appliance.service import configure_logging, run_service
+    from appliance.service.airgap import guard_name_lookups
+    from appliance.start_plan import plan_start
 
     configure_logging(logging.getLogger().level)
-    microphone: str | None = None
-    reason = "audio.input is 'none'"
-    if settings.audio.input != "none":
-        probe = probe_device("input", settings.audio.input_device)
-        if probe.available:
-            microphone = probe.name
-        elif settings.audio.input == "microphone":
-            print(
-                f"error: no microphone: {probe.reason} (fix: connect one and set audio.input_device "
-                "to its sounddevice name or index, or set audio.input = 'auto')",
-                file=sys.stderr,
-            )
-            return EXIT_FAILED
-        else:
-            reason = probe.reason
+    guard_name_lookups()
+    try:
+        plan = plan_start(args.config)
+    except ConfigError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return EXIT_CONFIG
 
     def load() -> daemon.Daemon:
-        return daemon.load_with_fallback(
-            settings,
-            microphone=microphone,
-            no_microphone_reason=reason,
-            config_path=args.config,
-            notice=notice,
-        )
+        return daemon.load_with_fallback(plan, config_path=args.config)
 
     return run_service(load, daemon.serve, daemon.close)

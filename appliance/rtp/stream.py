@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import ipaddress
 import logging
 import random
 from collections.abc import AsyncIterator
@@ -40,6 +41,14 @@ class MediaParams:
     payload_type: int
     telephone_event_pt: int | None = None
     direction: str = "sendrecv"  # as seen from the appliance
+
+    def __post_init__(self) -> None:
+        # A name here would be resolved by sendto() for every packet, blocking the event loop and
+        # sending DNS queries from the media path.
+        try:
+            ipaddress.ip_address(self.remote_host)
+        except ValueError:
+            raise ValueError(f"RTP peer {self.remote_host[:60]!r} is not an IP address") from None
 
     @property
     def sends(self) -> bool:

@@ -11,13 +11,22 @@ import secrets
 from collections.abc import Awaitable, Callable
 
 from appliance.config import SipConfig
+from appliance.ratelog import ThrottledLog
 from appliance.rtp.stream import MediaParams, RtpStream
 from appliance.sip.call import Call, CallHandler, CallState
 from appliance.sip.calls import CallTable
 from appliance.sip.checks import SUPPORTED_METHODS
 from appliance.sip.dialog import make_response
 from appliance.sip.message import SipRequest
-from appliance.sip.sdp import AudioAnswer, SdpError, SessionDescription, build_offer, negotiate, parse_sdp
+from appliance.sip.sdp import (
+    AudioAnswer,
+    SdpError,
+    SdpHostName,
+    SessionDescription,
+    build_offer,
+    negotiate,
+    parse_sdp,
+)
 from appliance.sip.stats import ServerStats
 from appliance.sip.transactions import Retransmitter, transaction_key
 from appliance.sip.transport import Address, EndCall, SipTransport, Spawn
@@ -41,9 +50,12 @@ class InviteFlow:
         open_stream: OpenStream,
         end_call: EndCall,
         spawn: Spawn,
+        noisy: ThrottledLog,
         accepting: Callable[[], bool] = lambda: True,
     ) -> None:
+        """``noisy``: the log for what a caller can make happen at any rate (refused INVITEs)."""
         self.config = config
+        self.noisy = noisy
         self.accepting = accepting
         self.stats = stats
         self.transport = transport
@@ -71,7 +83,11 @@ class InviteFlow:
             await self._on_reinvite(invite, source)
             return
         if not self.accepting():
-            log.info("SIP: INVITE from %s:%d refused with 503: the engines are still loading", *source)
+            self.noisy.info(
+                "invite_loading",
+                "SIP: INVITE from %s:%d refused with 503: the engines are still loading",
+                *source,
+            )
             self.send_final_failure(
                 invite, source, 503, headers=(("Retry-After", str(self.config.retry_after_s)),)
             )
@@ -79,7 +95,8 @@ class InviteFlow:
         if self.table.occupied() >= self.config.max_calls:
             self.stats.busy += 1
             status = self.config.full_status
-            log.info(
+            self.noisy.info(
+                "invite_full",
                 "SIP: INVITE from %s:%d refused with %d: %d calls already (sip.max_calls)",
                 *source,
                 status,
@@ -94,7 +111,8 @@ class InviteFlow:
                 offer = parse_sdp(invite.body)
                 self.negotiate(offer, None)
             except SdpError as err:
-                log.info("SIP: INVITE from %s:%d refused: %s", *source, err)
+                kind = "invite_sdp_host_name" if isinstance(err, SdpHostName) else "invite_sdp"
+                self.noisy.info(kind, "SIP: INVITE from %s:%d refused with 488: %s", *source, err)
                 self.send_final_failure(
                     invite, source, 488, headers=(("Warning", f'304 appliance "{err}"'[:200]),)
                 )
@@ -106,7 +124,11 @@ class InviteFlow:
         finally:
             self.table.reserved -= 1
         if stream is None:
-            log.warning("SIP: no free RTP port in sip.rtp_port_min..rtp_port_max; INVITE refused with 503")
+            self.noisy.log(
+                logging.WARNING,
+                "invite_no_port",
+                "SIP: no free RTP port in sip.rtp_port_min..rtp_port_max; INVITE refused with 503",
+            )
             self.send_final_failure(invite, source, 503, headers=(("Retry-After", "5"),))
             return
         call = self.table.new(invite, stream, source)

@@ -6,6 +6,7 @@ telephone-event (RFC 4733) when offered, and rejects every other media line with
 
 from __future__ import annotations
 
+import ipaddress
 from dataclasses import dataclass, field
 
 STATIC_PAYLOADS = {0: ("PCMU", 8000), 8: ("PCMA", 8000)}
@@ -84,11 +85,26 @@ def parse_sdp(data: bytes | str) -> SessionDescription:
     return session
 
 
+class SdpHostName(SdpError):
+    """A connection address given as a host name: legal SDP, but resolving it would send a DNS query
+    from the media path (and block it); the appliance takes IP addresses only."""
+
+
 def _connection_address(value: str) -> str:
     parts = value.split()
     if len(parts) != 3 or parts[0] != "IN" or parts[1] not in ("IP4", "IP6"):
         raise SdpError(f"c= line {value[:40]!r} is not 'IN IP4 address'")
-    return parts[2].split("/")[0]
+    text = parts[2].split("/")[0]
+    try:
+        address = ipaddress.ip_address(text)
+    except ValueError:
+        raise SdpHostName(
+            f"c= address {text[:60]!r} is a host name, not an IP address (this device resolves no "
+            "names for media: have the phone system send its media address as a number)"
+        ) from None
+    if address.version != (4 if parts[1] == "IP4" else 6):
+        raise SdpError(f"c= line {value[:60]!r}: {text} is not an {parts[1]} address")
+    return text
 
 
 def _media_line(value: str) -> MediaSection:

@@ -64,6 +64,7 @@ class SipServer(asyncio.DatagramProtocol):
             open_stream=self.open_stream,
             end_call=self.end_call,
             spawn=self._spawn,
+            noisy=self._noisy,
             accepting=lambda: self.accepting,
         )
         self.dialogs = DialogFlow(
@@ -78,6 +79,10 @@ class SipServer(asyncio.DatagramProtocol):
     @property
     def calls(self) -> dict[str, Call]:
         return self.table.calls
+
+    @property
+    def tcp_listening(self) -> bool:
+        return self._tcp_server is not None
 
     @property
     def local_port(self) -> int:

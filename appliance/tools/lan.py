@@ -9,7 +9,7 @@ from collections.abc import Sequence
 from typing import Any
 from urllib.parse import quote, urlsplit
 
-from engines.net import host_allowed
+from engines.net import host_allowed, name_lookup_allowed
 
 MAX_BODY_BYTES = 256 * 1024  # read at most this much of an answer (a 10 MB reply is cut here)
 
@@ -53,7 +53,8 @@ def call_service(
     if payload is not None:
         headers["Content-Type"] = "application/json"
     try:
-        connection.request(method, path, body=payload, headers=headers)
+        with name_lookup_allowed(parts.hostname):  # listed in agent.allowed_hosts, checked above
+            connection.request(method, path, body=payload, headers=headers)
         response = connection.getresponse()
         raw = response.read(MAX_BODY_BYTES)
     except TimeoutError as err:

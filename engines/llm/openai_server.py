@@ -27,7 +27,7 @@ from urllib.parse import urlsplit
 
 from engines.errors import BackendUnavailable
 from engines.llm import GenerationStats, LlmOccupancy, Message, PrefillStats
-from engines.net import host_allowed, is_private_address
+from engines.net import host_allowed, is_private_address, name_lookup_allowed
 
 log = logging.getLogger(__name__)
 
@@ -93,7 +93,8 @@ def check_server_url(url: str, allowed_hosts: Sequence[str], allow_public: bool)
 def resolve(endpoint: Endpoint, allow_public: bool) -> str:
     """The address to connect to: every address the name has must be private (unless allowed)."""
     try:
-        infos = socket.getaddrinfo(endpoint.host, endpoint.port, type=socket.SOCK_STREAM)
+        with name_lookup_allowed(endpoint.host):  # listed in llm.allowed_hosts (check_server_url)
+            infos = socket.getaddrinfo(endpoint.host, endpoint.port, type=socket.SOCK_STREAM)
     except OSError as err:
         raise LlmServerError(f"the LLM server's name {endpoint.host} does not resolve ({err})") from err
     addresses = [str(info[4][0]) for info in infos]

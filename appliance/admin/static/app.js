@@ -100,6 +100,10 @@ const ENDED_BY = {
   max_length: "too long", stream_end: "audio ended",
 };
 
+const OUTCOMES = {
+  answered: "ok", interrupted: "interrupted", hangup: "caller hung up", stopped: "stopped by shutdown",
+};
+
 function endOfTurn(t) {
   const how = ENDED_BY[t.endpoint_by] || t.endpoint_by || "–";
   const wait = t.endpoint_wait_ms == null ? "" : `${Math.round(t.endpoint_wait_ms)} ms · `;
@@ -125,7 +129,7 @@ function showLatency(report, turns) {
     cell(row, t.session_id); cell(row, t.transcript); cell(row, t.played_reply || t.reply);
     cell(row, t.turn_latency_ms, t.over_budget ? "num over" : "num");
     cell(row, endOfTurn(t));
-    const outcome = t.error ? `error: ${t.error}` : t.cancelled ? "interrupted" : "ok";
+    const outcome = t.error ? `error: ${t.error}` : (OUTCOMES[t.outcome] || t.outcome);
     cell(row, t.llm_backend ? `${outcome} · ${t.llm_backend}` : outcome);
   });
 }
