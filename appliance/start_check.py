@@ -17,6 +17,7 @@ from __future__ import annotations
 import errno
 import os
 import socket
+import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -111,10 +112,17 @@ def _starts_with(path: Path, header: bytes) -> bool:
 
 
 def _can_create_in(folder: Path) -> bool:
-    """True when ``folder`` exists and is writable, or its nearest existing parent is."""
+    """True when a file can be made in ``folder``, or in its nearest existing parent (tried, not read
+    from the mode bits: root passes every access() check, yet cannot write /proc or a read-only mount)."""
     for candidate in (folder, *folder.parents):
         if candidate.exists():
-            return candidate.is_dir() and os.access(candidate, os.W_OK | os.X_OK)
+            if not candidate.is_dir():
+                return False
+            try:
+                with tempfile.TemporaryFile(dir=candidate):
+                    return True
+            except OSError:
+                return False
     return False
 
 

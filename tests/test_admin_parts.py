@@ -139,11 +139,14 @@ def test_toml_writer_round_trips_every_shape_of_the_schema(tmp_path: Path) -> No
     data = {
         "agent": {"site_name": 'Hall "B" \\ east', "persona": "line one\nline two\ttab"},
         "llm": {"stop": ["\n\n", "User:"], "temperature": 0.25, "gpu_layers": -1},
-        "bundle": {"dir": str(tmp_path), "verify_on_start": False},
+        "bundle": {"verify_on_start": False},
     }
     text = to_toml(data)
     assert tomllib.loads(text) == data
     assert validate_file_data(tomllib.loads(text), "test").llm.stop == ("\n\n", "User:")
+    # A folder that is no bundle is a problem of its own, not a reason to skip the bundle's checks.
+    with pytest.raises(ConfigError, match="bundle.dir: the engine bundle cannot be opened"):
+        validate_file_data({"bundle": {"dir": str(tmp_path)}, "llm": {"model": "gpt4"}}, "test")
 
 
 def test_apply_changes_refuses_bad_values_and_writes_nothing(tmp_path: Path) -> None:
