@@ -1,6 +1,8 @@
 """Run inside a network and mount namespace of its own (``unshare -n -m``) by tests/test_airgap.py:
 `appliance run` with SIP and the admin page on, a real SIPp call asking a question, admin requests,
-for at least ``--hold-s`` seconds, while every DNS query and every socket call is recorded.
+and INVITEs whose SDP names a host instead of an address (legal SDP a PBX may send: resolving it
+froze the daemon and sent DNS queries), for at least ``--hold-s`` seconds, while every DNS query and
+every socket call is recorded.
 
 The namespace has loopback, and one veth interface with a "resolver" (10.53.0.1) that
 /etc/resolv.conf points at and a default route, so a library that tried to look up or reach a
@@ -76,6 +78,44 @@ def _qname(question: bytes) -> str:
     return ".".join(labels)
 
 
+def named_sdp_invites(sip_port: int, count: int) -> list[int]:
+    """``count`` INVITEs with ``c=IN IP4 media.example.net``: the final status of each (0: none)."""
+    statuses = []
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        sock.settimeout(2.0)
+        local = sock.getsockname()[1]
+        for n in range(count):
+            sdp = (
+                "v=0\r\no=pbx 1 1 IN IP4 127.0.0.1\r\ns=-\r\nc=IN IP4 media.example.net\r\nt=0 0\r\n"
+                "m=audio 40000 RTP/AVP 0\r\n"
+            )
+            invite = (
+                f"INVITE sip:appliance@127.0.0.1 SIP/2.0\r\nVia: SIP/2.0/UDP 127.0.0.1:{local};branch=z9hG4bKnamed{n}\r\n"
+                f"From: <sip:pbx@127.0.0.1>;tag=named{n}\r\nTo: <sip:appliance@127.0.0.1>\r\nCall-ID: named-{n}\r\n"
+                f"CSeq: 1 INVITE\r\nContact: <sip:pbx@127.0.0.1:{local}>\r\nContent-Type: application/sdp\r\n"
+                f"Content-Length: {len(sdp)}\r\n\r\n{sdp}"
+            )
+            sock.sendto(invite.encode(), ("127.0.0.1", sip_port))
+            status = 0
+            try:
+                while status < 200:
+                    status = int(sock.recv(65535).split(b" ", 2)[1])
+            except (TimeoutError, ValueError, IndexError):
+                pass
+            statuses.append(status)
+    return statuses
+
+
+def slowest_health_s(base: str, count: int) -> float:
+    slowest = 0.0
+    for _ in range(count):
+        started = time.monotonic()
+        http_status(base + "/healthz")
+        slowest = max(slowest, time.monotonic() - started)
+    return slowest
+
+
 def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--tmp", type=Path, required=True)
@@ -99,6 +139,8 @@ def main() -> int:
         path: http_status(base + path)
         for path in ("/healthz", "/readyz", "/metrics", "/login", "/api/status")
     }
+    named = named_sdp_invites(config.sip_port, 5)
+    health_s = slowest_health_s(base, 5)
     while time.monotonic() - started < ready_s + args.hold_s:
         time.sleep(1.0)
     output = daemon.stop()
@@ -120,6 +162,8 @@ def main() -> int:
                 "sipp_returncode": sipp_rc,
                 "sipp_output": sipp_output if sipp_rc else "",
                 "pages": pages,
+                "named_sdp_statuses": named,
+                "slowest_health_s": round(health_s, 3),
                 "transcripts": [turn["transcript"] for turn in daemon.stored_turns()],
                 "daemon_output": output[-3000:],
             }

@@ -145,7 +145,7 @@ def test_toml_writer_round_trips_every_shape_of_the_schema(tmp_path: Path) -> No
     assert tomllib.loads(text) == data
     assert validate_file_data(tomllib.loads(text), "test").llm.stop == ("\n\n", "User:")
     # A folder that is no bundle is a problem of its own, not a reason to skip the bundle's checks.
-    with pytest.raises(ConfigError, match="bundle.dir: the engine bundle cannot be opened"):
+    with pytest.raises(ConfigError, match=r"bundle\.dir: the engine bundle cannot be opened"):
         validate_file_data({"bundle": {"dir": str(tmp_path)}, "llm": {"model": "gpt4"}}, "test")
 
 

@@ -159,9 +159,11 @@ def test_native_runtimes_try_no_network_in_a_namespace_of_their_own(tmp_path: Pa
 )
 def test_the_daemon_with_a_call_and_the_admin_page_sends_nothing_out(tmp_path: Path, data_dir: Path) -> None:
     """`appliance run` with SIP and the admin page, a real SIPp call asking a question and admin
-    requests, held 40 s past READY (ONNX Runtime's telemetry looked its collector up ~9 s after the
-    first session), in a namespace where a resolver is reachable and records every query and a default
-    route exists: no DNS query, no connect or send to any address but loopback."""
+    requests, INVITEs whose SDP names a host (`c=IN IP4 media.example.net`), held 40 s past READY
+    (ONNX Runtime's telemetry looked its collector up ~9 s after the first session), in a namespace
+    where a resolver is reachable and records every query and a default route exists: no DNS query,
+    no connect or send to any address but loopback; the named SDP gets 488 and the daemon stays
+    responsive."""
     done = subprocess.run(
         ["unshare", "-n", "-m", "--propagation", "private", sys.executable, "-m", "tests.airgap_daemon",
          "--tmp", str(tmp_path), "--data", str(data_dir), "--hold-s", "40"],
@@ -173,6 +175,8 @@ def test_the_daemon_with_a_call_and_the_admin_page_sends_nothing_out(tmp_path: P
     assert report["sipp_returncode"] == 0, report["sipp_output"]
     assert any("brooklyn" in t.lower() for t in report["transcripts"]), report
     assert report["pages"]["/healthz"] == 200 and report["pages"]["/metrics"] == 200, report["pages"]
+    assert report["named_sdp_statuses"] == [488] * 5, report["named_sdp_statuses"]
+    assert report["slowest_health_s"] < 2.0, report
     assert report["inet_calls"] > 0  # strace saw the daemon's own loopback traffic: it was watching
     assert report["dns_queries"] == [], report["dns_queries"]
     assert report["outside_connects"] == [], "\n".join(report["outside_connects"])
