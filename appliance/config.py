@@ -115,7 +115,7 @@ class EndpointerConfig(Section):
         description="silence mode; smart_turn when the model is unsure (or fails)",
     )
     turn_check_ms: int = Field(
-        256, ge=32, le=2000, description="smart_turn: silence before the model is asked"
+        160, ge=32, le=2000, description="smart_turn: silence before the model is asked"
     )
     incomplete_silence_ms: int = Field(
         1000, ge=200, le=10000, description="smart_turn: silence that ends a turn the model judged unfinished"
@@ -129,11 +129,55 @@ class EndpointerConfig(Section):
         lt=1.0,
         description="smart_turn: below it the turn waits incomplete_silence_ms; in between, end_silence_ms",
     )
+    turn_recheck_ms: int = Field(
+        0,
+        ge=0,
+        le=2000,
+        description="smart_turn: ask the model again this often while a pause lasts; 0: once",
+    )
+    judge_words: bool = Field(
+        True,
+        description="smart_turn: the language model that answers also judges from the words whether the "
+        "person has finished, read from the logits it computes for the reply anyway (llama.cpp with the "
+        "model's own chat template and no other call's reply running; otherwise the sound decides alone)",
+    )
+    words_weight: float = Field(
+        0.5, ge=0.0, le=1.0, description="judge_words: the words' weight beside the sound's (0..1)"
+    )
+    words_complete_threshold: float = Field(
+        0.5,
+        gt=0.0,
+        lt=1.0,
+        description="judge_words: a score with the words in it at or above this ends the turn",
+    )
+    words_incomplete_threshold: float = Field(
+        0.05,
+        gt=0.0,
+        lt=1.0,
+        description="judge_words: below it the turn waits incomplete_silence_ms (the words are unfinished)",
+    )
+    words_unsure_silence_ms: int = Field(
+        1000,
+        ge=64,
+        le=10000,
+        description="judge_words: silence that ends a turn whose score (with the words) is between the thresholds",
+    )
+    words_wait_ms: int = Field(
+        1000,
+        ge=0,
+        le=2000,
+        description="judge_words: how long a finished-sounding pause waits for the words' verdict",
+    )
     pre_roll_ms: int = Field(256, ge=0, le=2000)
     max_utterance_s: float = Field(20.0, gt=1.0, le=60.0)
 
     @model_validator(mode="after")
     def _check_order(self) -> EndpointerConfig:
+        if self.words_incomplete_threshold > self.words_complete_threshold:
+            raise ValueError(
+                f"words_incomplete_threshold ({self.words_incomplete_threshold}) must not be above "
+                f"words_complete_threshold ({self.words_complete_threshold})"
+            )
         if self.incomplete_silence_ms <= self.turn_check_ms:
             raise ValueError(
                 f"incomplete_silence_ms ({self.incomplete_silence_ms}) must be longer than turn_check_ms "

@@ -1,16 +1,29 @@
-"""End of turn: a fixed silence vs Smart Turn, on complete sentences and on mid-sentence pauses.
+"""End of turn: the sound alone (Smart Turn), the words alone (the reply LLM's P(the words end the
+message)), both fused, and a trivial baseline, on complete sentences and on mid-sentence pauses.
 
-    .venv/bin/python -m bench turn [--bands 0.5:0.5 0.9:0.05 ...] [--checks-ms 160 256]
-                                   [--incomplete-ms 1000 1600] [--silence-ms 300 500 800]
+    .venv/bin/python -m bench turn [--call-path] [--out FILE] [--plot FILE]
 
-The labelled set (bench/turn_set.py) is built from ../shared/data/speech/en: every sentence as
-recorded, and the same sentence with 500-900 ms of its own background inserted at the word boundary
-nearest its middle. Each clip goes through the real Silero VAD and the real endpointer; in smart_turn
-mode each TURN_CHECK runs the real Smart Turn model on the audio so far, and its measured cost is
-added to the endpoint wait (the verdict comes that much after the check). Reported per setting:
-endpoint wait p50/p95/p99 on complete sentences (last voiced frame -> endpoint), the share of
-sentences split into two turns (a cut-off), and what ended the turns. Figures, not assertions:
-written to bench/results/turn-<time>.json.
+The labelled set (bench/turn_set.py) is built from ../shared/data/speech/en: every sentence of at
+least five words as recorded, and the same sentence with 300-1200 ms of its own background inserted
+after a function word ("the", "of", "to", ...) and elsewhere in its middle. Each clip goes through the
+real Silero VAD and the real endpointer. Every verdict arrives when it would on this machine:
+
+- the sound: Smart Turn on the audio so far, asked after turn_check_ms of silence, answered after
+  the model's measured time;
+- the words: at the first silent frame the speculative turn transcribes the utterance (the shipped
+  Whisper, measured) and the LLM (the shipped model) evaluates the words, its cache primed with all
+  but the last two (what the partial transcripts' prefill leaves it); P(the words end the message)
+  arrives after both measured times. Trailing punctuation is left out of the words judged: Whisper
+  writes a full stop where a pause may only be a breath;
+- the baseline: "unfinished" when the last word is a function word, else "finished", on the same
+  clock as the words.
+
+Reported per setting: endpoint wait p50/p95/p99 on complete sentences (last voiced frame ->
+endpoint, model costs included), the share of complete sentences split, the share of pauses cut
+(all, 500-900 ms, after a function word, elsewhere); per mode the trade-off curve (a PNG) and
+eot-bench's two figures: the share of pauses cut when the wait is at most 300 ms, and the wait when at
+most 5% of pauses are cut. ``--call-path`` runs the chosen settings again on the audio as a SIP call
+delivers it (8 kHz G.711). Figures, not assertions: written to bench/results/turn-<time>.json.
 """
 
 from __future__ import annotations
@@ -30,18 +43,75 @@ from typing import Any
 
 import numpy as np
 
-from bench.turn_set import Clip, build_clips, call_path, load_whisper
+from bench.turn_set import FUNCTION_WORDS, LEAD_S, Clip, build_clips, call_path, load_whisper
 
 REPO = Path(__file__).resolve().parents[1]
 DEFAULT_DATA = Path(os.environ.get("APPLIANCE_TEST_DATA", REPO.parent / "shared" / "data"))
 RESULTS = REPO / "bench" / "results"
 FRAME_SAMPLES = 512
 FRAME_S = FRAME_SAMPLES / 16000
+# A pause shorter than this is over before any words' verdict could come (ASR alone takes longer).
+MIN_WORDS_PAUSE_S = 0.12
+BASELINE_UNFINISHED, BASELINE_FINISHED = 0.02, 0.9
 
 log = logging.getLogger("bench.turn")
 
-# (probability, seconds the model took) for the audio between two sample indices of a clip
-Judge = Callable[[int, int, int], tuple[float, float]]
+
+@dataclass(frozen=True)
+class WordsVerdict:
+    transcript: str
+    llm_p: float | None
+    baseline_p: float
+    cost_s: float  # ASR + the LLM's evaluation of the words it had not seen
+
+
+class Judges:
+    """The real models, each answer measured once and cached per (clip, audio span)."""
+
+    def __init__(self, clips: list[np.ndarray], detector: Any, asr: Any, llm: Any) -> None:
+        self.clips, self.detector, self.asr, self.llm = clips, detector, asr, llm
+        self._audio: dict[tuple[int, int, int], tuple[float, float]] = {}
+        self._words: dict[tuple[int, int, int], WordsVerdict] = {}
+        self.audio_ms: list[float] = []
+        self.words_ms: list[float] = []
+
+    def audio(self, index: int, start: int, end: int) -> tuple[float, float]:
+        key = (index, start, end)
+        if key not in self._audio:
+            started = time.perf_counter()
+            probability = self.detector.complete_probability(self.clips[index][start:end])
+            cost = time.perf_counter() - started
+            self.audio_ms.append(cost * 1000.0)
+            self._audio[key] = (probability, cost)
+        return self._audio[key]
+
+    def words(self, index: int, start: int, end: int) -> WordsVerdict:
+        key = (index, start, end)
+        if key not in self._words:
+            self._words[key] = self._judge_words(index, start, end)
+            self.words_ms.append(self._words[key].cost_s * 1000.0)
+        return self._words[key]
+
+    def _judge_words(self, index: int, start: int, end: int) -> WordsVerdict:
+        from engines.llm import Message
+
+        started = time.perf_counter()
+        transcript = self.asr.transcribe(self.clips[index][start:end]).text.strip()
+        asr_s = time.perf_counter() - started
+        words = transcript.rstrip().rstrip(".?!\u2026,;:").rstrip()
+        last = words.split()[-1].strip("\"'").lower() if words.split() else ""
+        baseline = BASELINE_UNFINISHED if last in FUNCTION_WORDS else BASELINE_FINISHED
+        if not words:
+            return WordsVerdict(transcript, None, baseline, asr_s)
+        conversation = f"clip-{index}"
+        primer = " ".join(words.split()[:-2])
+        if primer:
+            self.llm.prefill([Message("user", primer)], conversation=conversation)
+        started = time.perf_counter()
+        stats = self.llm.prefill([Message("user", words)], conversation=conversation)
+        return WordsVerdict(
+            transcript, stats.end_of_message_p, baseline, asr_s + time.perf_counter() - started
+        )
 
 
 @dataclass(frozen=True)
@@ -49,50 +119,86 @@ class Ending:
     time_s: float  # stream time of the endpoint decision
     speech_end_s: float
     by: str
-    wait_ms: float  # last voiced frame -> endpoint, the model's cost included
+    wait_ms: float  # last voiced frame -> endpoint, the models' costs included
 
 
 @dataclass(frozen=True)
 class Outcome:
     endings: tuple[Ending, ...]
     checks: int
-    incomplete: int
 
     @property
     def split(self) -> bool:
         return len(self.endings) > 1
 
+    def cut_at(self, clip: Clip) -> bool:
+        """A turn ended inside the inserted pause (not at one of the recording's own pauses)."""
+        if clip.pause_start_s is None or clip.pause_end_s is None:
+            return False
+        return any(
+            abs(e.speech_end_s - clip.pause_start_s) <= 0.15 and e.time_s <= clip.pause_end_s + FRAME_S
+            for e in self.endings
+        )
 
-def replay(clip_index: int, probabilities: list[float], params: Any, judge: Judge) -> Outcome:
-    """One clip through the endpointer; TURN_CHECKs answered by ``judge`` at once."""
+
+Words = Callable[[int, int, int], tuple[float | None, float]]  # (clip, start, end) -> (p, cost)
+
+
+def replay(
+    clip_index: int, probabilities: list[float], params: Any, judges: Judges, words: Words | None
+) -> Outcome:
+    """One clip through the endpointer, each verdict delivered at the stream time it would arrive."""
     from engines.vad.endpointer import Endpointer, EndpointEvent, EventKind
 
     endpointer = Endpointer(params)
     endings: list[Ending] = []
-    checks = incomplete = 0
+    pending: list[tuple[float, str, int, float | None]] = []  # (due, "audio"|"words", id, p)
+    checks = 0
 
-    def ended(event: EndpointEvent, cost_s: float) -> None:
-        assert event.speech_end_s is not None
-        wait = (event.time_s - event.speech_end_s + cost_s) * 1000.0
-        endings.append(Ending(event.time_s, event.speech_end_s, event.by, wait))
+    def voiced_again_s(time_s: float) -> float:
+        frame = round(time_s / FRAME_S)
+        later = [i for i, p in enumerate(probabilities[frame:], frame) if p >= params.threshold]
+        return later[0] * FRAME_S if later else float("inf")
 
-    def handle(events: list[EndpointEvent]) -> None:
-        nonlocal checks, incomplete
+    def handle(events: list[EndpointEvent], stamp: float | None = None) -> None:
+        nonlocal checks
         for event in events:
             if event.kind is EventKind.ENDPOINT:
-                ended(event, 0.0)
+                assert event.speech_end_s is not None
+                at = event.time_s if stamp is None else stamp
+                endings.append(Ending(at, event.speech_end_s, event.by, (at - event.speech_end_s) * 1000.0))
+                pending.clear()
             elif event.kind is EventKind.TURN_CHECK:
                 start, end = int(event.utterance_start_s * 16000), round(event.time_s * 16000)
-                probability, cost_s = judge(clip_index, start, end)
+                probability, cost = judges.audio(clip_index, start, end)
                 checks += 1
-                incomplete += probability < params.complete_threshold
-                for verdict_event in endpointer.verdict(event.check_id, probability):
-                    ended(verdict_event, cost_s)
+                pending.append((event.time_s + cost, "audio", event.check_id, probability))
+            elif event.kind is EventKind.PROBABLY_ENDED and words is not None:
+                if voiced_again_s(event.time_s) - event.time_s < MIN_WORDS_PAUSE_S:
+                    continue  # over before any verdict could come: the endpointer would ignore it
+                endpointer.expect_text(event.pause_id)
+                start, end = int(event.utterance_start_s * 16000), round(event.time_s * 16000)
+                said, cost = words(clip_index, start, end)
+                pending.append((event.time_s + cost, "words", event.pause_id, said))
+
+    def deliver(until_s: float) -> None:
+        while True:
+            due = sorted((item for item in pending if item[0] <= until_s), key=lambda item: item[0])
+            if not due:
+                return
+            at, kind, ident, probability = due[0]
+            pending.remove(due[0])
+            if kind == "audio":
+                handle(endpointer.verdict(ident, probability), stamp=at)
+            else:
+                handle(endpointer.text_verdict(ident, probability), stamp=at)
 
     for probability in probabilities:
+        deliver(endpointer.time_s)
         handle(endpointer.feed(probability, FRAME_S))
+    deliver(float("inf"))
     handle(endpointer.finish())
-    return Outcome(tuple(endings), checks, incomplete)
+    return Outcome(tuple(endings), checks)
 
 
 def vad_probabilities(vad: Any, audio: np.ndarray) -> list[float]:
@@ -114,152 +220,296 @@ def _stats(values: list[float]) -> dict[str, float] | None:
     }
 
 
+def _share(flags: list[bool]) -> float | None:
+    return round(sum(flags) / len(flags), 3) if flags else None
+
+
 def summarize(clips: list[Clip], outcomes: list[Outcome]) -> dict[str, Any]:
-    result: dict[str, Any] = {}
-    for kind in ("complete", "pause"):
-        pairs = [(c, o) for c, o in zip(clips, outcomes, strict=True) if c.kind == kind]
-        final_waits = [o.endings[-1].wait_ms for _c, o in pairs if o.endings]
-        split = [c.name for c, o in pairs if o.split]
-        result[kind] = {
-            "clips": len(pairs),
-            "endpoint_wait_ms": _stats(final_waits),
-            "split_share": round(len(split) / len(pairs), 3) if pairs else None,
-            "split": split,
-            "ended_by": dict(Counter(e.by for _c, o in pairs for e in o.endings)),
-            "incomplete_verdicts": sum(o.incomplete for _c, o in pairs),
-            "checks": sum(o.checks for _c, o in pairs),
-        }
-    return result
-
-
-def compare_call_path(detector: Any, clips: list[Clip], check_s: float) -> dict[str, Any]:
-    """Smart Turn on each clip's words as heard on a call (16 kHz -> 8 kHz G.711 u-law -> the call's
-    own 16 kHz upsampler) vs at 16 kHz: the audio up to the end of speech (complete) or to the
-    pause (pause clips), plus ``check_s`` of the clip's background."""
-    wide, narrow = [], []
-    for clip in clips:
-        words_end_s = clip.pause_start_s if clip.kind == "pause" else clip.speech_end_s
-        assert words_end_s is not None
-        audio = clip.audio[: round((words_end_s + check_s) * 16000)]
-        wide.append(detector.complete_probability(audio))
-        narrow.append(detector.complete_probability(call_path(audio)))
-    w, n = np.asarray(wide), np.asarray(narrow)
+    pairs = list(zip(clips, outcomes, strict=True))
+    complete = [(c, o) for c, o in pairs if not c.paused]
+    paused = [(c, o) for c, o in pairs if c.paused]
     return {
-        "clips": len(clips),
-        "same_side_of_0.5": round(float(np.mean((w >= 0.5) == (n >= 0.5))), 3),
-        "mean_abs_difference": round(float(np.mean(np.abs(w - n))), 3),
+        "complete_wait_ms": _stats([o.endings[-1].wait_ms for _c, o in complete if o.endings]),
+        "complete_split": _share([o.split for _c, o in complete]),
+        "pauses_cut": _share([o.cut_at(c) for c, o in paused]),
+        "pauses_500_900_cut": _share([o.cut_at(c) for c, o in paused if 0.5 <= c.pause_s <= 0.9]),
+        "function_word_pauses_cut": _share([o.cut_at(c) for c, o in paused if c.kind == "pause_function"]),
+        "other_pauses_cut": _share([o.cut_at(c) for c, o in paused if c.kind == "pause_other"]),
+        "cut": sorted(f"{c.name} after {c.cut_after!r}" for c, o in paused if o.cut_at(c)),
+        "ended_by": dict(Counter(e.by for _c, o in pairs for e in o.endings)),
+        "checks": sum(o.checks for _c, o in pairs),
     }
 
 
-def settings_grid(args: argparse.Namespace, base: Any) -> list[tuple[str, Any]]:
-    grid = [
-        (f"silence {ms} ms", replace(base, mode="silence", end_silence_s=ms / 1000)) for ms in args.silence_ms
-    ]
-    for band in args.bands:
-        complete, incomplete = (float(part) for part in band.split(":"))
-        for check_ms in args.checks_ms:
-            for incomplete_ms in args.incomplete_ms:
-                label = f"smart_turn {complete}/{incomplete} check {check_ms}, long {incomplete_ms}"
+def settings_grid(base: Any) -> list[tuple[str, str, Any]]:
+    """(mode, label, params): the sound alone, the words alone, both fused, the baseline."""
+    grid: list[tuple[str, str, Any]] = []
+    sound = replace(base, mode="smart_turn", judge_words=False)
+    for complete, incomplete in ((0.5, 0.5), (0.9, 0.05), (0.95, 0.2)):
+        for check_ms in (160, 256):
+            for long_ms in (1000, 1600):
                 params = replace(
-                    base,
-                    mode="smart_turn",
+                    sound,
                     complete_threshold=complete,
                     incomplete_threshold=incomplete,
                     turn_check_s=check_ms / 1000,
-                    incomplete_silence_s=incomplete_ms / 1000,
+                    incomplete_silence_s=long_ms / 1000,
                 )
-                grid.append((label, params))
+                grid.append(
+                    ("sound", f"sound {complete}/{incomplete} check {check_ms} long {long_ms}", params)
+                )
+    bands = ((0.2, 0.01), (0.35, 0.02), (0.5, 0.05))
+    for mode, weights, checks, unsure in (
+        ("words", (1.0,), (160,), (0.5, 0.8, 1.0)),
+        ("fused", (0.5, 0.7), (160, 256), (0.5, 0.8, 1.0)),
+        ("baseline", (1.0,), (160,), (0.5,)),
+    ):
+        for weight in weights:
+            for complete, incomplete in bands:
+                for check_ms in checks:
+                    for unsure_s in unsure:
+                        params = replace(
+                            base,
+                            mode="smart_turn",
+                            judge_words=True,
+                            text_weight=weight,
+                            fused_complete_threshold=complete,
+                            fused_incomplete_threshold=incomplete,
+                            fused_unsure_silence_s=unsure_s,
+                            turn_check_s=check_ms / 1000,
+                            incomplete_silence_s=1.0,
+                            text_wait_s=2.0,  # the reply cannot start before the words are judged anyway
+                        )
+                        label = f"{mode} w{weight} {complete}/{incomplete} check {check_ms} unsure {unsure_s * 1000:.0f}"
+                        grid.append((mode, label, params))
     return grid
+
+
+def frontier(rows: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    """Per mode, eot-bench's two figures: the fewest pauses cut with a wait p50 of at most 300 ms,
+    and the shortest wait p50 with at most 5% of pauses cut."""
+    out: dict[str, dict[str, Any]] = {}
+    for mode in sorted({row["mode"] for row in rows}):
+        mine = [r for r in rows if r["mode"] == mode and r["complete_wait_ms"]]
+        fast = [r for r in mine if r["complete_wait_ms"]["p50"] <= 300]
+        safe = [r for r in mine if r["pauses_cut"] is not None and r["pauses_cut"] <= 0.05]
+        best_fast = min(fast, key=lambda r: r["pauses_cut"]) if fast else None
+        best_safe = min(safe, key=lambda r: r["complete_wait_ms"]["p50"]) if safe else None
+        out[mode] = {
+            "pauses_cut_at_wait_300ms": best_fast["pauses_cut"] if best_fast else None,
+            "setting_at_wait_300ms": best_fast["setting"] if best_fast else None,
+            "wait_p50_at_cut_5pct": best_safe["complete_wait_ms"]["p50"] if best_safe else None,
+            "setting_at_cut_5pct": best_safe["setting"] if best_safe else None,
+        }
+    return out
+
+
+def plot(rows: list[dict[str, Any]], out: Path) -> Path:
+    import matplotlib
+
+    matplotlib.use("Agg")  # files only, no display
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(7.5, 5))
+    markers = {"sound": "o", "words": "s", "fused": "^", "baseline": "x"}
+    for mode, marker in markers.items():
+        points = [
+            (r["complete_wait_ms"]["p50"], 100 * r["pauses_cut"])
+            for r in rows
+            if r["mode"] == mode and r["complete_wait_ms"] and r["pauses_cut"] is not None
+        ]
+        if points:
+            xs, ys = zip(*sorted(points), strict=True)
+            ax.scatter(xs, ys, marker=marker, label=mode)
+    ax.axhline(10, color="grey", linestyle=":", linewidth=1)
+    ax.axvline(250, color="grey", linestyle=":", linewidth=1)
+    ax.set_xlabel("endpoint wait p50 on complete sentences (ms, model costs included)")
+    ax.set_ylabel("mid-sentence pauses cut (%)")
+    ax.set_title("End of turn: each point one setting")
+    ax.grid(alpha=0.3)
+    ax.legend()
+    fig.tight_layout()
+    out.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(out, dpi=110)
+    plt.close(fig)
+    return out
+
+
+def decisive_verdicts(
+    clips: list[Clip], probabilities: list[list[float]], judges: Judges, params: Any
+) -> list[dict[str, Any]]:
+    """For each clip, both verdicts on the pause that matters: the inserted one, or the end of a
+    complete sentence (the audio up to its first silent frame, as the speculative turn hears it)."""
+    rows = []
+    for index, clip in enumerate(clips):
+        at_s = (
+            clip.pause_start_s
+            if clip.pause_start_s is not None
+            else _last_voiced_end(probabilities[index], params.threshold)
+        )
+        first_silent = (int(at_s / FRAME_S) + 1) * FRAME_S
+        start = max(0, round((LEAD_S - params.pre_roll_s) * 16000))
+        words = judges.words(index, start, round(first_silent * 16000))
+        sound, _cost = judges.audio(index, start, round((first_silent + params.turn_check_s) * 16000))
+        rows.append(
+            {
+                "name": clip.name,
+                "kind": clip.kind,
+                "heard": words.transcript,
+                "words_p": None if words.llm_p is None else round(words.llm_p, 6),
+                "sound_p": round(sound, 4),
+            }
+        )
+    return rows
+
+
+def _last_voiced_end(probabilities: list[float], threshold: float) -> float:
+    voiced = [i for i, p in enumerate(probabilities) if p >= threshold]
+    return (voiced[-1] + 1) * FRAME_S if voiced else 0.0
+
+
+def run_grid(
+    clips: list[Clip],
+    probabilities: list[list[float]],
+    judges: Judges,
+    grid: list[tuple[str, str, Any]],
+) -> list[dict[str, Any]]:
+    def llm_words(index: int, start: int, end: int) -> tuple[float | None, float]:
+        verdict = judges.words(index, start, end)
+        return verdict.llm_p, verdict.cost_s
+
+    def baseline_words(index: int, start: int, end: int) -> tuple[float | None, float]:
+        verdict = judges.words(index, start, end)
+        return verdict.baseline_p, verdict.cost_s
+
+    sources: dict[str, Words | None] = {
+        "sound": None,
+        "words": llm_words,
+        "fused": llm_words,
+        "baseline": baseline_words,
+    }
+    rows = []
+    for mode, label, params in grid:
+        outcomes = [replay(i, probabilities[i], params, judges, sources[mode]) for i in range(len(clips))]
+        rows.append({"mode": mode, "setting": label, **summarize(clips, outcomes)})
+        log.info("%s: %s", label, {k: rows[-1][k] for k in ("complete_wait_ms", "pauses_cut")})
+    return rows
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench turn", description=__doc__)
     parser.add_argument("--data", type=Path, default=DEFAULT_DATA)
-    parser.add_argument(
-        "--bands",
-        nargs="+",
-        default=["0.5:0.5", "0.8:0.5", "0.9:0.5", "0.9:0.2", "0.95:0.2", "0.95:0.05"],
-        help="COMPLETE:INCOMPLETE threshold pairs (at or above COMPLETE: end now; below INCOMPLETE: "
-        "wait the long silence; in between: end_silence)",
-    )
-    parser.add_argument("--checks-ms", type=int, nargs="+", default=[160, 256])
-    parser.add_argument("--incomplete-ms", type=int, nargs="+", default=[1000, 1600])
-    parser.add_argument("--silence-ms", type=int, nargs="+", default=[300, 500, 800])
     parser.add_argument("--seed", type=int, default=0, help="pause lengths and background offsets")
+    parser.add_argument("--limit", type=int, default=None, help="only the first N recordings (a quick look)")
+    parser.add_argument("--call-path", action="store_true", help="also the shipped settings on 8 kHz G.711")
     parser.add_argument("--out", type=Path, default=None)
+    parser.add_argument("--plot", type=Path, default=None, help="the trade-off PNG (default beside --out)")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
 
     from appliance.config import load_settings, override
-    from appliance.engine_set import endpointer_params, open_bundle, turn_detector, vad_engine
+    from appliance.engine_set import (
+        asr_engine,
+        endpointer_params,
+        llm_engine,
+        open_bundle,
+        turn_detector,
+        vad_engine,
+    )
     from bench.machine import describe_machine
 
     settings = override(load_settings(None), endpointer={"mode": "smart_turn"})
     bundle = open_bundle(settings)
-    clips = build_clips(args.data, load_whisper(bundle), seed=args.seed)
-    vad = vad_engine(settings, bundle)
-    vad.load()
-    probabilities = [vad_probabilities(vad, clip.audio) for clip in clips]
-    detector = turn_detector(settings, bundle)
+    clips = build_clips(args.data, load_whisper(bundle), seed=args.seed, limit=args.limit)
+    vad, detector = vad_engine(settings, bundle), turn_detector(settings, bundle)
+    asr, llm = asr_engine(settings, bundle), llm_engine(settings, bundle)
     assert detector is not None
-    detector.load()
-    cache: dict[tuple[int, int, int], tuple[float, float]] = {}
-    costs: list[float] = []
-
-    def judge(index: int, start: int, end: int) -> tuple[float, float]:
-        key = (index, start, end)
-        if key not in cache:
-            started = time.perf_counter()
-            probability = detector.complete_probability(clips[index].audio[start:end])
-            cost = time.perf_counter() - started
-            costs.append(cost * 1000.0)
-            cache[key] = (probability, cost)
-        return cache[key]
-
-    call_path = compare_call_path(detector, clips, endpointer_params(settings).turn_check_s)
-    rows = []
-    for label, params in settings_grid(args, endpointer_params(settings)):
-        outcomes = [replay(i, probabilities[i], params, judge) for i in range(len(clips))]
-        rows.append({"setting": label, "params": params.__dict__, **summarize(clips, outcomes)})
+    for engine in (vad, detector, asr, llm):
+        engine.load()
+    grid = settings_grid(endpointer_params(settings))
+    shipped = endpointer_params(settings)
+    paths: dict[str, Any] = {"16 kHz": [c.audio for c in clips]}
+    if args.call_path:
+        paths["8 kHz call"] = [call_path(c.audio) for c in clips]
+    results: dict[str, Any] = {}
+    for path_name, audios in paths.items():
+        judges = Judges(audios, detector, asr, llm)
+        probabilities = [vad_probabilities(vad, audio) for audio in audios]
+        chosen = grid if path_name == "16 kHz" else _shipped_and_today(shipped)
+        rows = run_grid(clips, probabilities, judges, chosen)
+        results[path_name] = {
+            "smart_turn_ms": _stats(judges.audio_ms),
+            "words_verdict_ms": _stats(judges.words_ms),
+            "settings": rows,
+            "frontier": frontier(rows),
+            "verdicts": decisive_verdicts(clips, probabilities, judges, shipped),
+        }
     stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
     result = {
         "benchmark": "turn",
         "started_utc": stamp,
         "command": " ".join(["python -m bench turn", *(argv if argv is not None else sys.argv[1:])]),
         "machine": describe_machine(),
+        "llm": settings.llm.model,
+        "asr": settings.asr.model,
         "clips": [
-            {"name": c.name, "kind": c.kind, "seconds": round(c.duration_s, 2), "cut_after": c.cut_after}
+            {
+                "name": c.name,
+                "kind": c.kind,
+                "seconds": round(c.duration_s, 2),
+                "pause_s": round(c.pause_s, 2),
+                "cut_after": c.cut_after,
+            }
             for c in clips
         ],
-        "smart_turn_call_ms": _stats(costs),
-        "call_path_8khz": call_path,
-        "settings": rows,
+        "paths": results,
     }
     out = args.out or RESULTS / f"turn-{stamp}.json"
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")
+    picture = plot(results["16 kHz"]["settings"], args.plot or out.with_suffix(".png"))
     print(describe(result))
-    print(f"\nwrote {out}")
+    print(f"\nwrote {out} and {picture}")
     return 0
 
 
+def _shipped_and_today(shipped: Any) -> list[tuple[str, str, Any]]:
+    today = replace(
+        shipped, judge_words=False, complete_threshold=0.9, incomplete_threshold=0.05, turn_check_s=0.256
+    )
+    return [
+        ("sound", "sound as shipped before (0.9/0.05 check 256 long 1000)", today),
+        ("fused", "shipped", shipped),
+    ]
+
+
 def describe(result: dict[str, Any]) -> str:
-    cost = result["smart_turn_call_ms"]
     counts = Counter(c["kind"] for c in result["clips"])
     lines = [
-        f"{counts['complete']} complete sentences, {counts['pause']} with a mid-sentence pause",
-        f"Smart Turn call: p50 {cost['p50']} ms, p95 {cost['p95']} ms, p99 {cost['p99']} ms ({cost['count']} calls)",
-        f"8 kHz call path vs 16 kHz: same verdict (0.5) on {result['call_path_8khz']['same_side_of_0.5']:.0%} of "
-        f"{result['call_path_8khz']['clips']} clips, mean |difference| {result['call_path_8khz']['mean_abs_difference']}",
-        "",
-        f"{'setting':<52} {'wait p50':>9} {'p95':>7} {'p99':>7} {'complete split':>15} {'pause cut':>10}",
+        f"{counts['complete']} complete sentences, {counts['pause_function']} paused after a function word, "
+        f"{counts['pause_other']} paused elsewhere (300-1200 ms)"
     ]
-    for row in result["settings"]:
-        wait = row["complete"]["endpoint_wait_ms"]
-        lines.append(
-            f"{row['setting']:<52} {wait['p50']:>9.0f} {wait['p95']:>7.0f} {wait['p99']:>7.0f}"
-            f" {row['complete']['split_share']:>15.0%} {row['pause']['split_share']:>10.0%}"
-        )
+    for path_name, path in result["paths"].items():
+        st, words = path["smart_turn_ms"], path["words_verdict_ms"]
+        lines += [
+            "",
+            f"== {path_name}: Smart Turn p50 {st['p50']} ms; words' verdict (ASR + LLM) p50 {words['p50']} ms, "
+            f"p95 {words['p95']} ms",
+            f"{'setting':<52} {'wait p50':>8} {'p95':>6} {'p99':>6} {'split':>6} {'cut':>5} {'500-900':>7} "
+            f"{'fn':>5} {'other':>5}",
+        ]
+        for row in path["settings"]:
+            wait = row["complete_wait_ms"] or {"p50": 0, "p95": 0, "p99": 0}
+            lines.append(
+                f"{row['setting']:<52} {wait['p50']:>8.0f} {wait['p95']:>6.0f} {wait['p99']:>6.0f}"
+                f" {row['complete_split']:>6.0%} {row['pauses_cut']:>5.0%} {row['pauses_500_900_cut'] or 0:>7.0%}"
+                f" {row['function_word_pauses_cut'] or 0:>5.0%} {row['other_pauses_cut'] or 0:>5.0%}"
+            )
+        for mode, figures in path["frontier"].items():
+            lines.append(
+                f"  {mode}: pauses cut at wait <= 300 ms: {figures['pauses_cut_at_wait_300ms']}; "
+                f"wait p50 at <= 5% cut: {figures['wait_p50_at_cut_5pct']} ms"
+            )
     return "\n".join(lines)
 
 

@@ -1,7 +1,9 @@
-"""A labelled end-of-turn set from real recordings: each sentence as recorded (complete), and the same
-sentence cut at the word boundary nearest its middle with 500-900 ms of the recording's own
-background inserted (a mid-sentence pause). Word timings come from Whisper (faster-whisper on the
-bundle's CTranslate2 weights); the background is the quietest quarter second of the recording, tiled.
+"""A labelled end-of-turn set from real recordings: each English sentence of at least ``MIN_WORDS``
+words as recorded (complete), and the same sentence with 300-1200 ms of the recording's own
+background inserted at a word boundary: after a function word ("the", "of", "to", ...: the words
+say plainly that more is coming), and elsewhere in the middle. Word timings come from Whisper
+(faster-whisper on the bundle's CTranslate2 weights); the background is the quietest quarter second
+of the recording, tiled.
 """
 
 from __future__ import annotations
@@ -17,7 +19,61 @@ from engines.audio import SAMPLE_RATE_HZ, load_audio_16k
 
 LEAD_S = 0.5  # background before the speech
 TAIL_S = 2.5  # background after it: longer than any silence that may end a turn
-MIN_WORDS = 4
+MIN_WORDS = 5
+PAUSE_S = (0.3, 1.2)
+KINDS = ("complete", "pause_function", "pause_other")
+# Words after which an English sentence cannot end: articles, prepositions, conjunctions, auxiliaries.
+FUNCTION_WORDS = frozenset(
+    [
+        "a",
+        "an",
+        "the",
+        "of",
+        "to",
+        "in",
+        "on",
+        "at",
+        "for",
+        "with",
+        "from",
+        "by",
+        "about",
+        "into",
+        "over",
+        "under",
+        "and",
+        "or",
+        "but",
+        "nor",
+        "so",
+        "if",
+        "that",
+        "than",
+        "as",
+        "is",
+        "are",
+        "was",
+        "were",
+        "be",
+        "been",
+        "am",
+        "my",
+        "your",
+        "his",
+        "her",
+        "its",
+        "our",
+        "their",
+        "this",
+        "these",
+        "those",
+        "very",
+        "some",
+        "any",
+        "no",
+        "not",
+    ]
+)
 # Keyword-spotting clips are isolated command words with gaps between them: no sentence to cut.
 SKIP_PREFIXES = ("speechcommands_",)
 _BACKGROUND_S = 0.25
@@ -27,7 +83,7 @@ _RMS_WINDOW = 320  # 20 ms
 @dataclass(frozen=True)
 class Clip:
     name: str
-    kind: str  # "complete" or "pause"
+    kind: str  # "complete", "pause_function" or "pause_other"
     audio: np.ndarray  # 16 kHz float32: lead background, speech (with the pause), tail background
     speech_end_s: float  # where the recording's own audio ends (the tail background starts)
     pause_start_s: float | None = None  # pause clips: the inserted background
@@ -37,6 +93,16 @@ class Clip:
     @property
     def duration_s(self) -> float:
         return len(self.audio) / SAMPLE_RATE_HZ
+
+    @property
+    def pause_s(self) -> float:
+        if self.pause_start_s is None or self.pause_end_s is None:
+            return 0.0
+        return self.pause_end_s - self.pause_start_s
+
+    @property
+    def paused(self) -> bool:
+        return self.kind != "complete"
 
 
 def sentences(data_dir: Path) -> list[tuple[Path, str]]:
@@ -76,13 +142,29 @@ def word_times(whisper: Any, audio: np.ndarray) -> list[tuple[str, float, float]
     return [(w.word.strip(), float(w.start), float(w.end)) for s in segments for w in s.words or []]
 
 
-def middle_boundary(words: list[tuple[str, float, float]]) -> tuple[int, float] | None:
-    """(words before the cut, cut time): the boundary nearest the middle, a word kept on each side."""
+def _bare(word: str) -> str:
+    return word.strip().strip(".,?!;:\"'").lower()
+
+
+def boundaries(words: list[tuple[str, float, float]]) -> list[tuple[int, float]]:
+    """(words before the cut, cut time) for each word boundary, a word kept on each side."""
+    return [(i, (words[i - 1][2] + words[i][1]) / 2.0) for i in range(1, len(words))]
+
+
+def middle_boundary(
+    words: list[tuple[str, float, float]], *, after_function_word: bool | None = None
+) -> tuple[int, float] | None:
+    """The boundary nearest the middle; ``after_function_word`` True: only after a function word,
+    False: only after another word, None: any."""
     if len(words) < 3:
         return None
     middle = (words[0][1] + words[-1][2]) / 2.0
-    index = min(range(1, len(words)), key=lambda i: abs((words[i - 1][2] + words[i][1]) / 2.0 - middle))
-    return index, (words[index - 1][2] + words[index][1]) / 2.0
+    found = [
+        (i, at)
+        for i, at in boundaries(words)
+        if after_function_word is None or (_bare(words[i - 1][0]) in FUNCTION_WORDS) == after_function_word
+    ]
+    return min(found, key=lambda b: abs(b[1] - middle)) if found else None
 
 
 def quietest_near(audio: np.ndarray, at_s: float, within_s: float = 0.06) -> int:
@@ -102,35 +184,39 @@ def quietest_near(audio: np.ndarray, at_s: float, within_s: float = 0.06) -> int
 
 
 def build_clips(
-    data_dir: Path, whisper: Any, *, pause_s: tuple[float, float] = (0.5, 0.9), seed: int = 0
+    data_dir: Path,
+    whisper: Any,
+    *,
+    pause_s: tuple[float, float] = PAUSE_S,
+    seed: int = 0,
+    limit: int | None = None,
 ) -> list[Clip]:
     rng = np.random.default_rng(seed)
     clips: list[Clip] = []
-    for path, _text in sentences(data_dir):
+    for path, _text in sentences(data_dir)[:limit]:
         speech = load_audio_16k(path)
         lead, tail = background(speech, LEAD_S, rng), background(speech, TAIL_S, rng)
         end_s = LEAD_S + len(speech) / SAMPLE_RATE_HZ
         clips.append(Clip(path.name, "complete", np.concatenate([lead, speech, tail]), end_s))
         words = word_times(whisper, speech)
-        boundary = middle_boundary(words)
-        if boundary is None:
-            continue
-        index, cut_s = boundary
-        cut = quietest_near(speech, cut_s)
-        gap_s = float(rng.uniform(*pause_s))
-        gap = background(speech, gap_s, rng)
-        audio = np.concatenate([lead, speech[:cut], gap, speech[cut:], tail])
-        clips.append(
-            Clip(
-                path.name,
-                "pause",
-                audio,
-                end_s + len(gap) / SAMPLE_RATE_HZ,
-                pause_start_s=LEAD_S + cut / SAMPLE_RATE_HZ,
-                pause_end_s=LEAD_S + (cut + len(gap)) / SAMPLE_RATE_HZ,
-                cut_after=" ".join(w for w, _s, _e in words[:index]),
+        for kind, function in (("pause_function", True), ("pause_other", False)):
+            boundary = middle_boundary(words, after_function_word=function)
+            if boundary is None:
+                continue
+            index, cut_s = boundary
+            cut = quietest_near(speech, cut_s)
+            gap = background(speech, float(rng.uniform(*pause_s)), rng)
+            clips.append(
+                Clip(
+                    path.name,
+                    kind,
+                    np.concatenate([lead, speech[:cut], gap, speech[cut:], tail]),
+                    end_s + len(gap) / SAMPLE_RATE_HZ,
+                    pause_start_s=LEAD_S + cut / SAMPLE_RATE_HZ,
+                    pause_end_s=LEAD_S + (cut + len(gap)) / SAMPLE_RATE_HZ,
+                    cut_after=" ".join(w for w, _s, _e in words[:index]),
+                )
             )
-        )
     return clips
 
 

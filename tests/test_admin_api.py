@@ -310,7 +310,7 @@ def test_turns_and_latency_come_from_the_trace_store(admin_env: AdminEnv) -> Non
     fast.endpoint_by, fast.turn_checks = "smart_turn", 1
     slow.endpoint_by, slow.turn_checks, slow.turn_incomplete = "incomplete_silence", 2, 2
     slow.partials, slow.prefill_reused, slow.llm_evaluated_tokens = 3, 6, 8
-    slow.cancelled, slow.outcome = True, "hangup"
+    slow.outcome = "hangup"
     admin_env.store.add(fast)
     admin_env.store.add(slow)
     client = admin_env.client()

@@ -173,8 +173,15 @@ def test_dashboard_logs_in_and_plots_a_real_turn_from_the_device_only(
     row = page.inner_text("#turns-table tbody tr[data-turn-id]").lower()
     assert "high level" in row or "air is pure" in row, row
     turn = admin_env.store.recent(1)[0]
-    ended = {"smart_turn": "heard finished", "silence": "silence", "incomplete_silence": "long silence"}
+    ended = {
+        "smart_turn": "sounded finished",
+        "fused": "sound and words finished",
+        "silence": "silence",
+        "incomplete_silence": "long silence",
+    }
     assert ended.get(turn.endpoint_by, turn.endpoint_by or "?") in row, (turn.endpoint_by, row)
+    if turn.words_complete_p is not None:  # both verdicts are shown beside what ended the turn
+        assert f"words {turn.words_complete_p:.2f}" in row, row
     assert "checks" in page.inner_text("#turn-incomplete") or turn.turn_checks == 0
     stages_drawn = page.eval_on_selector_all(
         "#latency-plot polyline", "lines => lines.map(l => l.dataset.stage)"

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
 from engines.vad.endpointer import Endpointer, EndpointerParams, EndpointEvent, EventKind
@@ -182,8 +184,13 @@ def test_bad_params() -> None:
         EndpointerParams(max_utterance_s=0.0)
 
 
-def smart(**keys: float) -> Endpointer:
-    params = {"min_speech_s": 0.096, "end_silence_s": 0.5, "turn_check_s": 0.16, "incomplete_silence_s": 1.6}
+def smart(**keys: Any) -> Endpointer:
+    params: dict[str, Any] = {
+        "min_speech_s": 0.096,
+        "end_silence_s": 0.5,
+        "turn_check_s": 0.16,
+        "incomplete_silence_s": 1.6,
+    }
     params.update(keys)
     return Endpointer(EndpointerParams(mode="smart_turn", **params))
 
@@ -268,3 +275,103 @@ def test_silence_mode_never_asks() -> None:
 def test_unknown_mode_is_refused() -> None:
     with pytest.raises(ValueError, match="mode"):
         EndpointerParams(mode="guess")
+
+
+# --- the words' verdict beside the sound's ------------------------------------------------------
+
+
+def _pause(ep: Endpointer, frames: int = 5) -> tuple[int, int]:
+    """Speech then ``frames`` of silence: (the pause's id, its TURN_CHECK's id, 0 if none yet)."""
+    events = feed_all(ep, [ON] * 10 + [OFF] * frames)
+    pause = next(e.pause_id for e in events if e.kind is EventKind.PROBABLY_ENDED)
+    check = next((e.check_id for e in events if e.kind is EventKind.TURN_CHECK), 0)
+    return pause, check
+
+
+def test_unfinished_words_hold_a_pause_that_sounds_finished() -> None:
+    """ "... out of the" with a falling voice: the sound says finished, the words say not. The
+    finished-sounding verdict waits for the expected words, which hold the turn to the long silence."""
+    ep = smart(judge_words=True, text_wait_s=0.3)
+    pause, check = _pause(ep)
+    ep.expect_text(pause)
+    assert ep.verdict(check, 0.97) == []  # no end: the words are expected
+    assert ep.text_verdict(pause, 0.0002) == []
+    assert ep.verdicts.text == 0.0002 and ep.verdicts.audio == 0.97
+    events = feed_all(ep, [OFF] * 60)
+    (end,) = [e for e in events if e.kind is EventKind.ENDPOINT]
+    assert end.by == "incomplete_silence" and end.time_s - (end.speech_end_s or 0.0) == pytest.approx(
+        1.6, abs=0.04
+    )
+
+
+def test_finished_words_and_sound_end_the_pause_at_once() -> None:
+    ep = smart(judge_words=True)
+    pause, check = _pause(ep)
+    ep.expect_text(pause)
+    assert ep.verdict(check, 0.95) == []
+    (end,) = ep.text_verdict(pause, 0.8)
+    assert end.kind is EventKind.ENDPOINT and end.by == "fused"
+
+
+def test_words_alone_wait_for_the_sound() -> None:
+    """A gap between two words is a pause too ("She had a dark suit | in ..."): however sure the words,
+    the pause ends no sooner than the sound's check; unfinished words hold it at once."""
+    ep = smart(judge_words=True, turn_check_s=0.256)
+    pause, check = _pause(ep, frames=2)
+    assert check == 0  # the sound was not asked yet
+    ep.expect_text(pause)
+    assert ep.text_verdict(pause, 0.9) == []
+    events = feed_all(ep, [OFF] * 8)
+    (asked,) = [e for e in events if e.kind is EventKind.TURN_CHECK]
+    (end,) = ep.verdict(asked.check_id, 0.6)  # unsure alone, finished with the words
+    assert end.by == "fused"
+
+
+def test_expected_words_that_never_come_leave_the_sound_to_decide_after_text_wait() -> None:
+    """The language model got busy, or failed: a finished-sounding pause waits text_wait_s, no more."""
+    ep = smart(judge_words=True, text_wait_s=0.2)
+    pause, check = _pause(ep)
+    ep.expect_text(pause)
+    assert ep.verdict(check, 0.95) == []
+    events = feed_all(ep, [OFF] * 10)
+    (end,) = [e for e in events if e.kind is EventKind.ENDPOINT]
+    assert end.by == "smart_turn" and end.time_s - (end.speech_end_s or 0.0) == pytest.approx(
+        0.16 + 0.2, abs=0.04
+    )
+
+
+def test_without_expected_words_the_sound_decides_exactly_as_before() -> None:
+    for judged in (False, True):
+        ep = smart(judge_words=judged)
+        _pause_id, check = _pause(ep)
+        (end,) = ep.verdict(check, 0.95)  # nothing expected: no wait
+        assert end.by == "smart_turn"
+
+
+def test_a_words_verdict_for_a_pause_that_is_over_is_ignored() -> None:
+    ep = smart(judge_words=True)
+    pause, _check = _pause(ep, frames=2)
+    ep.expect_text(pause)
+    assert [e.kind for e in feed_all(ep, [ON])] == [EventKind.RESUMED]
+    assert ep.text_verdict(pause, 0.99) == []  # the person spoke again
+    next_pause, _ = _pause(ep, frames=2)
+    assert next_pause != pause and ep.verdicts.text is None
+
+
+def test_the_sound_is_asked_again_as_the_silence_grows() -> None:
+    ep = smart(turn_recheck_s=0.256)
+    _pause_id, first = _pause(ep)
+    assert ep.verdict(first, 0.02) == []  # unfinished: the long silence
+    events = feed_all(ep, [OFF] * 8)
+    (second,) = [e for e in events if e.kind is EventKind.TURN_CHECK]
+    assert second.check_id != first
+    assert ep.verdict(first, 0.99) == []  # a stale answer to the first check
+    (end,) = ep.verdict(second.check_id, 0.95)
+    assert end.by == "smart_turn"
+
+
+def test_the_words_weight_is_checked() -> None:
+    with pytest.raises(ValueError, match="text_weight"):
+        EndpointerParams(text_weight=1.5)
+    with pytest.raises(ValueError, match="fused_incomplete_threshold"):
+        EndpointerParams(fused_complete_threshold=0.1, fused_incomplete_threshold=0.2)

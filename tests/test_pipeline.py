@@ -495,3 +495,62 @@ def test_a_call_that_ends_cuts_its_turn_at_once_instead_of_playing_to_nobody(tmp
     assert stored.outcome == "hangup" and stored.cancelled, stored
     assert time.monotonic() - started < 6.0  # the source ended at 3.3 s; the reply would take ~10 s more
     store.close()
+
+
+# --- the words' verdict from the reply LLM --------------------------------------------------------
+
+
+def _words_session(
+    detector: _ScriptedDetector, llm_p: float | None, *, busy: bool = False, first_token_s: float = 0.1
+) -> tuple[Session, Fakes]:
+    fakes = make_fakes(REPLY, end_of_message_p=llm_p, first_token_s=first_token_s)  # type: ignore[arg-type]
+    fakes.llm.full = busy  # as if another call's reply held the only slot
+    engines = SessionEngines.create(vad=fakes.vad, asr=fakes.asr, llm=fakes.llm, tts=fakes.tts, turn=detector)
+    params = EndpointerParams(
+        mode="smart_turn",
+        turn_check_s=0.16,
+        complete_threshold=0.9,
+        incomplete_threshold=0.1,
+        incomplete_silence_s=1.2,
+        judge_words=True,
+        fused_complete_threshold=0.5,
+        fused_incomplete_threshold=0.05,
+        text_wait_s=1.0,
+    )
+    audio = np.concatenate([silence(0.3), tone(1.0), silence(2.0)])
+    session = Session(
+        engines=engines,
+        source=ArraySource(audio, realtime=True),
+        sink=MemorySink(16000),
+        config=SessionConfig(endpointer=params),
+    )
+    return session, fakes
+
+
+def test_unfinished_words_hold_a_turn_that_sounds_finished() -> None:
+    """The sound says finished (0.99), the reply model's words say not (P = 0.001, "... out of the"):
+    the turn waits the long silence instead of ending at the check."""
+    session, _fakes = _words_session(_ScriptedDetector(0.99), 0.001)
+    _run(session.run())
+    (trace,) = session.traces
+    assert trace.endpoint_by == "incomplete_silence" and trace.words_complete_p == 0.001
+    assert (trace.stage_s("endpoint_wait") or 0.0) > 1.1
+
+
+def test_finished_words_and_sound_end_the_turn_together() -> None:
+    session, _fakes = _words_session(_ScriptedDetector(0.99), 0.8)
+    _run(session.run())
+    (trace,) = session.traces
+    assert trace.endpoint_by == "fused" and trace.words_complete_p == 0.8 and trace.turn_complete_p == 0.99
+    assert (trace.stage_s("endpoint_wait") or 9.0) < 0.6
+
+
+def test_with_the_llm_busy_or_not_judging_the_sound_decides_alone_and_nothing_waits() -> None:
+    """Another call's reply holds the model (its prompt would wait), or the model does not judge turns
+    (a site server, a template of its own): exactly as without the words, the check ends the turn."""
+    for busy, llm_p in ((True, 0.001), (False, None)):
+        session, _fakes = _words_session(_ScriptedDetector(0.99), llm_p, busy=busy, first_token_s=0.8)
+        _run(session.run())
+        (trace,) = session.traces
+        assert trace.endpoint_by == "smart_turn" and trace.words_complete_p is None, (busy, trace)
+        assert (trace.stage_s("endpoint_wait") or 9.0) < 0.5  # not held for the slow first token

@@ -119,6 +119,8 @@ def test_a_call_gets_a_spoken_answer_and_the_appliance_hangs_up(
     assert trace.error is None and not trace.cancelled
     assert "brooklyn" in trace.transcript.lower(), trace.transcript
     assert all(getattr(trace, name) is not None for name in TIMESTAMPS)
+    # The end of the caller's turn was judged from the words too, on the 8 kHz path as at 16 kHz.
+    assert trace.words_complete_p is not None and trace.turn_complete_p is not None, trace
     heard = real_engines.asr.transcribe(resample(reply_8k, 8000, 16000)).text
     assert len(english_words(heard)) >= 2, heard
 

@@ -13,15 +13,17 @@ from appliance.audio import ArraySource, MemorySink
 from appliance.config import load_settings, override
 from appliance.engine_set import session_config
 from appliance.pipeline import Session, SessionEngines
-from bench.turn_set import background
+from bench.turn_set import background, quietest_near
 from engines.audio import load_audio_16k
 
 SENTENCE = "speech/en/speechbrain_spk1_snt2.wav"  # "DROP THE TWO WHEN | YOU ADD THE FIGURES"
 CUT_S = 1.56  # the word boundary after "when" (Whisper's word times, see tests/test_turn_detector.py)
 
 
-def _run(engines: SessionEngines, audio: np.ndarray, mode: str = "smart_turn") -> Session:
-    settings = override(load_settings(None), endpointer={"mode": mode})
+def _run(
+    engines: SessionEngines, audio: np.ndarray, mode: str = "smart_turn", **endpointer: object
+) -> Session:
+    settings = override(load_settings(None), endpointer={"mode": mode, **endpointer})
     session = Session(
         engines=engines,
         source=ArraySource(audio, realtime=False),
@@ -42,9 +44,10 @@ def test_a_finished_sentence_ends_at_the_short_check(real_engines: SessionEngine
     session = _run(real_engines, np.concatenate([quiet[:8000], speech, quiet]))
 
     (trace,) = session.traces
-    assert trace.endpoint_by == "smart_turn", trace
+    assert trace.endpoint_by == "fused", trace  # the sound and the words, at the first check
     assert (trace.turn_checks, trace.turn_incomplete, trace.turn_check_failed) == (1, 0, 0)
     assert trace.turn_complete_p is not None and trace.turn_complete_p >= 0.9
+    assert trace.words_complete_p is not None and trace.words_complete_p > 0.05
     assert trace.turn_check_ms is not None and trace.turn_check_ms > 0
     assert "figures" in trace.transcript.lower(), trace.transcript
 
@@ -61,8 +64,8 @@ def test_a_pause_in_the_middle_is_not_taken_for_the_end(real_engines: SessionEng
     words = trace.transcript.lower()
     assert "drop" in words and "figures" in words, trace.transcript
     assert trace.turn_incomplete >= 1  # the model heard "drop the two when" as unfinished
-    # The whole sentence then ends on the model's second verdict: at once when sure, else end_silence_ms.
-    assert trace.turn_checks == 2 and trace.endpoint_by in {"smart_turn", "silence"}, trace
+    # The whole sentence then ends on the second verdicts: at once when sure, else after a silence.
+    assert trace.turn_checks == 2 and trace.endpoint_by in {"fused", "silence"}, trace
 
 
 def test_silence_mode_ends_the_pause_as_a_turn(real_engines: SessionEngines, data_dir: Path) -> None:
@@ -75,3 +78,26 @@ def test_silence_mode_ends_the_pause_as_a_turn(real_engines: SessionEngines, dat
 
     assert session.turns_done == 2  # what the fixed 500 ms does to a 0.7 s pause: two turns
     assert all(t.endpoint_by == "silence" and t.turn_checks == 0 for t in session.traces)
+
+
+HOW_OLD = "speech/en/google_audio.wav"  # "How old is the | Brooklyn Bridge?"
+THE_ENDS_S = 0.86  # Whisper's end of "the"
+
+
+def _paused_after_the(data_dir: Path) -> np.ndarray:
+    speech = load_audio_16k(data_dir / HOW_OLD)
+    quiet = background(speech, 2.5, np.random.default_rng(0))
+    cut = quietest_near(speech, THE_ENDS_S)
+    return np.concatenate([quiet[:8000], speech[:cut], quiet[:12800], speech[cut:], quiet])  # 0.8 s
+
+
+def test_a_pause_after_the_is_answered_once_as_a_whole(real_engines: SessionEngines, data_dir: Path) -> None:
+    """ "How old is the ... Brooklyn Bridge?" with 0.8 s after "the": the words ("How old is the")
+    hold the turn that the sound alone may end; the whole question is answered once."""
+    session = _run(real_engines, _paused_after_the(data_dir))
+
+    (trace,) = session.traces
+    assert session.turns_done == 1 and session.dropped_speculative >= 1
+    words = trace.transcript.lower()
+    assert "old" in words and "brooklyn" in words, trace.transcript
+    assert trace.endpoint_by == "fused" and trace.words_complete_p is not None, trace

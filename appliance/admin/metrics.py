@@ -131,6 +131,9 @@ def _device_gauges(status: StatusReport) -> Iterator[GaugeMetricFamily]:
     yield gpu_memory
 
 
+PROBABILITY_BUCKETS = (0.001, 0.01, 0.05, 0.1, 0.25, 0.5, 0.75, 0.9, 0.95, 0.99)
+
+
 class TraceMetrics:
     def __init__(self, backend: AdminBackend, *, remember_turns: int = 10 * SCRAPE_TURNS) -> None:
         self.backend = backend
@@ -157,10 +160,28 @@ class TraceMetrics:
         self.endings = Counter(
             "appliance_turn_endings", "turns by what ended the utterance", ["by"], registry=self.registry
         )
+        self.verdicts = Histogram(
+            "appliance_turn_complete_probability",
+            "the end-of-turn verdicts of the pause that ended each turn: the sound's (Smart Turn) and the "
+            "words' (the reply LLM's P(the words end the message))",
+            ["judge"],
+            buckets=PROBABILITY_BUCKETS,
+            registry=self.registry,
+        )
         for verdict in ("checked", "unfinished", "failed"):
             self.turn_checks.labels(verdict=verdict)
-        for by in ("silence", "smart_turn", "incomplete_silence", "max_length", "stream_end"):
+        for by in (
+            "silence",
+            "smart_turn",
+            "fused",
+            "text",
+            "incomplete_silence",
+            "max_length",
+            "stream_end",
+        ):
             self.endings.labels(by=by)
+        for judge in ("sound", "words"):
+            self.verdicts.labels(judge=judge)
         for stage in STAGES:
             self.stage_seconds.labels(stage=stage)
         for outcome in ("ok", "cancelled", "error"):
@@ -178,6 +199,9 @@ class TraceMetrics:
         self.turn_checks.labels(verdict="failed").inc(trace.turn_check_failed)
         if trace.endpoint_by:
             self.endings.labels(by=trace.endpoint_by).inc()
+        for judge, probability in (("sound", trace.turn_complete_p), ("words", trace.words_complete_p)):
+            if probability is not None:
+                self.verdicts.labels(judge=judge).observe(probability)
         if outcome != "ok":
             return
         for stage in STAGES:

@@ -144,6 +144,14 @@ class TurnView(Body):
         "(the long silence after an unfinished verdict), max_length, stream_end; empty in older records"
     )
     turn_checks: int = Field(description="times the end-of-turn model was asked during the utterance")
+    turn_complete_p: float | None = Field(
+        None, description="the sound's verdict (Smart Turn) on the pause that ended the turn"
+    )
+    words_complete_p: float | None = Field(
+        None,
+        description="the words' verdict: the reply LLM's P(the words end the message) on that pause "
+        "(endpointer.judge_words); None when the words were not judged",
+    )
     turn_incomplete: int = Field(description="... and did not hear it as finished")
     partials: int = Field(0, description="partial transcripts made while the person spoke")
     prefill_reused: int = Field(0, description="prompt tokens the LLM had evaluated before the end of speech")

@@ -35,6 +35,8 @@ def turn_view(trace: TurnTrace, budget_ms: float) -> TurnView:
         endpoint_wait_ms=stages.get("endpoint_wait"),
         endpoint_by=trace.endpoint_by,
         turn_checks=trace.turn_checks,
+        turn_complete_p=trace.turn_complete_p,
+        words_complete_p=trace.words_complete_p,
         turn_incomplete=trace.turn_incomplete,
         partials=trace.partials,
         prefill_reused=trace.prefill_reused,

@@ -4,7 +4,9 @@ endpointer and conversation; the engines are shared with every other session.
 Frames flow source -> VAD (worker thread) -> endpointer; endpointer events start, confirm, drop or
 interrupt turns:
 
-    PROBABLY_ENDED  start a turn at once (ASR, LLM, TTS run; playback waits)
+    PROBABLY_ENDED  start a turn at once (ASR, LLM, TTS run; playback waits); when the reply's
+                    language model judges turns and no other reply is running, its P(the words end
+                    the message), read while it evaluates them, goes back to the endpointer too
     RESUMED         the person kept talking: drop that turn
     TURN_CHECK      ask the turn detector (its own worker) whether the utterance sounds finished;
                     its verdict goes back to the endpointer, which may then send ENDPOINT
@@ -22,6 +24,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import math
 import time
@@ -168,6 +171,7 @@ class _UtteranceChecks:
     failed: int = 0
     last_ms: float | None = None
     last_probability: float | None = None
+    words_p: float | None = None  # the words' verdict on the last pause that had one
 
 
 class _ActiveTurn:
@@ -213,6 +217,7 @@ class Session:
         self._source_ended = False
         self._checks = _UtteranceChecks()
         self._check_tasks: set[asyncio.Task[None]] = set()
+        self._words_due: asyncio.Event | None = None  # a file source waits for the words' verdict
         self.partials = Partials(
             engines,
             self.config.partials,
@@ -247,7 +252,9 @@ class Session:
                 await self._on_frame(frame, vad_stream)
                 if not getattr(self.source, "realtime", True):
                     # A file fed faster than real time: answer each turn before listening on, as a
-                    # person would wait for the answer (no barge-in without a clock).
+                    # person would wait for the answer (no barge-in without a clock); and a pause's
+                    # verdicts come before the next frame, as they would within its silence.
+                    await self._wait_for_words()
                     await self._wait_for_confirmed_turn()
                 await self._reap()
                 if stop is not None and stop.is_set():
@@ -302,7 +309,7 @@ class Session:
                 await self._close_active(cancel=True)
             self.partials.begin(event.utterance_start_s, event.speech_start_s)
         elif event.kind is EventKind.PROBABLY_ENDED:
-            await self._start_turn(event, now, confirmed=False)
+            await self._start_turn(event, now, confirmed=False, judge_words=self._words_judgeable())
         elif event.kind is EventKind.RESUMED:
             if self._active is not None and not self._active.turn.confirmed:
                 self._active.turn.dropped = True
@@ -349,6 +356,37 @@ class Session:
         for ended in self.endpointer.verdict(check_id, probability):
             await self._on_event(ended, time.monotonic())
 
+    def _words_judgeable(self) -> bool:
+        """The reply's language model can judge this pause's words at no extra wait: it judges turns
+        and is not answering another session (whose reply would delay our prompt's evaluation)."""
+        params, llm = self.config.endpointer, self.engines.llm
+        if params.mode != "smart_turn" or not params.judge_words or not llm.judges_turns:
+            return False
+        now = llm.occupancy()
+        return now.running == 0 and now.waiting == 0
+
+    def _words_heard(self, pause_id: int, probability: float | None) -> None:
+        """The words' verdict on pause ``pause_id`` (on the event loop, from the turn)."""
+        if self._words_due is not None:
+            self._words_due.set()
+        if probability is not None:
+            self._checks.words_p = round(probability, 6)
+        ended = self.endpointer.text_verdict(pause_id, probability)
+        if ended:
+            task = asyncio.ensure_future(self._handle_events(ended))
+            self._check_tasks.add(task)
+            task.add_done_callback(self._check_tasks.discard)
+
+    async def _handle_events(self, events: list[EndpointEvent]) -> None:
+        for event in events:
+            await self._on_event(event, time.monotonic())
+
+    async def _wait_for_words(self) -> None:
+        due, self._words_due = self._words_due, None
+        if due is not None:
+            await asyncio.wait_for(due.wait(), self.config.drain_timeout_s)
+            await asyncio.gather(*list(self._check_tasks), return_exceptions=True)
+
     def _stamp_endpoint(self, trace: TurnTrace, event: EndpointEvent, now: float) -> None:
         trace.mark("endpoint", now)
         trace.endpoint_by = event.by
@@ -359,8 +397,12 @@ class Session:
             checks.failed,
         )
         trace.turn_check_ms, trace.turn_complete_p = checks.last_ms, checks.last_probability
+        if checks.words_p is not None:
+            trace.words_complete_p = checks.words_p
 
-    async def _start_turn(self, event: EndpointEvent, now: float, *, confirmed: bool) -> None:
+    async def _start_turn(
+        self, event: EndpointEvent, now: float, *, confirmed: bool, judge_words: bool = False
+    ) -> None:
         if self._active is not None:
             await self._close_active(cancel=True)
         self.partials.stop()
@@ -377,7 +419,12 @@ class Session:
             trace=trace,
             config=self.config.turn,
             tools=self.engines.tools,
+            on_words=functools.partial(self._words_heard, event.pause_id) if judge_words else None,
         )
+        if judge_words:
+            self.endpointer.expect_text(event.pause_id)
+            if not getattr(self.source, "realtime", True):
+                self._words_due = asyncio.Event()
         if confirmed:
             self._stamp_endpoint(trace, event, now)
             turn.confirm()

@@ -83,8 +83,14 @@ class Turn:
         trace: TurnTrace,
         config: TurnConfig,
         tools: ToolBox | None = None,
+        on_words: Callable[[float | None], None] | None = None,
     ) -> None:
+        """``on_words``: told (on the event loop, once) the language model's P(the person's words end
+        their message), or None when there will be none (no words heard, a failure, a first token
+        that came without it)."""
         self.engines = engines
+        self._on_words = on_words
+        self._loop: asyncio.AbstractEventLoop | None = None
         self.tools = tools
         self.player = player
         self.messages_for = messages_for  # the history with a new user message appended
@@ -117,6 +123,7 @@ class Turn:
 
     async def run(self) -> None:
         self.trace.audio_s = len(self.audio_16k) / 16000
+        self._loop = asyncio.get_running_loop()
         try:
             await self._respond()
         except asyncio.CancelledError:
@@ -130,6 +137,7 @@ class Turn:
             self._llm_cancel.set()
             await self._speak_fallback()
         finally:
+            self._tell_words(None)  # none came (if one did, this does nothing)
             self._llm_cancel.set()
             self.trace.reply = "".join(self._reply_parts).strip()
             self.trace.played_reply = self.played_text
@@ -205,13 +213,17 @@ class Turn:
         if self._llm_cancel.is_set():  # the round before ended (its stream sets it): a new one
             self._llm_cancel = threading.Event()
         cancel = self._llm_cancel
+        judged = self._words_judged if self._on_words is not None and stats is self.stats else None
         try:
             pieces = engines.llm_worker.stream(
-                lambda: engines.llm.stream(messages, cancel=cancel, stats=stats, conversation=conversation),
+                lambda: engines.llm.stream(
+                    messages, cancel=cancel, stats=stats, conversation=conversation, on_end_of_message=judged
+                ),
                 cancel=cancel,
             )
             async with contextlib.aclosing(pieces):
                 async for piece in pieces:
+                    self._tell_words(None)  # the verdict comes before the first token, or not at all
                     self.trace.mark("llm_first_token")
                     if decided is not False:
                         held.append(piece)
@@ -233,6 +245,19 @@ class Turn:
         if held:  # the reply ended before it could tell: it was text
             await self._speak_piece("".join(held), splitter, clauses)
         return None
+
+    def _words_judged(self, probability: float) -> None:
+        """From the LLM's thread: hand the words' verdict to the event loop."""
+        loop = self._loop
+        if loop is not None and not loop.is_closed():
+            loop.call_soon_threadsafe(self._tell_words, probability)
+
+    def _tell_words(self, probability: float | None) -> None:
+        hook, self._on_words = self._on_words, None
+        if hook is not None:
+            if probability is not None:
+                self.trace.words_complete_p = round(probability, 6)
+            hook(probability)
 
     async def _speak_piece(
         self, piece: str, splitter: ClauseSplitter, clauses: asyncio.Queue[str | None]

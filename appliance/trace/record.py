@@ -78,6 +78,9 @@ class TurnTrace:
     turn_incomplete: int = 0  # ... and did not hear it as finished (below endpointer.turn_complete_threshold)
     turn_check_failed: int = 0  # ... and could not answer
     turn_check_ms: float | None = None  # cost of the last check (queue + model), ms
+    # The reply model's P(the words end the person's message) for the pause this turn started at
+    # (endpointer.judge_words); None when the words were not judged.
+    words_complete_p: float | None = None
     turn_complete_p: float | None = None  # the last check's probability that the turn was complete
     partials: int = 0  # partial transcripts made while the person spoke (asr.partial_interval_ms)
     partial_asr_ms: float = 0.0  # their ASR time, summed

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal, Protocol
 
@@ -37,6 +37,9 @@ class GenerationStats:
     discarded_prefill_tokens: int = 0  # prefilled tokens this prompt did not match (a wrong guess)
     queued_s: float = 0.0  # waited for a free slot (every slot busy with other conversations' replies)
     backend: str = ""  # who answered, when it can be another than the device's model (llm.backend)
+    # P(the template's end-of-message token | the person's words), read while the prompt was evaluated;
+    # None when the engine does not judge turns (``LlmEngine.judges_turns``).
+    end_of_message_p: float | None = None
 
     @property
     def cached_prompt_tokens(self) -> int:
@@ -53,6 +56,7 @@ class PrefillStats:
     discarded_tokens: int = 0  # tokens an earlier prefill put in the cache, thrown away as not matching
     cancelled: bool = False
     seconds: float = 0.0
+    end_of_message_p: float | None = None  # P(end of message | the words prefilled), as in GenerationStats
 
 
 @dataclass(frozen=True)
@@ -98,14 +102,23 @@ class LlmEngine(Protocol):
         cancel: threading.Event | None = None,
         stats: GenerationStats | None = None,
         conversation: str | None = None,
+        on_end_of_message: Callable[[float], None] | None = None,
     ) -> Iterator[str]:
         """Yield text pieces of the assistant's reply to ``history`` (without the system prompt,
         which the engine owns); stop within one token once ``cancel`` is set. ``conversation``
         (a session id) keeps the conversation's cache for its next turn; several conversations'
-        replies are generated at once."""
+        replies are generated at once. When the engine judges turns and ``history`` ends with the
+        person's message, ``on_end_of_message(p)`` is called (from the engine's thread, before the
+        first token) with P(end of message | their words)."""
         ...
 
     def occupancy(self) -> LlmOccupancy: ...
+
+    @property
+    def judges_turns(self) -> bool:
+        """Whether ``stream`` and ``prefill`` report P(end of message): a local model with its own
+        chat template, whose end-of-message token it was trained to put where a person stops."""
+        ...
 
     @property
     def offers_tools(self) -> bool:

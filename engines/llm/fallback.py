@@ -12,7 +12,7 @@ import dataclasses
 import logging
 import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 
 from engines.llm import GenerationStats, LlmEngine, LlmOccupancy, Message, PrefillStats
 from engines.llm.openai_server import LlmServerError, OpenAiLlm
@@ -46,6 +46,10 @@ class ServerWithFallback:
     @property
     def offers_tools(self) -> bool:
         return False
+
+    @property
+    def judges_turns(self) -> bool:
+        return False  # the audio alone decides when a turn ends (the server's logits are not read)
 
     def occupancy(self) -> LlmOccupancy:
         return self.local.occupancy() if self.local is not None else self.server.occupancy()
@@ -83,6 +87,7 @@ class ServerWithFallback:
         cancel: threading.Event | None = None,
         stats: GenerationStats | None = None,
         conversation: str | None = None,
+        on_end_of_message: Callable[[float], None] | None = None,
     ) -> Iterator[str]:
         stats = stats if stats is not None else GenerationStats()
         if self.local is not None and self._server_down():

@@ -206,6 +206,17 @@ class LlamaRuntime:
             items = [(token, position + start + i, seq) for i, token in enumerate(chunk)]
             self._run(items, outputs=[len(chunk) - 1] if last else [])
 
+    def decode_with_row(self, tokens: Sequence[int], row: int, seq: int = 0) -> np.ndarray:
+        """``decode`` of at most one batch, with the logits after ``tokens[row]`` too (one more output
+        row of the same pass); returns those. The last token's stay at output index -1."""
+        if not 0 <= row < len(tokens) <= self.batch_tokens:
+            raise ValueError(f"row {row} of {len(tokens)} tokens in one batch of {self.batch_tokens}")
+        position = self.kv_length(seq)
+        self._run(
+            [(t, position + i, seq) for i, t in enumerate(tokens)], outputs=sorted({row, len(tokens) - 1})
+        )
+        return self.logits(row)
+
     def decode_step(self, items: Sequence[tuple[int, int, int]]) -> None:
         """One batch of ``(token, position, seq)`` (one token per sequence, each sequence at most
         once); the logits of item ``i`` are at output index ``i``."""
@@ -236,7 +247,8 @@ class LlamaRuntime:
         return np.stack([self.logits(i) for i in range(len(tokens))])
 
     def logits(self, index: int = -1) -> np.ndarray:
-        """A copy of the logits at output ``index`` of the last decode."""
+        """A copy of the logits at ``index`` of the last decode: a position in its batch that had an
+        output, or a negative index counting outputs from the end."""
         size = int(llama_cpp.llama_vocab_n_tokens(self.vocab))
         pointer = llama_cpp.llama_get_logits_ith(self.ctx, index)
         return np.ctypeslib.as_array(pointer, shape=(size,)).copy()

@@ -16,7 +16,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -26,7 +26,7 @@ from engines.llm.chat_template import ChatTemplate, validate_history
 from engines.llm.gguf import read_gguf
 from engines.llm.history import trim_history
 from engines.llm.memory import check_kv_fits
-from engines.llm.scheduler import PREFILL_BATCH_TOKENS, DecodeLoop, PrefillJob, ReplyJob
+from engines.llm.scheduler import PREFILL_BATCH_TOKENS, DecodeLoop, MessageEnd, PrefillJob, ReplyJob
 from engines.llm.slots import SlotTable, common_prefix_length
 
 __all__ = ["PREFILL_BATCH_TOKENS", "LlamaCppLlm", "system_prompt_tokens"]
@@ -36,6 +36,9 @@ log = logging.getLogger(__name__)
 _WARMUP_HISTORY = (Message("user", "Hello."),)
 # Appended to an unfinished message to find where its text ends in the template's tokens.
 _PROBE = " \u2026zq"
+# What may end a sentence: stripped from the words judged, and, as tokens, counted as their end.
+SENTENCE_END = ".?!\u2026"
+SENTENCE_FINAL = (".", "?", "!", "\u2026", "...", "?!", "!?", "!!", "??", ".\n", "?\n", "!\n")
 
 
 class LlamaCppLlm:
@@ -79,6 +82,7 @@ class LlamaCppLlm:
         self._template: ChatTemplate | None = None
         self._system_prefix = ""  # the rendered text of the system prefix
         self._system_tokens: list[int] = []
+        self._final_punctuation: tuple[int, ...] = ()  # tokens of sentence-final punctuation
         self._table: SlotTable | None = None
         self._loop: DecodeLoop | None = None
         self._lock = threading.Lock()  # load and close
@@ -122,6 +126,7 @@ class LlamaCppLlm:
                     fix="shorten the persona or raise llm.context_tokens",
                 )
             self._runtime, self._system_prefix, self._system_tokens = runtime, prefix, tokens
+            self._final_punctuation = _single_tokens(runtime, SENTENCE_FINAL)
             runtime.decode(tokens)
             self._warm_up()
             for seq in range(1, self.slots):
@@ -180,6 +185,11 @@ class LlamaCppLlm:
     def template_origin(self) -> str:
         return self._template.origin if self._template else ""
 
+    @property
+    def judges_turns(self) -> bool:
+        # A fallback template's end token is a guess at the format; only the model's own is trained.
+        return self._template is not None and self._template.origin == "gguf"
+
     def prompt_tokens(self, history: Sequence[Message]) -> list[int]:
         """The token sequence a turn with ``history`` evaluates (system prefix included)."""
         if self._runtime is None or self._template is None:
@@ -227,27 +237,50 @@ class LlamaCppLlm:
     ) -> PrefillStats:
         self._require_loaded()
         validate_history(history)
-        target = self._unfinished_prompt(list(history))
-        if target is None:
+        found = self._unfinished_prompt(list(history))
+        if found is None:
             return PrefillStats()  # does not fit the context: the turn itself will trim the history
-        job = PrefillJob(conversation, target, cancel)
+        target, end = found
+        job = PrefillJob(conversation, target, cancel, message_end=end)
         job.stats.target_tokens = len(target)
         self._submit(job)
         job.finished.wait()
         return job.stats
 
-    def _unfinished_prompt(self, history: list[Message]) -> list[int] | None:
+    def _unfinished_prompt(self, history: list[Message]) -> tuple[list[int], MessageEnd | None] | None:
         """The prompt tokens of ``history`` up to the end of the last message's text: what the
-        prompt of any longer version of that message begins with (up to the last word's token)."""
+        prompt of any longer version of that message begins with (up to the last word's token);
+        and where the person's words end, when this engine judges turns."""
         budget = min(self.context_tokens, self._runtime.context_tokens) - self.max_reply_tokens
         try:
             kept, _ = trim_history(history, lambda messages: len(self.prompt_tokens(messages)) <= budget)
         except InputError:
             return None
+        full = self.prompt_tokens(kept)
+        length = self._words_end(kept, full)
+        return full[:length], self._message_end(kept, full, length)
+
+    def _words_end(self, kept: Sequence[Message], full: list[int], content: str | None = None) -> int:
+        """Where the last message's text (or ``content``, a prefix of it) ends in ``full``."""
         *earlier, last = kept
-        probe = [*earlier, Message(last.role, last.content + _PROBE)]
-        full, longer = self.prompt_tokens(kept), self.prompt_tokens(probe)
-        return full[: common_prefix_length(full, longer)]
+        probe = [*earlier, Message(last.role, (last.content if content is None else content) + _PROBE)]
+        return common_prefix_length(full, self.prompt_tokens(probe))
+
+    def _message_end(self, kept: Sequence[Message], full: list[int], length: int) -> MessageEnd | None:
+        """The person's message ends at ``length`` of ``full`` when the token there ends a turn (Qwen's
+        <|im_end|>). The words are judged without their trailing punctuation: ASR writes a full stop
+        where a pause only may be the end, and the model then expects the end of the message."""
+        if not self.judges_turns or kept[-1].role != "user" or length >= len(full):
+            return None
+        token = full[length]
+        if not self._runtime.is_end_of_generation(token):
+            return None
+        text = kept[-1].content
+        words = text.rstrip().rstrip(SENTENCE_END + ",;:").rstrip()
+        if not words:
+            return None
+        index = length if words == text else self._words_end(kept, full, words)
+        return MessageEnd(index, (token, *self._final_punctuation))
 
     # generation ------------------------------------------------------------------------------
 
@@ -258,6 +291,7 @@ class LlamaCppLlm:
         cancel: threading.Event | None = None,
         stats: GenerationStats | None = None,
         conversation: str | None = None,
+        on_end_of_message: Callable[[float], None] | None = None,
     ) -> Iterator[str]:
         self._require_loaded()
         validate_history(history)
@@ -269,13 +303,23 @@ class LlamaCppLlm:
             prompts.append(self.prompt_tokens(messages))
             return len(prompts[-1]) <= budget
 
-        _, stats.dropped_messages = trim_history(history, fits)
+        kept, stats.dropped_messages = trim_history(history, fits)
         prompt = prompts[-1]  # the last call was for the kept messages, and they fitted
         stats.prompt_tokens = len(prompt)
         if stats.dropped_messages:
             log.debug("dropped the %d oldest messages to fit the context", stats.dropped_messages)
+        end = None
+        if on_end_of_message is not None and self.judges_turns and kept[-1].role == "user":
+            end = self._message_end(kept, prompt, self._words_end(kept, prompt))
         job = ReplyJob(
-            conversation, prompt, cancel, stats=stats, max_tokens=self.max_reply_tokens, stop=self.stop
+            conversation,
+            prompt,
+            cancel,
+            message_end=end,
+            stats=stats,
+            max_tokens=self.max_reply_tokens,
+            stop=self.stop,
+            on_end_of_message=on_end_of_message,
         )
         return self._reply(job)
 
@@ -309,6 +353,12 @@ def _template(runtime: Any, architecture: str) -> ChatTemplate:
         bos_token=runtime.token_text(runtime.bos_token),
         eos_token=runtime.token_text(runtime.eos_token),
     )
+
+
+def _single_tokens(runtime: Any, texts: Sequence[str]) -> tuple[int, ...]:
+    """The tokens of those ``texts`` that are one token each."""
+    found = {tokens[0] for text in texts if len(tokens := runtime.tokenize(text)) == 1}
+    return tuple(sorted(found))
 
 
 def _prefix_tokens(runtime: Any, prefix: str) -> list[int]:

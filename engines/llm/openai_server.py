@@ -20,7 +20,7 @@ import logging
 import socket
 import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit
@@ -147,6 +147,10 @@ class OpenAiLlm:
     def offers_tools(self) -> bool:
         return False
 
+    @property
+    def judges_turns(self) -> bool:
+        return False  # the audio alone decides when a turn ends (the server's logits are not read)
+
     def occupancy(self) -> LlmOccupancy:
         with self._lock:
             return LlmOccupancy(slots=max(1, self._active), running=self._active, waiting=0, max_queue=0)
@@ -218,6 +222,7 @@ class OpenAiLlm:
         cancel: threading.Event | None = None,
         stats: GenerationStats | None = None,
         conversation: str | None = None,
+        on_end_of_message: Callable[[float], None] | None = None,
     ) -> Iterator[str]:
         stats = stats if stats is not None else GenerationStats()
         cancel = cancel or threading.Event()

@@ -26,6 +26,8 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
+
 from engines.errors import EngineError
 from engines.llm import GenerationStats, PrefillStats
 from engines.llm.slots import Slot, SlotTable, common_prefix_length
@@ -45,11 +47,31 @@ _END = object()
 _POLL_S = 0.05
 
 
+@dataclass(frozen=True)
+class MessageEnd:
+    """Where the person's words end in a job's prompt (``index``: the first token after them, trailing
+    punctuation left out) and the tokens that would end them there: the chat template's
+    end-of-message token and sentence-final punctuation. The logits after ``prompt[index - 1]``, which
+    the evaluation computes anyway or for one more output row, give P(the words end here), the reply
+    model's own judgement of whether the person has finished."""
+
+    index: int
+    tokens: tuple[int, ...]
+
+
+def tokens_probability(logits: np.ndarray, tokens: tuple[int, ...]) -> float:
+    """The softmax of ``logits`` summed over ``tokens``, computed stably."""
+    peak = float(np.max(logits))
+    chosen = np.asarray(tokens, dtype=np.int64)
+    return float(np.sum(np.exp(logits[chosen] - peak)) / np.sum(np.exp(logits - peak)))
+
+
 @dataclass
 class Job:
     conversation: str | None
     prompt: list[int]
     cancel: threading.Event | None
+    message_end: MessageEnd | None = None
     submitted: float = field(default_factory=time.perf_counter)
     slot: Slot | None = None
     pending: list[int] = field(default_factory=list)  # prompt tokens still to evaluate
@@ -73,6 +95,9 @@ class ReplyJob(Job):
     max_tokens: int = 0
     stop: tuple[str, ...] = ()
     out: queue.SimpleQueue[Any] = field(default_factory=queue.SimpleQueue)
+    # Told P(end of message) once the prompt's evaluation has passed the person's words (on the loop's
+    # thread, before the first token): the end-of-turn decision can use it while the reply is made.
+    on_end_of_message: Callable[[float], None] | None = None
     sampler: Any = None
     next_token: int | None = None  # sampled, to be decoded in the next step
     _decoder: Any = field(default_factory=lambda: codecs.getincrementaldecoder("utf-8")(errors="replace"))
@@ -258,7 +283,10 @@ class DecodeLoop:
         slot, system = job.slot, len(self.slots.system_tokens)
         reuse = max(common_prefix_length(slot.tokens, job.prompt), system)
         if isinstance(job, ReplyJob):
-            reuse = max(min(reuse, len(job.prompt) - 1), system)  # the last token gives the logits
+            reuse = min(reuse, len(job.prompt) - 1)  # the last token gives the logits
+            if job.message_end is not None:  # ... and the words' last token P(end of message)
+                reuse = min(reuse, job.message_end.index - 1)
+            reuse = max(reuse, system)
             stats = job.stats
             if slot.prefill_span is not None:
                 start, end = slot.prefill_span
@@ -269,6 +297,8 @@ class DecodeLoop:
         else:
             assert isinstance(job, PrefillJob)
             job.stats.cached_tokens = reuse
+            if job.message_end is not None and job.message_end.index == len(job.prompt):
+                reuse = max(min(reuse, len(job.prompt) - 1), system)  # the last token's row is read
             start = reuse if slot.prefill_span is None else min(slot.prefill_span[0], reuse)
             job.stats.discarded_tokens = slot.keep(reuse)
             slot.prefill_span = (start, reuse) if reuse > start else None
@@ -321,9 +351,16 @@ class DecodeLoop:
 
     def _prompt_chunk(self, job: ReplyJob) -> list[Job]:
         assert job.slot is not None
+        start = len(job.prompt) - len(job.pending)
         chunk, job.pending = job.pending[:PROMPT_CHUNK_TOKENS], job.pending[PROMPT_CHUNK_TOKENS:]
-        self.runtime.decode(chunk, job.slot.seq)
-        job.slot.tokens.extend(chunk)
+        end = job.message_end
+        if end is not None and start <= end.index - 1 < start + len(chunk):
+            logits = self.runtime.decode_with_row(chunk, end.index - 1 - start, job.slot.seq)
+            job.slot.tokens.extend(chunk)
+            self._tell_end_of_message(job, tokens_probability(logits, end.tokens))
+        else:
+            self.runtime.decode(chunk, job.slot.seq)
+            job.slot.tokens.extend(chunk)
         job.stats.evaluated_prompt_tokens += len(chunk)
         if job.pending:
             return []
@@ -339,7 +376,22 @@ class DecodeLoop:
         slot.tokens.extend(chunk)
         job.stats.evaluated_tokens += len(chunk)
         slot.prefill_span = (start, len(slot.tokens))
-        return [] if job.pending else [job]
+        if job.pending:
+            return []
+        end = job.message_end
+        if end is not None and end.index == len(job.prompt):  # words with no trailing punctuation
+            job.stats.end_of_message_p = tokens_probability(self.runtime.logits(-1), end.tokens)
+        return [job]
+
+    @staticmethod
+    def _tell_end_of_message(job: ReplyJob, probability: float) -> None:
+        job.stats.end_of_message_p = probability
+        if job.on_end_of_message is None:
+            return
+        try:
+            job.on_end_of_message(probability)
+        except Exception:  # the listener's failure must not stop the reply
+            log.exception("the end-of-message listener failed")
 
     def _finish(self, job: Job, error: BaseException | None) -> None:
         """Record how the job ended, free its slot and wake its reader (under the lock)."""

@@ -4,30 +4,50 @@ No audio and no clock: the caller feeds one VAD probability and the frame's dura
 stream time is the sum of the durations fed since the last ``reset()``.
 
     idle --(voiced for min_speech_s)--> SPEECH_START --> in speech
-    in speech --(first unvoiced frame)--> PROBABLY_ENDED --> trailing silence
+    in speech --(first unvoiced frame)--> PROBABLY_ENDED --> trailing silence (a pause)
     trailing silence --(voiced again)--> RESUMED --> in speech
     trailing silence --(silence for end_silence_s)--> ENDPOINT --> idle
     in speech or trailing silence --(max_utterance_s since speech start)--> ENDPOINT(forced) --> idle
 
-In ``smart_turn`` mode the silence alone does not decide. After ``turn_check_s`` of it the endpointer
-asks (TURN_CHECK) how likely the utterance so far is finished, and the caller answers with
-``verdict()``, a probability:
+In ``smart_turn`` mode the silence alone does not decide. Two verdicts on each pause may:
 
-    trailing silence --(silence for turn_check_s)--> TURN_CHECK, waiting for the verdict
-    p >= complete_threshold --> ENDPOINT now (by "smart_turn")
-    p < incomplete_threshold, or no verdict yet --(silence for incomplete_silence_s)--> ENDPOINT
-    in between, or the detector failed --(silence for end_silence_s)--> ENDPOINT (by "silence")
+- the sound (``verdict()``): after ``turn_check_s`` of silence the endpointer asks (TURN_CHECK) how
+  likely the utterance so far is finished, and again every ``turn_recheck_s`` while the pause lasts;
+- the words (``text_verdict()``): the probability that the words heard so far end the person's
+  message, from the language model that is already evaluating them for the reply. The caller says
+  a pause will get one (``expect_text``) only when it comes at no extra wait; otherwise the sound
+  decides alone, exactly as without it.
 
-A verdict that arrives after the person resumed speaking belongs to a pause that is over: ignored.
+Whenever a verdict arrives the pause is judged on what is known: the sound alone (its thresholds
+``complete_threshold`` / ``incomplete_threshold``), or the words, alone or weighted with the sound
+(``text_weight``, a weighted geometric mean, against ``fused_complete_threshold`` /
+``fused_incomplete_threshold``):
+
+    at or above the complete threshold --> ENDPOINT now (by "smart_turn", "text" or "fused")
+    below the incomplete one, or no verdict yet --(silence for incomplete_silence_s)--> ENDPOINT
+    in between, or the detector failed --(silence for end_silence_s; with the words in the score,
+        fused_unsure_silence_s)--> ENDPOINT (by "silence")
+
+A sound verdict that says finished while words are expected waits for them at most ``text_wait_s``
+(the words can still say "not finished": "... out of the"); the words alone never end a pause (a gap
+between two words is one too), they wait for the sound. A verdict for a pause that is over (the
+person spoke again) is ignored.
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from enum import Enum
 
-__all__ = ["ENDPOINTER_MODES", "EndpointEvent", "Endpointer", "EndpointerParams", "EventKind"]
+__all__ = [
+    "ENDPOINTER_MODES",
+    "EndpointEvent",
+    "Endpointer",
+    "EndpointerParams",
+    "EventKind",
+    "PauseVerdicts",
+]
 
 ENDPOINTER_MODES = ("silence", "smart_turn")
 
@@ -47,19 +67,45 @@ class EndpointerParams:
     incomplete_silence_s: float = 1.0  # smart_turn: silence that ends a turn judged incomplete
     complete_threshold: float = 0.5  # smart_turn: a verdict at or above it ends the turn at once
     incomplete_threshold: float = 0.5  # smart_turn: below it, the turn waits for incomplete_silence_s
+    turn_recheck_s: float = 0.0  # smart_turn: the sound is asked again this often in a pause; 0: once
+    judge_words: bool = False  # smart_turn: the caller may give text verdicts (its language model judges)
+    text_weight: float = 0.5  # the words' weight beside the sound's when both are known (0..1)
+    fused_complete_threshold: float = 0.5  # a score with the words in it at or above this: the end
+    fused_incomplete_threshold: float = 0.05  # ... below this: not finished (incomplete_silence_s)
+    text_wait_s: float = 0.3  # how long a "finished" sound verdict waits for words that were expected
+    fused_unsure_silence_s: float = 0.5  # a score with the words in it between the two thresholds
 
     def __post_init__(self) -> None:
-        _check_threshold(self.threshold)
-        _check_threshold(self.complete_threshold)
-        _check_threshold(self.incomplete_threshold)
-        if self.incomplete_threshold > self.complete_threshold:
-            raise ValueError(
-                f"EndpointerParams.incomplete_threshold ({self.incomplete_threshold}) must not be above "
-                f"complete_threshold ({self.complete_threshold})"
-            )
+        for name in (
+            "threshold",
+            "complete_threshold",
+            "incomplete_threshold",
+            "fused_complete_threshold",
+            "fused_incomplete_threshold",
+        ):
+            _check_threshold(getattr(self, name))
+        for low, high in (
+            ("incomplete_threshold", "complete_threshold"),
+            ("fused_incomplete_threshold", "fused_complete_threshold"),
+        ):
+            if getattr(self, low) > getattr(self, high):
+                raise ValueError(
+                    f"EndpointerParams.{low} ({getattr(self, low)}) must not be above {high} ({getattr(self, high)})"
+                )
+        if not (math.isfinite(self.text_weight) and 0.0 <= self.text_weight <= 1.0):
+            raise ValueError(f"EndpointerParams.text_weight must be in [0, 1], got {self.text_weight!r}")
         if self.mode not in ENDPOINTER_MODES:
             raise ValueError(f"EndpointerParams.mode must be one of {ENDPOINTER_MODES}, got {self.mode!r}")
-        for name in ("min_speech_s", "end_silence_s", "pre_roll_s", "turn_check_s", "incomplete_silence_s"):
+        for name in (
+            "min_speech_s",
+            "end_silence_s",
+            "pre_roll_s",
+            "turn_check_s",
+            "incomplete_silence_s",
+            "turn_recheck_s",
+            "text_wait_s",
+            "fused_unsure_silence_s",
+        ):
             value = getattr(self, name)
             if not math.isfinite(value) or value < 0:
                 raise ValueError(f"EndpointerParams.{name} must be a finite number >= 0, got {value!r}")
@@ -83,8 +129,10 @@ class EndpointEvent:
     speech_end_s: float | None  # end of the last voiced frame (PROBABLY_ENDED, ENDPOINT), else None
     speech_start_s: float = 0.0  # start of the first voiced frame of the utterance (no pre-roll)
     check_id: int = 0  # TURN_CHECK: the number to answer verdict() with
-    # ENDPOINT: what decided it: "silence", "smart_turn" (a complete verdict), "incomplete_silence"
-    # (the long silence after an incomplete or missing verdict), "max_length", "stream_end"
+    pause_id: int = 0  # PROBABLY_ENDED, TURN_CHECK: the pause, to answer text_verdict() with
+    # ENDPOINT: what decided it: "silence", "smart_turn" (the sound judged complete), "text" (the
+    # words alone), "fused" (words and sound together), "incomplete_silence" (the long silence after an
+    # incomplete or missing verdict), "max_length", "stream_end"
     by: str = ""
 
     @property
@@ -98,18 +146,32 @@ def _check_threshold(value: float) -> None:
         raise ValueError(f"threshold must be in (0, 1], got {value!r}")
 
 
+@dataclass(frozen=True)
+class PauseVerdicts:
+    """What is known about the current pause: the sound's latest verdict and the words'."""
+
+    audio: float | None = None
+    audio_failed: bool = False
+    text: float | None = None
+    text_expected: bool = False
+
+
 class Endpointer:
     """Turns a stream of (probability, duration) into utterance events; one instance per audio stream."""
 
     _check_id: int
-    _answered: bool
     _pause_silence_s: float
     _pause_by: str
+    _verdicts: PauseVerdicts
+    _audio_at_s: float | None
+    _next_check_s: float
 
     def __init__(self, params: EndpointerParams = EndpointerParams()) -> None:
         self.params = params
         self._threshold = params.threshold
         self._checks_sent = 0  # never reset: a verdict for a check before reset() stays stale
+        self._pauses = 0  # likewise for pauses
+        self._pause_id = 0
         self.reset()
 
     @property
@@ -145,23 +207,87 @@ class Endpointer:
         self._floor_s = 0.0  # audio before the previous endpoint belongs to the previous utterance
         self._new_pause()
 
+    @property
+    def verdicts(self) -> PauseVerdicts:
+        """What the current (or last) pause was told."""
+        return self._verdicts
+
     def verdict(self, check_id: int, probability: float | None) -> list[EndpointEvent]:
         """The answer to TURN_CHECK ``check_id``: the probability that the turn is complete, or None
         when the detector failed.
 
         Returns the ENDPOINT it causes (at once when complete, or when the silence it calls for has
-        already passed); nothing for a stale check (the person spoke again, or the turn ended)."""
-        if not (self._trailing and check_id == self._check_id and not self._answered):
+        already passed); nothing for a stale check (the person spoke again, the turn ended, or a
+        later check of the same pause was sent)."""
+        if not (self._trailing and check_id == self._check_id):
             return []
-        self._answered = True
-        params = self.params
-        if probability is not None and probability >= params.complete_threshold:
-            return [self._end(by="smart_turn")]
-        if probability is not None and probability < params.incomplete_threshold:
-            self._pause_silence_s, self._pause_by = params.incomplete_silence_s, "incomplete_silence"
+        self._check_id = -check_id  # answered
+        self._verdicts = replace(self._verdicts, audio=probability, audio_failed=probability is None)
+        self._audio_at_s = self._time_s
+        return self._judge()
+
+    def expect_text(self, pause_id: int) -> None:
+        """Pause ``pause_id`` will get a ``text_verdict`` at no extra wait (the reply's own language
+        model is about to evaluate the words): a finished-sounding verdict waits for it, at most
+        ``text_wait_s``."""
+        if self._trailing and pause_id == self._pause_id:
+            self._verdicts = replace(self._verdicts, text_expected=True)
+
+    def text_verdict(self, pause_id: int, probability: float | None) -> list[EndpointEvent]:
+        """The words' verdict on pause ``pause_id`` (None: the model could not give one); the
+        ENDPOINT it causes, if any; nothing for a pause that is over."""
+        if not (self._trailing and pause_id == self._pause_id):
+            return []
+        if probability is None:
+            self._verdicts = replace(self._verdicts, text_expected=False)
         else:
-            self._pause_silence_s, self._pause_by = params.end_silence_s, "silence"
+            self._verdicts = replace(self._verdicts, text=probability)
+        return self._judge()
+
+    def _judge(self) -> list[EndpointEvent]:
+        """Decide the pause on what is known now: the silence that ends it, or the end at once."""
+        params, known = self.params, self._verdicts
+        if known.text is not None:
+            if known.audio is None:
+                # The words alone never end a pause: a gap between two words is a pause too, and
+                # "She had a dark suit" could end. They wait for the sound, at turn_check_s.
+                if not known.audio_failed:
+                    if known.text < params.fused_incomplete_threshold:
+                        self._hold(params.incomplete_silence_s, "incomplete_silence")
+                    return self._silence_endpoint()
+                score, by = known.text, "text"
+            else:
+                weight = params.text_weight
+                score, by = known.audio ** (1.0 - weight) * known.text**weight, "fused"
+            if score >= params.fused_complete_threshold:
+                return [self._end(by=by)]
+            if score < params.fused_incomplete_threshold:
+                self._hold(params.incomplete_silence_s, "incomplete_silence")
+            else:
+                self._hold(params.fused_unsure_silence_s, "silence")
+        elif known.audio is not None or known.audio_failed:
+            if known.text_expected and self._sounds_complete() and not self._text_wait_over():
+                return self._silence_endpoint()  # the words may still say "not finished" ("... of the")
+            if known.audio is not None and known.audio >= params.complete_threshold:
+                return [self._end(by="smart_turn")]
+            if known.audio is not None and known.audio < params.incomplete_threshold:
+                self._hold(params.incomplete_silence_s, "incomplete_silence")
+            else:
+                self._hold(params.end_silence_s, "silence")
         return self._silence_endpoint()
+
+    def _hold(self, silence_s: float, by: str) -> None:
+        self._pause_silence_s, self._pause_by = silence_s, by
+
+    def _sounds_complete(self) -> bool:
+        audio = self._verdicts.audio
+        return audio is not None and audio >= self.params.complete_threshold
+
+    def _text_wait_over(self) -> bool:
+        return (
+            self._audio_at_s is not None
+            and self._time_s - self._audio_at_s + _EPS_S >= self.params.text_wait_s
+        )
 
     def feed(self, probability: float, duration_s: float) -> list[EndpointEvent]:
         """One frame: its speech probability and its duration. Returns the events it caused, in order."""
@@ -215,16 +341,17 @@ class Endpointer:
         else:
             if not self._trailing:
                 self._trailing = True
+                self._pauses += 1
+                self._pause_id = self._pauses
                 events.append(self._event(EventKind.PROBABLY_ENDED, speech_end_s=self._last_voiced_end_s))
-            if (
-                self.params.mode == "smart_turn"
-                and self._check_id == 0
-                and self._silence_reached(self.params.turn_check_s)
-            ):
+            if self.params.mode == "smart_turn" and self._silence_reached(self._next_check_s):
                 self._checks_sent += 1
                 self._check_id = self._checks_sent
+                recheck = self.params.turn_recheck_s
+                self._next_check_s = self._next_check_s + recheck if recheck > 0 else math.inf
                 events.append(self._event(EventKind.TURN_CHECK, speech_end_s=self._last_voiced_end_s))
-            ended = self._silence_endpoint()
+            waited = self._verdicts.text_expected and self._sounds_complete() and self._text_wait_over()
+            ended = self._judge() if waited and self._verdicts.text is None else self._silence_endpoint()
             if ended:
                 return events + ended
         if self._over_max_length():
@@ -239,8 +366,10 @@ class Endpointer:
         return [self._end(by=self._pause_by)] if self._silence_reached(self._pause_silence_s) else []
 
     def _new_pause(self) -> None:
-        self._check_id = 0  # the TURN_CHECK of this pause (0: none asked yet)
-        self._answered = False
+        self._check_id = 0  # the TURN_CHECK of this pause waiting for its verdict (0: none; < 0: answered)
+        self._next_check_s = self.params.turn_check_s  # silence at which the sound is asked next
+        self._verdicts = PauseVerdicts()
+        self._audio_at_s = None
         # The silence that ends this pause: until a verdict says otherwise, the long one in smart_turn.
         if self.params.mode == "silence":
             self._pause_silence_s, self._pause_by = self.params.end_silence_s, "silence"
@@ -266,5 +395,6 @@ class Endpointer:
             speech_end_s=speech_end_s,
             speech_start_s=self._speech_start_s,
             check_id=self._check_id if kind is EventKind.TURN_CHECK else 0,
+            pause_id=self._pause_id if kind in (EventKind.PROBABLY_ENDED, EventKind.TURN_CHECK) else 0,
             by=by,
         )

@@ -96,8 +96,8 @@ function showStatus(status) {
 }
 
 const ENDED_BY = {
-  smart_turn: "heard finished", silence: "silence", incomplete_silence: "long silence",
-  max_length: "too long", stream_end: "audio ended",
+  smart_turn: "sounded finished", fused: "sound and words finished", text: "words finished",
+  silence: "silence", incomplete_silence: "long silence", max_length: "too long", stream_end: "audio ended",
 };
 
 const OUTCOMES = {
@@ -108,7 +108,9 @@ function endOfTurn(t) {
   const how = ENDED_BY[t.endpoint_by] || t.endpoint_by || "–";
   const wait = t.endpoint_wait_ms == null ? "" : `${Math.round(t.endpoint_wait_ms)} ms · `;
   const unfinished = t.turn_incomplete ? ` · ${t.turn_incomplete}× unfinished` : "";
-  return `${wait}${how}${unfinished}`;
+  const verdicts = [["sound", t.turn_complete_p], ["words", t.words_complete_p]]
+    .filter(([, p]) => p != null).map(([judge, p]) => `${judge} ${p.toFixed(2)}`).join(", ");
+  return `${wait}${how}${unfinished}${verdicts ? ` (${verdicts})` : ""}`;
 }
 
 function showLatency(report, turns) {
