@@ -141,26 +141,25 @@ class EndpointerConfig(Section):
         "person has finished, read from the logits it computes for the reply anyway (llama.cpp with the "
         "model's own chat template and no other call's reply running; otherwise the sound decides alone)",
     )
-    words_weight: float = Field(
-        0.5, ge=0.0, le=1.0, description="judge_words: the words' weight beside the sound's (0..1)"
-    )
     words_complete_threshold: float = Field(
-        0.5,
+        0.35,
         gt=0.0,
         lt=1.0,
-        description="judge_words: a score with the words in it at or above this ends the turn",
+        description="judge_words: words at or above it end the turn (so does the sound at or above "
+        "turn_complete_threshold, unless the words say unfinished)",
     )
     words_incomplete_threshold: float = Field(
-        0.05,
+        0.02,
         gt=0.0,
         lt=1.0,
-        description="judge_words: below it the turn waits incomplete_silence_ms (the words are unfinished)",
+        description="judge_words: words below it keep the turn open for incomplete_silence_ms, "
+        "whatever the sound says",
     )
     words_unsure_silence_ms: int = Field(
         1000,
         ge=64,
         le=10000,
-        description="judge_words: silence that ends a turn whose score (with the words) is between the thresholds",
+        description="judge_words: silence that ends a turn when neither the words nor the sound is sure",
     )
     words_wait_ms: int = Field(
         1000,

@@ -329,11 +329,10 @@ def endpointer_params(settings: Settings) -> EndpointerParams:
         incomplete_threshold=ep.turn_incomplete_threshold,
         turn_recheck_s=ep.turn_recheck_ms / 1000.0,
         judge_words=ep.judge_words,
-        text_weight=ep.words_weight,
-        fused_complete_threshold=ep.words_complete_threshold,
-        fused_incomplete_threshold=ep.words_incomplete_threshold,
+        text_complete_threshold=ep.words_complete_threshold,
+        text_incomplete_threshold=ep.words_incomplete_threshold,
+        text_unsure_silence_s=ep.words_unsure_silence_ms / 1000.0,
         text_wait_s=ep.words_wait_ms / 1000.0,
-        fused_unsure_silence_s=ep.words_unsure_silence_ms / 1000.0,
     )
 
 

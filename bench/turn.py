@@ -258,30 +258,29 @@ def settings_grid(base: Any) -> list[tuple[str, str, Any]]:
                 grid.append(
                     ("sound", f"sound {complete}/{incomplete} check {check_ms} long {long_ms}", params)
                 )
-    bands = ((0.2, 0.01), (0.35, 0.02), (0.5, 0.05))
-    for mode, weights, checks, unsure in (
-        ("words", (1.0,), (160,), (0.5, 0.8, 1.0)),
-        ("fused", (0.5, 0.7), (160, 256), (0.5, 0.8, 1.0)),
-        ("baseline", (1.0,), (160,), (0.5,)),
+    # With the words: they hold a turn below text_incomplete, end it at or above text_complete; the
+    # sound ends it at or above its complete_threshold (1.0 for "words": the sound never does).
+    for mode, sound_ends, bands, unsure in (
+        ("words", 1.0, ((0.2, 0.01), (0.35, 0.02), (0.5, 0.05)), (0.5, 0.8, 1.0)),
+        ("fused", 0.9, ((0.35, 0.02), (0.5, 0.02), (0.35, 0.05), (0.5, 0.05)), (0.5, 0.8, 1.0)),
+        ("baseline", 0.9, ((0.35, 0.02),), (0.5, 1.0)),
     ):
-        for weight in weights:
-            for complete, incomplete in bands:
-                for check_ms in checks:
-                    for unsure_s in unsure:
-                        params = replace(
-                            base,
-                            mode="smart_turn",
-                            judge_words=True,
-                            text_weight=weight,
-                            fused_complete_threshold=complete,
-                            fused_incomplete_threshold=incomplete,
-                            fused_unsure_silence_s=unsure_s,
-                            turn_check_s=check_ms / 1000,
-                            incomplete_silence_s=1.0,
-                            text_wait_s=2.0,  # the reply cannot start before the words are judged anyway
-                        )
-                        label = f"{mode} w{weight} {complete}/{incomplete} check {check_ms} unsure {unsure_s * 1000:.0f}"
-                        grid.append((mode, label, params))
+        for complete, incomplete in bands:
+            for unsure_s in unsure:
+                params = replace(
+                    base,
+                    mode="smart_turn",
+                    judge_words=True,
+                    complete_threshold=sound_ends,
+                    text_complete_threshold=complete,
+                    text_incomplete_threshold=incomplete,
+                    text_unsure_silence_s=unsure_s,
+                    turn_check_s=0.16,
+                    incomplete_silence_s=1.0,
+                    text_wait_s=2.0,  # the reply cannot start before the words are judged anyway
+                )
+                label = f"{mode} {complete}/{incomplete} sound {sound_ends} unsure {unsure_s * 1000:.0f}"
+                grid.append((mode, label, params))
     return grid
 
 
@@ -474,13 +473,30 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _shipped_and_today(shipped: Any) -> list[tuple[str, str, Any]]:
+    """The call path: the sound as shipped before, the shipped setting, and the candidates closest to it."""
     today = replace(
         shipped, judge_words=False, complete_threshold=0.9, incomplete_threshold=0.05, turn_check_s=0.256
     )
-    return [
+    rows = [
         ("sound", "sound as shipped before (0.9/0.05 check 256 long 1000)", today),
         ("fused", "shipped", shipped),
     ]
+    for mode, sound_ends, complete, incomplete, unsure_s in (
+        ("words", 1.0, 0.35, 0.02, 1.0),
+        ("fused", 0.9, 0.35, 0.05, 1.0),
+        ("fused", 0.9, 0.35, 0.02, 0.8),
+    ):
+        params = replace(
+            shipped,
+            judge_words=True,
+            complete_threshold=sound_ends,
+            text_complete_threshold=complete,
+            text_incomplete_threshold=incomplete,
+            text_unsure_silence_s=unsure_s,
+        )
+        label = f"{mode} {complete}/{incomplete} sound {sound_ends} unsure {unsure_s * 1000:.0f}"
+        rows.append((mode, label, params))
+    return rows
 
 
 def describe(result: dict[str, Any]) -> str:

@@ -99,3 +99,11 @@ def test_config_check_counts_the_personas_tokens_against_the_context(
     assert "agent.persona: the system prompt takes" in err and "llm.context_tokens = 1024" in err
     short = write(tmp_path, "[agent]\npersona = 'Answer about the depot.'\n[llm]\ncontext_tokens = 1024\n")
     assert main(["config", "check", str(short)]) == 0
+
+
+def test_listening_addresses_are_ip_addresses_and_the_old_timeout_name_still_reads(tmp_path: Path) -> None:
+    """The device resolves no names, so a listener on "pbx.local" would need a DNS query to bind."""
+    found = problems_of(write(tmp_path, '[sip]\nbind_host = "pbx.local"\n[admin]\nbind_host = "localhost"\n'))
+    assert "not an IP address" in found["sip.bind_host"] and "not an IP address" in found["admin.bind_host"]
+    renamed = load_settings(write(tmp_path, "[admin]\nheader_timeout_s = 3.0\n"))
+    assert renamed.admin.request_timeout_s == 3.0

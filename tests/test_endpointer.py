@@ -370,8 +370,25 @@ def test_the_sound_is_asked_again_as_the_silence_grows() -> None:
     assert end.by == "smart_turn"
 
 
-def test_the_words_weight_is_checked() -> None:
-    with pytest.raises(ValueError, match="text_weight"):
-        EndpointerParams(text_weight=1.5)
-    with pytest.raises(ValueError, match="fused_incomplete_threshold"):
-        EndpointerParams(fused_complete_threshold=0.1, fused_incomplete_threshold=0.2)
+def test_the_words_thresholds_are_checked() -> None:
+    with pytest.raises(ValueError, match="text_incomplete_threshold"):
+        EndpointerParams(text_complete_threshold=0.1, text_incomplete_threshold=0.2)
+    with pytest.raises(ValueError, match="text_unsure_silence_s"):
+        EndpointerParams(text_unsure_silence_s=-1.0)
+
+
+def test_unsure_words_let_a_sure_sound_end_the_pause_and_wait_otherwise() -> None:
+    """Words between the thresholds ("Drop the two when you add the figures": P 0.3) neither hold nor
+    end: a sure sound ends the turn; an unsure one waits text_unsure_silence_s."""
+    ep = smart(judge_words=True, text_unsure_silence_s=1.0, complete_threshold=0.9)
+    pause, check = _pause(ep)
+    ep.expect_text(pause)
+    assert ep.text_verdict(pause, 0.3) == []
+    (end,) = ep.verdict(check, 0.95)
+    assert end.by == "fused"
+    ep = smart(judge_words=True, text_unsure_silence_s=1.0, complete_threshold=0.9)
+    pause, check = _pause(ep)
+    ep.expect_text(pause)
+    assert ep.text_verdict(pause, 0.3) == [] and ep.verdict(check, 0.6) == []
+    (end,) = [e for e in feed_all(ep, [OFF] * 40) if e.kind is EventKind.ENDPOINT]
+    assert end.by == "silence" and end.time_s - (end.speech_end_s or 0.0) == pytest.approx(1.0, abs=0.04)

@@ -513,8 +513,8 @@ def _words_session(
         incomplete_threshold=0.1,
         incomplete_silence_s=1.2,
         judge_words=True,
-        fused_complete_threshold=0.5,
-        fused_incomplete_threshold=0.05,
+        text_complete_threshold=0.35,
+        text_incomplete_threshold=0.02,
         text_wait_s=1.0,
     )
     audio = np.concatenate([silence(0.3), tone(1.0), silence(2.0)])

@@ -18,15 +18,15 @@ In ``smart_turn`` mode the silence alone does not decide. Two verdicts on each p
   a pause will get one (``expect_text``) only when it comes at no extra wait; otherwise the sound
   decides alone, exactly as without it.
 
-Whenever a verdict arrives the pause is judged on what is known: the sound alone (its thresholds
-``complete_threshold`` / ``incomplete_threshold``), or the words, alone or weighted with the sound
-(``text_weight``, a weighted geometric mean, against ``fused_complete_threshold`` /
-``fused_incomplete_threshold``):
+Whenever a verdict arrives the pause is judged on what is known. The sound alone: at or above
+``complete_threshold`` the turn ends (by "smart_turn"), below ``incomplete_threshold`` it waits
+``incomplete_silence_s``, in between ``end_silence_s``. With the words, the words can hold a turn the
+sound would end, and either can end it:
 
-    at or above the complete threshold --> ENDPOINT now (by "smart_turn", "text" or "fused")
-    below the incomplete one, or no verdict yet --(silence for incomplete_silence_s)--> ENDPOINT
-    in between, or the detector failed --(silence for end_silence_s; with the words in the score,
-        fused_unsure_silence_s)--> ENDPOINT (by "silence")
+    words below text_incomplete_threshold ("... out of the") --(incomplete_silence_s)--> ENDPOINT
+    words at or above text_complete_threshold, or the sound at or above complete_threshold
+        --> ENDPOINT now (by "fused"; by "text" when the sound's model failed)
+    otherwise --(text_unsure_silence_s)--> ENDPOINT (by "silence")
 
 A sound verdict that says finished while words are expected waits for them at most ``text_wait_s``
 (the words can still say "not finished": "... out of the"); the words alone never end a pause (a gap
@@ -69,31 +69,28 @@ class EndpointerParams:
     incomplete_threshold: float = 0.5  # smart_turn: below it, the turn waits for incomplete_silence_s
     turn_recheck_s: float = 0.0  # smart_turn: the sound is asked again this often in a pause; 0: once
     judge_words: bool = False  # smart_turn: the caller may give text verdicts (its language model judges)
-    text_weight: float = 0.5  # the words' weight beside the sound's when both are known (0..1)
-    fused_complete_threshold: float = 0.5  # a score with the words in it at or above this: the end
-    fused_incomplete_threshold: float = 0.05  # ... below this: not finished (incomplete_silence_s)
+    text_complete_threshold: float = 0.35  # words at or above it: finished
+    text_incomplete_threshold: float = 0.02  # words below it: not finished, whatever the sound says
+    text_unsure_silence_s: float = 0.5  # words in between and the sound not sure: the silence that ends it
     text_wait_s: float = 0.3  # how long a "finished" sound verdict waits for words that were expected
-    fused_unsure_silence_s: float = 0.5  # a score with the words in it between the two thresholds
 
     def __post_init__(self) -> None:
         for name in (
             "threshold",
             "complete_threshold",
             "incomplete_threshold",
-            "fused_complete_threshold",
-            "fused_incomplete_threshold",
+            "text_complete_threshold",
+            "text_incomplete_threshold",
         ):
             _check_threshold(getattr(self, name))
         for low, high in (
             ("incomplete_threshold", "complete_threshold"),
-            ("fused_incomplete_threshold", "fused_complete_threshold"),
+            ("text_incomplete_threshold", "text_complete_threshold"),
         ):
             if getattr(self, low) > getattr(self, high):
                 raise ValueError(
                     f"EndpointerParams.{low} ({getattr(self, low)}) must not be above {high} ({getattr(self, high)})"
                 )
-        if not (math.isfinite(self.text_weight) and 0.0 <= self.text_weight <= 1.0):
-            raise ValueError(f"EndpointerParams.text_weight must be in [0, 1], got {self.text_weight!r}")
         if self.mode not in ENDPOINTER_MODES:
             raise ValueError(f"EndpointerParams.mode must be one of {ENDPOINTER_MODES}, got {self.mode!r}")
         for name in (
@@ -104,7 +101,7 @@ class EndpointerParams:
             "incomplete_silence_s",
             "turn_recheck_s",
             "text_wait_s",
-            "fused_unsure_silence_s",
+            "text_unsure_silence_s",
         ):
             value = getattr(self, name)
             if not math.isfinite(value) or value < 0:
@@ -248,27 +245,20 @@ class Endpointer:
         """Decide the pause on what is known now: the silence that ends it, or the end at once."""
         params, known = self.params, self._verdicts
         if known.text is not None:
-            if known.audio is None:
+            if known.text < params.text_incomplete_threshold:
+                self._hold(params.incomplete_silence_s, "incomplete_silence")
+            elif known.audio is None and not known.audio_failed:
                 # The words alone never end a pause: a gap between two words is a pause too, and
                 # "She had a dark suit" could end. They wait for the sound, at turn_check_s.
-                if not known.audio_failed:
-                    if known.text < params.fused_incomplete_threshold:
-                        self._hold(params.incomplete_silence_s, "incomplete_silence")
-                    return self._silence_endpoint()
-                score, by = known.text, "text"
+                pass
+            elif known.text >= params.text_complete_threshold or self._sounds_complete():
+                return [self._end(by="text" if known.audio_failed else "fused")]
             else:
-                weight = params.text_weight
-                score, by = known.audio ** (1.0 - weight) * known.text**weight, "fused"
-            if score >= params.fused_complete_threshold:
-                return [self._end(by=by)]
-            if score < params.fused_incomplete_threshold:
-                self._hold(params.incomplete_silence_s, "incomplete_silence")
-            else:
-                self._hold(params.fused_unsure_silence_s, "silence")
+                self._hold(params.text_unsure_silence_s, "silence")
         elif known.audio is not None or known.audio_failed:
             if known.text_expected and self._sounds_complete() and not self._text_wait_over():
-                return self._silence_endpoint()  # the words may still say "not finished" ("... of the")
-            if known.audio is not None and known.audio >= params.complete_threshold:
+                return self._silence_endpoint()  # the words may still say "not finished" ("... out of the")
+            if self._sounds_complete():
                 return [self._end(by="smart_turn")]
             if known.audio is not None and known.audio < params.incomplete_threshold:
                 self._hold(params.incomplete_silence_s, "incomplete_silence")
