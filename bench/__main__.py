@@ -18,7 +18,7 @@ BENCHMARKS = {
     "llm": "first token with the cached system prompt vs cold vs raw llama.cpp; decode speed",
     "llama_builds": "prefill and decode speed of llama.cpp builds side by side (portable vs native)",
     "vad": "Silero per-frame cost, torch vs ONNX Runtime",
-    "turn": "end of turn: fixed silence vs Smart Turn (endpoint wait, cut-offs on mid-sentence pauses)",
+    "turn": "end of turn: the sound, the words (the reply LLM), both, a baseline (endpoint wait, pauses cut)",
     "tts": "Piper first chunk vs whole reply, 1-4 sentences",
     "sip": "turn latency on a call vs the microphone, 1 vs 2 calls",
     "sessions": "1, 2, 4 calls on one LLM: batched slots vs one reply at a time; decode tok/s 1 vs 3",
