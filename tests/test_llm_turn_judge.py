@@ -42,16 +42,22 @@ def test_finished_words_score_high_and_unfinished_ones_low(qwen_llm: LlamaCppLlm
 
 
 def test_the_verdict_costs_no_extra_evaluation(qwen_llm: LlamaCppLlm) -> None:
-    """The same question in two fresh conversations, with and without the verdict asked for: the model
-    evaluates the same number of prompt tokens (the verdict is one more output row of a pass that runs
-    anyway), and the reply is the same."""
+    """The same question from the same cache state (the one slot holding the same other conversation),
+    with and without the verdict asked for: the model evaluates the same number of prompt tokens (the
+    verdict is one more output row of a pass that runs anyway), and the reply is the same."""
     history = [Message("user", "What is the door code of the depot?")]
-    plain, judged = GenerationStats(), GenerationStats()
-    said: list[float] = []
-    without = "".join(qwen_llm.stream(history, conversation="cost-a", stats=plain))
-    with_it = "".join(
-        qwen_llm.stream(history, conversation="cost-b", stats=judged, on_end_of_message=said.append)
-    )
+
+    def answer(judge: bool) -> tuple[str, GenerationStats, list[float]]:
+        "".join(qwen_llm.stream([Message("user", "Good morning.")], conversation="cost-reset"))
+        stats, said = GenerationStats(), []
+        hook = said.append if judge else None
+        reply = "".join(
+            qwen_llm.stream(history, conversation=f"cost-{judge}", stats=stats, on_end_of_message=hook)
+        )
+        return reply, stats, said
+
+    without, plain, _ = answer(False)
+    with_it, judged, said = answer(True)
     assert len(said) == 1 and said[0] > 0.2
     assert judged.evaluated_prompt_tokens == plain.evaluated_prompt_tokens
     assert with_it == without and judged.end_of_message_p == said[0]
@@ -71,4 +77,4 @@ def test_a_model_without_its_own_template_does_not_judge(gemma_llm: LlamaCppLlm)
 def test_the_probability_is_summed_over_the_tokens_that_end_the_words() -> None:
     logits = np.log(np.asarray([0.5, 0.3, 0.2], dtype=np.float32))
     assert abs(tokens_probability(logits, (1, 2)) - 0.5) < 1e-6
-    assert abs(tokens_probability(logits + 1000.0, (0,)) - 0.5) < 1e-6  # stable for large logits
+    assert abs(tokens_probability(logits + 1000.0, (0,)) - 0.5) < 1e-4  # stable for large logits

@@ -309,7 +309,7 @@ class Session:
                 await self._close_active(cancel=True)
             self.partials.begin(event.utterance_start_s, event.speech_start_s)
         elif event.kind is EventKind.PROBABLY_ENDED:
-            await self._start_turn(event, now, confirmed=False, judge_words=self._words_judgeable())
+            await self._start_turn(event, now, confirmed=False)
         elif event.kind is EventKind.RESUMED:
             if self._active is not None and not self._active.turn.confirmed:
                 self._active.turn.dropped = True
@@ -382,9 +382,10 @@ class Session:
             await self._on_event(event, time.monotonic())
 
     async def _wait_for_words(self) -> None:
-        due, self._words_due = self._words_due, None
+        due = self._words_due
         if due is not None:
             await asyncio.wait_for(due.wait(), self.config.drain_timeout_s)
+            self._words_due = None
             await asyncio.gather(*list(self._check_tasks), return_exceptions=True)
 
     def _stamp_endpoint(self, trace: TurnTrace, event: EndpointEvent, now: float) -> None:
@@ -400,11 +401,10 @@ class Session:
         if checks.words_p is not None:
             trace.words_complete_p = checks.words_p
 
-    async def _start_turn(
-        self, event: EndpointEvent, now: float, *, confirmed: bool, judge_words: bool = False
-    ) -> None:
+    async def _start_turn(self, event: EndpointEvent, now: float, *, confirmed: bool) -> None:
         if self._active is not None:
             await self._close_active(cancel=True)
+        judge_words = not confirmed and self._words_judgeable()  # after our own earlier reply was cut
         self.partials.stop()
         end_s = event.speech_end_s if event.speech_end_s is not None else event.time_s
         audio = self._audio_between(event.utterance_start_s, event.time_s)

@@ -201,10 +201,11 @@ class DecodeLoop:
             self._cond.notify_all()
 
     def occupancy(self) -> tuple[int, int]:
-        """Replies running and replies waiting for a slot."""
+        """Replies running and replies waiting for a slot (a cancelled one, ending within a token, is
+        not counted: a barge-in's or a dropped speculative turn's reply is no longer work)."""
         with self._cond:
-            running = sum(isinstance(job, ReplyJob) for job in self._active)
-            waiting = sum(isinstance(job, ReplyJob) for job in self._waiting)
+            running = sum(isinstance(job, ReplyJob) and not job.stopped() for job in self._active)
+            waiting = sum(isinstance(job, ReplyJob) and not job.stopped() for job in self._waiting)
             return running, waiting
 
     def forget(self, conversation: str) -> None:
