@@ -49,7 +49,8 @@ def test_the_verdict_costs_no_extra_evaluation(qwen_llm: LlamaCppLlm) -> None:
 
     def answer(judge: bool) -> tuple[str, GenerationStats, list[float]]:
         "".join(qwen_llm.stream([Message("user", "Good morning.")], conversation="cost-reset"))
-        stats, said = GenerationStats(), []
+        stats = GenerationStats()
+        said: list[float] = []
         hook = said.append if judge else None
         reply = "".join(
             qwen_llm.stream(history, conversation=f"cost-{judge}", stats=stats, on_end_of_message=hook)
