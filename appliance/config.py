@@ -172,21 +172,20 @@ class EndpointerConfig(Section):
 
     @model_validator(mode="after")
     def _check_order(self) -> EndpointerConfig:
-        if self.words_incomplete_threshold > self.words_complete_threshold:
-            raise ValueError(
-                f"words_incomplete_threshold ({self.words_incomplete_threshold}) must not be above "
-                f"words_complete_threshold ({self.words_complete_threshold})"
-            )
         if self.incomplete_silence_ms <= self.turn_check_ms:
             raise ValueError(
                 f"incomplete_silence_ms ({self.incomplete_silence_ms}) must be longer than turn_check_ms "
                 f"({self.turn_check_ms}): the model is asked before the long silence ends the turn"
             )
-        if self.turn_incomplete_threshold > self.turn_complete_threshold:
-            raise ValueError(
-                f"turn_incomplete_threshold ({self.turn_incomplete_threshold}) must not be above "
-                f"turn_complete_threshold ({self.turn_complete_threshold})"
+        for judge in ("turn", "words"):
+            low, high = (
+                getattr(self, f"{judge}_incomplete_threshold"),
+                getattr(self, f"{judge}_complete_threshold"),
             )
+            if low > high:
+                raise ValueError(
+                    f"{judge}_incomplete_threshold ({low}) must not be above {judge}_complete_threshold ({high})"
+                )
         return self
 
 
