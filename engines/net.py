@@ -70,8 +70,9 @@ def name_lookup_allowed(host: str) -> Iterator[None]:
 
 
 def is_ip_literal(host: str) -> bool:
+    """``host`` is an IP address (IPv6 with a scope id too; without the brackets of a URI), not a name."""
     try:
-        ipaddress.ip_address(host.strip("[]").split("%")[0])
+        ipaddress.ip_address(host)
     except ValueError:
         return False
     return True

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import collections
-import ipaddress
 import logging
 import random
 from collections.abc import AsyncIterator
@@ -23,6 +22,7 @@ from appliance.rtp.dtmf import Digit, DtmfDetector, DtmfError
 from appliance.rtp.jitter import JitterBuffer
 from appliance.rtp.packet import RtpError, RtpPacket, looks_like_rtcp, parse_rtp
 from appliance.rtp.resample import Upsampler2x, downsample_16k_to_8k
+from engines.net import is_ip_literal
 
 log = logging.getLogger(__name__)
 
@@ -45,10 +45,8 @@ class MediaParams:
     def __post_init__(self) -> None:
         # A name here would be resolved by sendto() for every packet, blocking the event loop and
         # sending DNS queries from the media path.
-        try:
-            ipaddress.ip_address(self.remote_host)
-        except ValueError:
-            raise ValueError(f"RTP peer {self.remote_host[:60]!r} is not an IP address") from None
+        if not is_ip_literal(self.remote_host):
+            raise ValueError(f"RTP peer {self.remote_host[:60]!r} is not an IP address")
 
     @property
     def sends(self) -> bool:

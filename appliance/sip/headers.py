@@ -5,7 +5,6 @@ Each ``parse_*`` raises ``HeaderError`` naming the field and what is wrong with 
 
 from __future__ import annotations
 
-import ipaddress
 import re
 from dataclasses import dataclass, field
 
@@ -190,14 +189,6 @@ def parse_cseq(value: str) -> CSeq:
     if not is_token(parts[1]):
         raise HeaderError(f"CSeq: method {parts[1][:30]!r} is not a token")
     return CSeq(number, parts[1])
-
-
-def host_is_ip(host: str) -> bool:
-    try:
-        ipaddress.ip_address(host.strip("[]"))
-    except ValueError:
-        return False
-    return True
 
 
 def _closing_quote(text: str) -> int:

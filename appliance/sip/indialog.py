@@ -8,10 +8,11 @@ from collections.abc import Callable
 
 from appliance.sip.call import Call, CallState
 from appliance.sip.calls import CallTable
-from appliance.sip.headers import host_is_ip, parse_uri, parse_via
+from appliance.sip.headers import parse_uri, parse_via
 from appliance.sip.message import SipRequest, SipResponse
 from appliance.sip.transactions import Retransmitter, transaction_key
 from appliance.sip.transport import Address, EndCall, SipTransport, Spawn
+from engines.net import is_ip_literal
 
 log = logging.getLogger(__name__)
 
@@ -117,6 +118,6 @@ class DialogFlow:
             uri = parse_uri(call.dialog.next_hop_uri(), "next hop")
         except ValueError:
             return call.peer
-        if uri.host and host_is_ip(uri.host):
+        if uri.host and is_ip_literal(uri.host.strip("[]")):
             return uri.host.strip("[]"), uri.port or 5060
         return call.peer
