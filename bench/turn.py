@@ -94,11 +94,12 @@ class Judges:
 
     def _judge_words(self, index: int, start: int, end: int) -> WordsVerdict:
         from engines.llm import Message
+        from engines.llm.llamacpp import judged_words
 
         started = time.perf_counter()
         transcript = self.asr.transcribe(self.clips[index][start:end]).text.strip()
         asr_s = time.perf_counter() - started
-        words = transcript.rstrip().rstrip(".?!\u2026,;:").rstrip()
+        words = judged_words(transcript)  # as the engine judges them
         last = words.split()[-1].strip("\"'").lower() if words.split() else ""
         baseline = BASELINE_UNFINISHED if last in FUNCTION_WORDS else BASELINE_FINISHED
         if not words:

@@ -37,8 +37,9 @@ class GenerationStats:
     discarded_prefill_tokens: int = 0  # prefilled tokens this prompt did not match (a wrong guess)
     queued_s: float = 0.0  # waited for a free slot (every slot busy with other conversations' replies)
     backend: str = ""  # who answered, when it can be another than the device's model (llm.backend)
-    # P(the template's end-of-message token | the person's words), read while the prompt was evaluated;
-    # None when the engine does not judge turns (``LlmEngine.judges_turns``).
+    # P(the person's words end here | the words): the template's end-of-message token or sentence-final
+    # punctuation after them, read while the prompt was evaluated; None when the engine does not judge
+    # turns (``LlmEngine.judges_turns``).
     end_of_message_p: float | None = None
 
     @property

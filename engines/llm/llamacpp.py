@@ -29,7 +29,7 @@ from engines.llm.memory import check_kv_fits
 from engines.llm.scheduler import PREFILL_BATCH_TOKENS, DecodeLoop, MessageEnd, PrefillJob, ReplyJob
 from engines.llm.slots import SlotTable, common_prefix_length
 
-__all__ = ["PREFILL_BATCH_TOKENS", "LlamaCppLlm", "system_prompt_tokens"]
+__all__ = ["PREFILL_BATCH_TOKENS", "LlamaCppLlm", "judged_words", "system_prompt_tokens"]
 
 log = logging.getLogger(__name__)
 
@@ -276,7 +276,7 @@ class LlamaCppLlm:
         if not self._runtime.is_end_of_generation(token):
             return None
         text = kept[-1].content
-        words = text.rstrip().rstrip(SENTENCE_END + ",;:").rstrip()
+        words = judged_words(text)
         if not words:
             return None
         index = length if words == text else self._words_end(kept, full, words)
@@ -353,6 +353,11 @@ def _template(runtime: Any, architecture: str) -> ChatTemplate:
         bos_token=runtime.token_text(runtime.bos_token),
         eos_token=runtime.token_text(runtime.eos_token),
     )
+
+
+def judged_words(text: str) -> str:
+    """The words whose end is judged: ``text`` without trailing sentence-ending punctuation."""
+    return text.rstrip().rstrip(SENTENCE_END + ",;:").rstrip()
 
 
 def _single_tokens(runtime: Any, texts: Sequence[str]) -> tuple[int, ...]:
