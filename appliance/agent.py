@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 
 from appliance.config import AgentConfig, ToolConfig
+from appliance.pipeline.params import HistoryParams
 from engines.llm import Message
 
 NOT_ABLE = "You cannot set reminders, book appointments, send messages or control machines; say so if asked."
@@ -56,7 +57,7 @@ def _capitalised(text: str) -> str:
 class Conversation:
     """The messages of one session (without the system prompt), bounded to ``max_messages``."""
 
-    def __init__(self, max_messages: int = 16) -> None:
+    def __init__(self, max_messages: int = HistoryParams().max_history_messages) -> None:
         if max_messages < 2:
             raise ValueError(f"max_messages must be at least 2, got {max_messages}")
         self.max_messages = max_messages

@@ -13,8 +13,6 @@ from typing import Any, Literal
 
 from pydantic import (
     AliasChoices,
-    BaseModel,
-    ConfigDict,
     Field,
     ValidationError,
     field_validator,
@@ -22,18 +20,30 @@ from pydantic import (
 )
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
+from appliance.pipeline.echo_gate import EchoGateParams
+from appliance.pipeline.params import HistoryParams, PartialsParams, PrefillParams, ReplyParams
+from engines.aec.params import AecParams
+from engines.asr.params import AsrParams
 from engines.files import TOMLDecodeError, loads_toml
+from engines.llm.params import LlmParams, LlmServerParams
+from engines.params import Params
+from engines.tts.params import TtsParams
+from engines.vad.endpointer import EndpointerParams
+from engines.vad.params import VadParams
 
 ENV_PREFIX = "APPLIANCE_"
 DEFAULT_CONFIG_NAME = "default.toml"
 
 
-class Section(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True, validate_default=True)
+class Section(Params):
+    """A section of the appliance's own (not a component's)."""
 
 
 class BundleConfig(Section):
-    dir: Path = Field(Path("~/.cache/appliance/bundle"), description="Engine bundle folder")
+    dir: Path = Field(
+        Path("~/.cache/appliance/bundle"),
+        description="the engine bundle, built by `python -m build_scripts bundle --out DIR`",
+    )
     verify_on_start: bool = Field(
         True,
         description="re-hash every bundle file when the daemon starts (false: presence and sizes only, "
@@ -46,12 +56,20 @@ class BundleConfig(Section):
         return value.expanduser()
 
 
-class AudioConfig(Section):
-    input: Literal["auto", "microphone", "none"] = "auto"
-    output: Literal["auto", "speaker", "none"] = "auto"
-    input_device: str | None = Field(None, description="sounddevice name or index; None = default")
-    output_device: str | None = None
-    device_sample_rate_hz: int = Field(16000, ge=8000, le=192000)
+class AudioConfig(AecParams):
+    input: Literal["auto", "microphone", "none"] = Field(
+        "auto",
+        description="auto: the microphone when there is one (else one spoken demo question); microphone: "
+        "it must be there; none: SIP calls only",
+    )
+    output: Literal["auto", "speaker", "none"] = Field(
+        "auto", description="auto: the speaker when there is one; speaker: it must be there; none: silent"
+    )
+    input_device: str | None = Field(None, description="sounddevice name or index; unset: the default")
+    output_device: str | None = Field(None, description="sounddevice name or index; unset: the default")
+    device_sample_rate_hz: int = Field(
+        16000, ge=8000, le=192000, description="the sound card's rate (converted to 16 kHz and back)"
+    )
     echo_cancellation: Literal["auto", "on", "off"] = Field(
         "auto",
         description="cancel the appliance's own voice from the microphone (WebRTC AEC3): auto = for the "
@@ -67,155 +85,17 @@ class AudioConfig(Section):
         "air, input buffer): measure it with `appliance calibrate`, which writes it here; 0 leaves the "
         "whole delay to the canceller's own estimate",
     )
-    echo_noise_suppression: bool = Field(False, description="WebRTC noise suppression after the canceller")
-    echo_high_pass: bool = Field(True, description="WebRTC high-pass filter (removes hum and DC)")
 
 
-# Without echo cancellation the appliance's own voice reaches the microphone: only speech louder than
-# the reply's echo should interrupt it (README: The streaming daemon, echo).
-RAISED_THRESHOLD = 0.85
+class VadConfig(EchoGateParams, VadParams):
+    """``[vad]``: the VAD's own settings and the echo gate's."""
 
 
-class VadConfig(Section):
-    backend: Literal["onnxruntime", "torch"] = "onnxruntime"
-    device: Literal["cpu", "cuda"] = Field(
-        "cpu", description="torch backend only; onnxruntime runs on the CPU"
-    )
-    threshold: float = Field(0.5, gt=0.0, lt=1.0)
-    threshold_while_playing: float | None = Field(
-        None,
-        gt=0.0,
-        le=1.0,
-        description="while a reply plays; unset: vad.threshold where echo cancellation runs, "
-        f"{RAISED_THRESHOLD} elsewhere (without it the microphone hears the reply)",
-    )
-    gate_while_playing: bool = False
-    threads: int | None = Field(
-        None,
-        ge=1,
-        le=64,
-        description="onnxruntime: intra-op threads (unset = 1); torch: its process-wide thread count "
-        "(unset = left as it is; 1 is fastest for this tiny model on a busy CPU)",
-    )
+EndpointerConfig = EndpointerParams
 
 
-class EndpointerConfig(Section):
-    mode: Literal["silence", "smart_turn"] = Field(
-        "smart_turn",
-        description="silence: a turn ends after end_silence_ms of silence; smart_turn: after "
-        "turn_check_ms the Smart Turn model judges how likely the utterance is finished: sure "
-        "(turn_complete_threshold) ends it at once, sure it is not (below turn_incomplete_threshold) "
-        "waits incomplete_silence_ms, unsure waits end_silence_ms",
-    )
-    min_speech_ms: int = Field(96, ge=0, le=2000)
-    end_silence_ms: int = Field(
-        500,
-        ge=64,
-        le=5000,
-        description="silence mode; smart_turn when the model is unsure (or fails)",
-    )
-    turn_check_ms: int = Field(
-        160, ge=32, le=2000, description="smart_turn: silence before the model is asked"
-    )
-    incomplete_silence_ms: int = Field(
-        1000, ge=200, le=10000, description="smart_turn: silence that ends a turn the model judged unfinished"
-    )
-    turn_complete_threshold: float = Field(
-        0.9, gt=0.0, lt=1.0, description="smart_turn: a probability at or above it ends the turn at once"
-    )
-    turn_incomplete_threshold: float = Field(
-        0.05,
-        gt=0.0,
-        lt=1.0,
-        description="smart_turn: below it the turn waits incomplete_silence_ms; in between, end_silence_ms",
-    )
-    turn_recheck_ms: int = Field(
-        0,
-        ge=0,
-        le=2000,
-        description="smart_turn: ask the model again this often while a pause lasts; 0: once",
-    )
-    judge_words: bool = Field(
-        True,
-        description="smart_turn: the language model that answers also judges from the words whether the "
-        "person has finished, read from the logits it computes for the reply anyway (llama.cpp with the "
-        "model's own chat template and no other call's reply running; otherwise the sound decides alone)",
-    )
-    words_complete_threshold: float = Field(
-        0.35,
-        gt=0.0,
-        lt=1.0,
-        description="judge_words: words at or above it end the turn (so does the sound at or above "
-        "turn_complete_threshold, unless the words say unfinished)",
-    )
-    words_incomplete_threshold: float = Field(
-        0.02,
-        gt=0.0,
-        lt=1.0,
-        description="judge_words: words below it keep the turn open for incomplete_silence_ms, "
-        "whatever the sound says",
-    )
-    words_unsure_silence_ms: int = Field(
-        1000,
-        ge=64,
-        le=10000,
-        description="judge_words: silence that ends a turn when neither the words nor the sound is sure",
-    )
-    words_wait_ms: int = Field(
-        1000,
-        ge=0,
-        le=2000,
-        description="judge_words: how long a finished-sounding pause waits for the words' verdict",
-    )
-    pre_roll_ms: int = Field(256, ge=0, le=2000)
-    max_utterance_s: float = Field(20.0, gt=1.0, le=60.0)
-
-    @model_validator(mode="after")
-    def _check_order(self) -> EndpointerConfig:
-        if self.incomplete_silence_ms <= self.turn_check_ms:
-            raise ValueError(
-                f"incomplete_silence_ms ({self.incomplete_silence_ms}) must be longer than turn_check_ms "
-                f"({self.turn_check_ms}): the model is asked before the long silence ends the turn"
-            )
-        for judge in ("turn", "words"):
-            low, high = (
-                getattr(self, f"{judge}_incomplete_threshold"),
-                getattr(self, f"{judge}_complete_threshold"),
-            )
-            if low > high:
-                raise ValueError(
-                    f"{judge}_incomplete_threshold ({low}) must not be above {judge}_complete_threshold ({high})"
-                )
-        return self
-
-
-class AsrConfig(Section):
-    # tiny.en: WER 11.1% vs 12.6% (microphone) and 13.1% vs 16.2% (call path), 0.71x the latency of
-    # base on the English test recordings (bench/reference/asr-models.json); base is multilingual.
-    model: str = Field(
-        "whisper-tiny-en",
-        min_length=1,
-        description="Whisper model in the bundle (asr/<model>/onnx): whisper-tiny-en (English) or whisper-base",
-    )
-    backend: Literal["onnxruntime", "tensorrt"] = "onnxruntime"
-    device: Literal["cpu", "cuda"] = "cpu"
-    precision: Literal["fp32", "fp16", "int8"] = "int8"
-    language: str = Field("en", min_length=2, max_length=3)
-    # Encode the audio plus 5 s instead of a 30 s window (full-window retry on degenerate text):
-    # 0.21x faster-whisper's latency, WER +0.5 points, on the test recordings (bench/asr.py).
-    encode_real_length: bool = True
-    threads: int = Field(2, ge=1, le=64)
-    # 600: turn latency p50 0.83x / p95 0.87x of partials off, same transcripts (README, partials).
-    partial_interval_ms: int = Field(
-        600,
-        ge=0,
-        le=10000,
-        description="while a person speaks, transcribe what was said so far after each this much new "
-        "speech (0: off); the LLM pre-evaluates the words two partials agree on (llm.prefill)",
-    )
-    partial_model: str = Field(
-        "", description='Whisper model for the partial transcripts ("": asr.model), e.g. whisper-tiny-en'
-    )
+class AsrConfig(PartialsParams, AsrParams):
+    """``[asr]``: Whisper's settings and the partial transcripts'."""
 
     @property
     def separate_partial_model(self) -> str | None:
@@ -225,21 +105,9 @@ class AsrConfig(Section):
         return self.partial_model
 
 
-class LlmConfig(Section):
-    model: str = Field(
-        "qwen-1.5b",
-        min_length=1,
-        description="GGUF in the bundle (llm/<model>): gemma-270m, qwen-1.5b or quantized",
-    )
-    gpu_layers: int = Field(0, ge=-1, description="-1 offloads all layers to the GPU")
-    context_tokens: int = Field(2048, ge=256, le=131072)
-    max_reply_tokens: int = Field(96, ge=1, le=4096)
-    temperature: float = Field(0.2, ge=0.0, le=2.0)
-    threads: int = Field(2, ge=1, le=64)
-    stop: tuple[str, ...] = ("\n\n",)
-    prefill: bool = Field(
-        True, description="evaluate the stable words of partial transcripts before the person stops speaking"
-    )
+class LlmConfig(PrefillParams, LlmServerParams, LlmParams):
+    """``[llm]``: the local model's settings, a site server's, the prefill, and the slots."""
+
     slots: int = Field(
         0,
         ge=0,
@@ -247,46 +115,14 @@ class LlmConfig(Section):
         description="conversations the LLM holds and answers at once, each with its own context_tokens "
         "of KV cache; 0: one per SIP call (sip.max_calls, when SIP is on) plus the local session",
     )
-    max_queue: int = Field(
-        0,
-        ge=0,
-        le=64,
-        description="replies that may wait for a slot in silence; a reply that would wait behind this "
-        "many says agent.busy_reply first",
-    )
     backend: Literal["local", "openai"] = Field(
         "local",
         description="local: the bundle's model on this device; openai: a site server's OpenAI-compatible "
         "API at llm.server_url (llama_cpp.server, llama-server, vLLM)",
     )
-    server_url: str = Field("", description='openai: the API\'s base, "http://10.20.0.5:8000/v1"')
-    server_model: str = Field("", description="openai: the model name the server knows; empty: its own")
-    allowed_hosts: tuple[str, ...] = Field(
-        (), description="openai: the server's host (name, address or network); nothing else is reached"
-    )
-    allow_public_server: bool = Field(
-        False, description="openai: allow a server outside the private address ranges"
-    )
-    server_api_key_file: Path | None = Field(None, description="openai: a file holding the server's API key")
-    server_connect_timeout_s: float = Field(2.0, gt=0.0, le=60.0)
-    server_first_token_timeout_s: float = Field(
-        8.0, gt=0.0, le=300.0, description="openai: the reply's first piece must arrive within this"
-    )
-    server_idle_timeout_s: float = Field(8.0, gt=0.0, le=300.0, description="openai: and each later one")
-    server_fallback: Literal["local", "none"] = Field(
-        "local",
-        description="openai: local loads the bundle's model too and answers with it when the server cannot",
-    )
-    server_retry_s: float = Field(
-        30.0, ge=0.0, le=3600.0, description="openai: after a failure, the local model answers this long"
-    )
 
 
-class TtsConfig(Section):
-    voice: str = "en_US-joe-medium"
-    length_scale: float = Field(1.0, gt=0.2, le=3.0)
-    first_clause_words: int = Field(4, ge=1, le=20)
-    threads: int = Field(2, ge=1, le=64, description="ONNX Runtime threads for Piper")
+TtsConfig = TtsParams
 
 
 class ToolParameterConfig(Section):
@@ -327,19 +163,15 @@ class ToolConfig(Section):
         return None if value is None else value.expanduser()
 
 
-class AgentConfig(Section):
-    site_name: str = "Demo site"
-    device_id: str = "appliance-dev"
+class AgentConfig(HistoryParams, ReplyParams):
+    site_name: str = Field("Demo site", description="the site's name, as the persona says it")
+    device_id: str = Field("appliance-dev", description="this device's name on the admin page and /metrics")
     persona: str = Field(
         "You are a helpful voice assistant on a device at {site_name}. {abilities} "
         "Answer in one or two short spoken sentences, without lists or markdown.",
         description="{site_name}, {device_id}; {abilities}: what the configured tools let it do, and not",
     )
-    fallback_reply: str = "Sorry, something went wrong. Please say that again."
-    busy_reply: str = Field(
-        "One moment, please.", description="said first when every LLM slot is busy (llm.max_queue)"
-    )
-    tools: tuple[ToolConfig, ...] = Field((), description="[[agent.tools]] the model may call")
+    tools: tuple[ToolConfig, ...] = Field((), description="the tools the model may call: facts, device, http")
     allowed_hosts: tuple[str, ...] = Field(
         (), description="LAN hosts (names, addresses or networks) http tools may reach; nothing else"
     )
@@ -358,7 +190,6 @@ class AgentConfig(Section):
         "Sorry, I could not work out how to look that up.",
         description="said when the model's tool call is malformed, unknown or over agent.max_tool_calls",
     )
-    max_history_messages: int = Field(16, ge=2, le=256, description="conversation kept per session")
 
 
 def _ip_address(value: str) -> str:
@@ -376,8 +207,10 @@ def _ip_address(value: str) -> str:
 
 
 class SipConfig(Section):
-    enabled: bool = False
-    bind_host: str = "127.0.0.1"
+    enabled: bool = Field(False, description="answer SIP calls")
+    bind_host: str = Field(
+        "127.0.0.1", description="the address SIP listens on (0.0.0.0: every interface, with advertise_host)"
+    )
     advertise_host: str | None = Field(
         None, description="address put in Contact and SDP; needed when bind_host is 0.0.0.0"
     )
@@ -390,8 +223,8 @@ class SipConfig(Section):
     )
     retry_after_s: int = Field(5, ge=1, le=3600, description="Retry-After of a 503 (device full)")
     allow_from: tuple[str, ...] = Field(("127.0.0.1/32",), description="peer networks; others get 403")
-    rtp_port_min: int = Field(40000, ge=1024, le=65535)
-    rtp_port_max: int = Field(40100, ge=1024, le=65535)
+    rtp_port_min: int = Field(40000, ge=1024, le=65535, description="the calls' RTP ports, from this")
+    rtp_port_max: int = Field(40100, ge=1024, le=65535, description="... to this")
     rtp_timeout_s: float = Field(30.0, gt=0.0, le=3600.0, description="a call with no RTP this long ends")
     answer_delay_s: float = Field(0.0, ge=0.0, le=30.0, description="ringing time before answering")
     t1_ms: int = Field(
@@ -402,7 +235,9 @@ class SipConfig(Section):
         "call whose 200 OK is never ACKed ends after 64*T1 (32 s at 500 ms), freeing its slot; lower it "
         "only where the phone system is on the same LAN",
     )
-    codecs: tuple[Literal["PCMU", "PCMA"], ...] = Field(("PCMU", "PCMA"), min_length=1)
+    codecs: tuple[Literal["PCMU", "PCMA"], ...] = Field(
+        ("PCMU", "PCMA"), min_length=1, description="offered codecs; the caller's order decides among these"
+    )
     jitter_depth_packets: int = Field(3, ge=0, le=25, description="reordering allowance, 20 ms packets")
     rtp_latch: bool = Field(
         True,
@@ -416,7 +251,7 @@ class SipConfig(Section):
         10.0, gt=0.0, le=300.0, description="a message begun on TCP must be complete within this"
     )
     tcp_max_per_source: int = Field(8, ge=1, le=1024, description="TCP connections at once from one address")
-    user_agent: str = "voice-appliance"
+    user_agent: str = Field("voice-appliance", description="the User-Agent and Server header")
 
     @field_validator("bind_host")
     @classmethod
@@ -452,16 +287,20 @@ class SipConfig(Section):
 
 
 class AdminConfig(Section):
-    enabled: bool = False
-    bind_host: str = "127.0.0.1"
-    port: int = Field(8080, ge=1, le=65535)
-    users_file: Path = Field(Path("/var/lib/appliance/admin-users"), description="`appliance admin passwd`")
+    enabled: bool = Field(False, description="serve the admin page")
+    bind_host: str = Field(
+        "127.0.0.1", description="the interface the admin page listens on (0.0.0.0: every interface)"
+    )
+    port: int = Field(8080, ge=1, le=65535, description="the admin page's TCP port")
+    users_file: Path = Field(Path("/var/lib/appliance/admin-users"), description="the admin page's accounts, made with `appliance admin passwd`")
     password_file: Path = Field(
         Path("/var/lib/appliance/admin-password"), description="the provisioned password of user 'admin'"
     )
     session_ttl_s: float = Field(28800.0, ge=60.0, le=604800.0, description="login lifetime")
-    login_max_failures: int = Field(5, ge=1, le=1000, description="per client address and per user name")
-    login_window_s: float = Field(300.0, ge=1.0, le=86400.0)
+    login_max_failures: int = Field(5, ge=1, le=1000, description="failed logins allowed per client address and per user name")
+    login_window_s: float = Field(
+        300.0, ge=1.0, le=86400.0, description="the window login_max_failures counts in"
+    )
     cookie_secure: bool = Field(False, description="send the cookie over HTTPS only (behind a TLS proxy)")
     metrics_public: bool = Field(False, description="serve /metrics without a login (for a scraper)")
     metrics_token_file: Path | None = Field(
@@ -502,8 +341,10 @@ class AdminConfig(Section):
 
 
 class TraceConfig(Section):
-    db_path: Path = Path("~/.local/state/appliance/turns.sqlite3")
-    max_turns: int = Field(10000, ge=10, le=10_000_000)
+    db_path: Path = Field(
+        Path("~/.local/state/appliance/turns.sqlite3"), description="the SQLite file of the turn traces"
+    )
+    max_turns: int = Field(10000, ge=10, le=10_000_000, description="the newest turns kept there")
     budget_ms: int = Field(800, ge=10, le=60000, description="turn latency budget for the admin page")
 
     @field_validator("db_path")

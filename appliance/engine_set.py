@@ -1,8 +1,9 @@
 """The one road from settings to engines: each engine built from ``(settings, bundle)``, the bundle
 opened with one meaning of ``bundle.verify_on_start``, and the session configuration.
 
-Engines never see ``Settings``: this module turns the appliance's sections into the factories'
-keyword arguments, which have no defaults of their own; every default is in ``appliance/config.py``.
+Engines never see ``Settings``: each factory takes its component's parameter object, of which the
+appliance's configuration section is made (``appliance/config.py``), so every default is declared once,
+by the component.
 The daemon, every command and every benchmark build their engines here, so a key such as
 ``llm.threads`` goes to exactly one place (``llm_engine``).
 """
@@ -13,19 +14,20 @@ import logging
 from typing import TYPE_CHECKING
 
 from appliance.agent import system_prompt
-from appliance.config import RAISED_THRESHOLD, ConfigProblem, Settings
+from appliance.config import ConfigProblem, Settings
+from appliance.pipeline.echo_gate import EchoGate
 from appliance.pipeline.partials import PartialsConfig
-from appliance.pipeline.session import EchoGate, SessionConfig, SessionEngines
+from appliance.pipeline.session import SessionConfig, SessionEngines
 from appliance.pipeline.turn import TurnConfig
 from engines.aec import EchoCanceller
 from engines.asr import AsrEngine
+from engines.asr.params import AsrParams
 from engines.errors import EngineError
 from engines.llm import LlmEngine
 from engines.manifest import Bundle
 from engines.tts import TtsEngine
 from engines.turn import TurnDetector
 from engines.vad import VadEngine
-from engines.vad.endpointer import EndpointerParams
 
 if TYPE_CHECKING:
     from appliance.tools import ToolBox
@@ -34,7 +36,7 @@ log = logging.getLogger(__name__)
 
 LLAMA_FIX = (
     "install a llama-cpp-python built for this processor: in a checkout run ./scripts/setup, which "
-    "rebuilds it with a portable profile when a build crashes (README: Supported machines)"
+    "rebuilds it with a portable profile when a build crashes (docs/machines.md)"
 )
 
 
@@ -176,25 +178,15 @@ def _persona_problems(settings: Settings, bundle: Bundle) -> list[ConfigProblem]
 def vad_engine(settings: Settings, bundle: Bundle) -> VadEngine:
     from engines.vad import create_vad
 
-    vad = settings.vad
-    return create_vad(bundle, backend=vad.backend, device=vad.device, threads=vad.threads)
+    return create_vad(bundle, settings.vad)
 
 
 def asr_engine(settings: Settings, bundle: Bundle, *, model: str | None = None) -> AsrEngine:
     """The configured Whisper (``model``: another one of the bundle, with the same settings)."""
     from engines.asr import create_asr
 
-    asr = settings.asr
-    return create_asr(
-        bundle,
-        model=model or asr.model,
-        backend=asr.backend,
-        device=asr.device,
-        precision=asr.precision,
-        language=asr.language,
-        encode_real_length=asr.encode_real_length,
-        threads=asr.threads,
-    )
+    asr: AsrParams = settings.asr
+    return create_asr(bundle, asr if model is None else asr.model_copy(update={"model": model}))
 
 
 def tool_box(settings: Settings) -> ToolBox | None:
@@ -225,43 +217,21 @@ def _local_llm(
 ) -> LlmEngine:
     from engines.llm import create_llm
 
-    llm = settings.llm
     return create_llm(
-        bundle,
-        model=llm.model,
-        system_prompt=prompt,
-        gpu_layers=llm.gpu_layers,
-        context_tokens=llm.context_tokens,
-        max_reply_tokens=llm.max_reply_tokens,
-        temperature=llm.temperature,
-        threads=llm.threads,
-        stop=llm.stop,
-        slots=llm_slots(settings),
-        max_queue=llm.max_queue,
-        seed=seed,
-        tools=tools,
+        bundle, settings.llm, system_prompt=prompt, slots=llm_slots(settings), seed=seed, tools=tools
     )
 
 
 def _server_llm(settings: Settings, bundle: Bundle, *, prompt: str | None, seed: int | None) -> LlmEngine:
     from engines.llm.fallback import ServerWithFallback
-    from engines.llm.openai_server import OpenAiLlm, ServerSettings
+    from engines.llm.openai_server import OpenAiLlm
 
     llm = settings.llm
     key_file = llm.server_api_key_file
-    server = ServerSettings(
-        url=llm.server_url,
-        model=llm.server_model,
-        allowed_hosts=llm.allowed_hosts,
-        allow_public=llm.allow_public_server,
-        connect_timeout_s=llm.server_connect_timeout_s,
-        first_token_timeout_s=llm.server_first_token_timeout_s,
-        idle_timeout_s=llm.server_idle_timeout_s,
-        api_key=key_file.read_text(encoding="utf-8").strip() if key_file is not None else None,
-    )
     persona = system_prompt(settings.agent, tools_offered=False) if prompt is None else prompt
     remote = OpenAiLlm(
-        server,
+        llm,
+        api_key=key_file.read_text(encoding="utf-8").strip() if key_file is not None else None,
         system_prompt=persona,
         max_reply_tokens=llm.max_reply_tokens,
         temperature=llm.temperature,
@@ -310,40 +280,13 @@ def llm_worker_threads(settings: Settings) -> int:
 def tts_engine(settings: Settings, bundle: Bundle) -> TtsEngine:
     from engines.tts import create_tts
 
-    tts = settings.tts
-    return create_tts(bundle, voice=tts.voice, length_scale=tts.length_scale, threads=tts.threads)
-
-
-def endpointer_params(settings: Settings) -> EndpointerParams:
-    ep = settings.endpointer
-    return EndpointerParams(
-        threshold=settings.vad.threshold,
-        min_speech_s=ep.min_speech_ms / 1000.0,
-        end_silence_s=ep.end_silence_ms / 1000.0,
-        pre_roll_s=ep.pre_roll_ms / 1000.0,
-        max_utterance_s=ep.max_utterance_s,
-        mode=ep.mode,
-        turn_check_s=ep.turn_check_ms / 1000.0,
-        incomplete_silence_s=ep.incomplete_silence_ms / 1000.0,
-        complete_threshold=ep.turn_complete_threshold,
-        incomplete_threshold=ep.turn_incomplete_threshold,
-        turn_recheck_s=ep.turn_recheck_ms / 1000.0,
-        judge_words=ep.judge_words,
-        text_complete_threshold=ep.words_complete_threshold,
-        text_incomplete_threshold=ep.words_incomplete_threshold,
-        text_unsure_silence_s=ep.words_unsure_silence_ms / 1000.0,
-        text_wait_s=ep.words_wait_ms / 1000.0,
-    )
+    return create_tts(bundle, settings.tts)
 
 
 def echo_gate(settings: Settings, *, echo_cancelled: bool) -> EchoGate:
     """What the VAD hears while a reply plays: with the echo cancelled, the normal threshold (unless
     ``vad.threshold_while_playing`` says otherwise); without, the raised one."""
-    vad = settings.vad
-    while_playing = vad.threshold_while_playing
-    if while_playing is None:
-        while_playing = vad.threshold if echo_cancelled else RAISED_THRESHOLD
-    return EchoGate(vad.threshold, while_playing, vad.gate_while_playing)
+    return EchoGate.of(settings.vad, settings.vad, echo_cancelled=echo_cancelled)
 
 
 def cancels_echo(settings: Settings, *, kind: str, speaker: bool) -> bool:
@@ -371,29 +314,18 @@ def echo_canceller(settings: Settings, *, microphone: bool) -> EchoCanceller | N
         log.warning("echo cancellation is off: %s; replies are protected by the raised VAD threshold", why)
         return None
 
-    return create_canceller(
-        backend="webrtc",
-        noise_suppression=audio.echo_noise_suppression,
-        high_pass_filter=audio.echo_high_pass,
-    )
+    return create_canceller(audio)
 
 
 def session_config(settings: Settings, *, echo_cancelled: bool = False) -> SessionConfig:
     """The endpointer, echo gate, turn and history settings of a session (``echo_cancelled``: its
     microphone runs through the echo canceller)."""
-    agent = settings.agent
     return SessionConfig(
-        endpointer=endpointer_params(settings),
+        endpointer=settings.endpointer,
         echo=echo_gate(settings, echo_cancelled=echo_cancelled),
-        turn=TurnConfig(
-            first_clause_words=settings.tts.first_clause_words,
-            fallback_reply=agent.fallback_reply,
-            busy_reply=agent.busy_reply,
-        ),
-        partials=PartialsConfig(
-            interval_s=settings.asr.partial_interval_ms / 1000.0, prefill=settings.llm.prefill
-        ),
-        max_history_messages=agent.max_history_messages,
+        turn=TurnConfig(replies=settings.agent, speech=settings.tts),
+        partials=PartialsConfig(timing=settings.asr, llm=settings.llm),
+        history=settings.agent,
     )
 
 

@@ -347,7 +347,6 @@ def main(argv: list[str] | None = None) -> int:
     from appliance.engine_set import (
         asr_engine,
         echo_canceller,
-        endpointer_params,
         open_bundle,
         tts_engine,
         vad_engine,
@@ -384,7 +383,7 @@ def main(argv: list[str] | None = None) -> int:
         replies=replies,
         people=_people(args.data, args.people),
         noise=load_audio_16k(args.data / "vad/noise/speechbrain_noise1.wav"),
-        params=endpointer_params(override(settings, endpointer={"mode": "silence"})),
+        params=override(settings, endpointer={"mode": "silence"}).endpointer,
     )
     results: list[dict[str, Any]] = []
     for room in rooms.ROOMS:

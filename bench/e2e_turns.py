@@ -175,7 +175,7 @@ async def run_turn(engines: SessionEngines, utterance: Utterance, config: Sessio
     )
     turn_audio = recorder.last if recorder is not None else None
     audio = turn_audio if turn_audio is not None else load_audio_16k(utterance.path)
-    first_words = config.turn.first_clause_words
+    first_words = config.turn.speech.first_clause_words
     bare = await engines.llm_worker.call(_engine_pass, engines, audio, first_words)
     floor_ms = bare["asr_ms"] + bare["llm_first_clause_ms"] + bare["tts_first_chunk_ms"]
     endpoint_wait_ms = stages_ms.get("endpoint_wait") or 0.0

@@ -77,7 +77,8 @@ def bench_model(model: str, args: argparse.Namespace, out: Path) -> dict[str, An
     from appliance.config import load_settings, override
     from appliance.engine_set import llm_engine, open_bundle
     from engines.llm import GenerationStats, Message
-    from engines.llm.openai_server import OpenAiLlm, ServerSettings
+    from engines.llm.openai_server import OpenAiLlm
+    from engines.llm.params import LlmServerParams
 
     settings = override(
         load_settings(None),
@@ -96,8 +97,11 @@ def bench_model(model: str, args: argparse.Namespace, out: Path) -> dict[str, An
         bundle.path(f"llm/{model}"), out / f"server-{model}.log", chat_format=CHAT_FORMATS[model]
     )
     remote = OpenAiLlm(
-        ServerSettings(
-            url=server.url, allowed_hosts=("127.0.0.1",), first_token_timeout_s=120, idle_timeout_s=120
+        LlmServerParams(
+            server_url=server.url,
+            allowed_hosts=("127.0.0.1",),
+            server_first_token_timeout_s=120,
+            server_idle_timeout_s=120,
         ),
         system_prompt=PERSONA,
         max_reply_tokens=args.reply_tokens,

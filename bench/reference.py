@@ -1,4 +1,4 @@
-"""The figures the README quotes, regenerated: runs each benchmark with the README's arguments and keeps
+"""The figures the docs quote, regenerated: runs each benchmark with the arguments quoted there and keeps
 its result as bench/reference/<name>.json, with the command and a description of the machine.
 
     .venv/bin/python -m bench.reference [NAME ...]        (default: the quick ones, about 15 min)

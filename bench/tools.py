@@ -28,7 +28,7 @@ import numpy as np
 from appliance.audio import ArraySource, MemorySink
 from appliance.config import Settings, load_settings, override
 from appliance.engine_set import build_engines, load_engines, open_bundle, session_config
-from appliance.pipeline import Session
+from appliance.pipeline.session import Session
 from bench.machine import write_result
 from bench.sip import _percentiles
 from bench.site import send, serve_http, site_agent

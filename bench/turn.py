@@ -36,7 +36,7 @@ import sys
 import time
 from collections import Counter
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
@@ -44,6 +44,7 @@ from typing import Any
 import numpy as np
 
 from bench.turn_set import FUNCTION_WORDS, LEAD_S, Clip, build_clips, call_path, load_whisper
+from engines.vad.params import VadParams
 
 REPO = Path(__file__).resolve().parents[1]
 DEFAULT_DATA = Path(os.environ.get("APPLIANCE_TEST_DATA", REPO.parent / "shared" / "data"))
@@ -158,7 +159,7 @@ def replay(
 
     def voiced_again_s(time_s: float) -> float:
         frame = round(time_s / FRAME_S)
-        later = [i for i, p in enumerate(probabilities[frame:], frame) if p >= params.threshold]
+        later = [i for i, p in enumerate(probabilities[frame:], frame) if p >= endpointer.threshold]
         return later[0] * FRAME_S if later else float("inf")
 
     def handle(events: list[EndpointEvent], stamp: float | None = None) -> None:
@@ -245,16 +246,17 @@ def summarize(clips: list[Clip], outcomes: list[Outcome]) -> dict[str, Any]:
 def settings_grid(base: Any) -> list[tuple[str, str, Any]]:
     """(mode, label, params): the sound alone, the words alone, both fused, the baseline."""
     grid: list[tuple[str, str, Any]] = []
-    sound = replace(base, mode="smart_turn", judge_words=False)
+    sound = base.model_copy(update={"mode": "smart_turn", "judge_words": False})
     for complete, incomplete in ((0.5, 0.5), (0.9, 0.05), (0.95, 0.2)):
         for check_ms in (160, 256):
             for long_ms in (1000, 1600):
-                params = replace(
-                    sound,
-                    complete_threshold=complete,
-                    incomplete_threshold=incomplete,
-                    turn_check_s=check_ms / 1000,
-                    incomplete_silence_s=long_ms / 1000,
+                params = sound.model_copy(
+                    update={
+                        "turn_complete_threshold": complete,
+                        "turn_incomplete_threshold": incomplete,
+                        "turn_check_ms": check_ms,
+                        "incomplete_silence_ms": long_ms,
+                    }
                 )
                 grid.append(
                     ("sound", f"sound {complete}/{incomplete} check {check_ms} long {long_ms}", params)
@@ -268,17 +270,19 @@ def settings_grid(base: Any) -> list[tuple[str, str, Any]]:
     ):
         for complete, incomplete in bands:
             for unsure_s in unsure:
-                params = replace(
-                    base,
-                    mode="smart_turn",
-                    judge_words=True,
-                    complete_threshold=sound_ends,
-                    text_complete_threshold=complete,
-                    text_incomplete_threshold=incomplete,
-                    text_unsure_silence_s=unsure_s,
-                    turn_check_s=0.16,
-                    incomplete_silence_s=1.0,
-                    text_wait_s=2.0,  # the reply cannot start before the words are judged anyway
+                # model_copy: a sound threshold of 1.0 (never ends a turn) is outside the settings' range
+                params = base.model_copy(
+                    update={
+                        "mode": "smart_turn",
+                        "judge_words": True,
+                        "turn_complete_threshold": sound_ends,
+                        "words_complete_threshold": complete,
+                        "words_incomplete_threshold": incomplete,
+                        "words_unsure_silence_ms": round(unsure_s * 1000),
+                        "turn_check_ms": 160,
+                        "incomplete_silence_ms": 1000,
+                        "words_wait_ms": 2000,  # the reply cannot start before the words are judged anyway
+                    }
                 )
                 label = f"{mode} {complete}/{incomplete} sound {sound_ends} unsure {unsure_s * 1000:.0f}"
                 grid.append((mode, label, params))
@@ -345,7 +349,7 @@ def decisive_verdicts(
         at_s = (
             clip.pause_start_s
             if clip.pause_start_s is not None
-            else _last_voiced_end(probabilities[index], params.threshold)
+            else _last_voiced_end(probabilities[index], VadParams().threshold)
         )
         first_silent = (int(at_s / FRAME_S) + 1) * FRAME_S
         start = max(0, round((LEAD_S - params.pre_roll_s) * 16000))
@@ -410,7 +414,6 @@ def main(argv: list[str] | None = None) -> int:
     from appliance.config import load_settings, override
     from appliance.engine_set import (
         asr_engine,
-        endpointer_params,
         llm_engine,
         open_bundle,
         turn_detector,
@@ -426,8 +429,8 @@ def main(argv: list[str] | None = None) -> int:
     assert detector is not None
     for engine in (vad, detector, asr, llm):
         engine.load()
-    grid = settings_grid(endpointer_params(settings))
-    shipped = endpointer_params(settings)
+    grid = settings_grid(settings.endpointer)
+    shipped = settings.endpointer
     paths: dict[str, Any] = {"16 kHz": [c.audio for c in clips]}
     if args.call_path:
         paths["8 kHz call"] = [call_path(c.audio) for c in clips]
@@ -475,8 +478,13 @@ def main(argv: list[str] | None = None) -> int:
 
 def _shipped_and_today(shipped: Any) -> list[tuple[str, str, Any]]:
     """The call path: the sound as shipped before, the shipped setting, and the candidates closest to it."""
-    today = replace(
-        shipped, judge_words=False, complete_threshold=0.9, incomplete_threshold=0.05, turn_check_s=0.256
+    today = shipped.model_copy(
+        update={
+            "judge_words": False,
+            "turn_complete_threshold": 0.9,
+            "turn_incomplete_threshold": 0.05,
+            "turn_check_ms": 256,
+        }
     )
     rows = [
         ("sound", "sound as shipped before (0.9/0.05 check 256 long 1000)", today),
@@ -487,13 +495,14 @@ def _shipped_and_today(shipped: Any) -> list[tuple[str, str, Any]]:
         ("fused", 0.9, 0.35, 0.05, 1.0),
         ("fused", 0.9, 0.35, 0.02, 0.8),
     ):
-        params = replace(
-            shipped,
-            judge_words=True,
-            complete_threshold=sound_ends,
-            text_complete_threshold=complete,
-            text_incomplete_threshold=incomplete,
-            text_unsure_silence_s=unsure_s,
+        params = shipped.model_copy(
+            update={
+                "judge_words": True,
+                "turn_complete_threshold": sound_ends,
+                "words_complete_threshold": complete,
+                "words_incomplete_threshold": incomplete,
+                "words_unsure_silence_ms": round(unsure_s * 1000),
+            }
         )
         label = f"{mode} {complete}/{incomplete} sound {sound_ends} unsure {unsure_s * 1000:.0f}"
         rows.append((mode, label, params))

@@ -50,9 +50,9 @@ def _time_frames(stream: Any, frames: list[np.ndarray]) -> list[float]:
 
 
 def _endpointer_cost(probabilities: list[float]) -> list[float]:
-    from engines.vad.endpointer import Endpointer
+    from engines.vad.endpointer import Endpointer, EndpointerParams
 
-    endpointer = Endpointer()
+    endpointer = Endpointer(EndpointerParams(mode="silence"))
     times = []
     for probability in probabilities:
         started = time.perf_counter()

@@ -155,10 +155,9 @@ def _decode_rate(runtime: LlamaRuntime, seqs: list[int], steps: int) -> float:
 
 def _engine(path: Path, *, gpu_layers: int, threads: int) -> dict[str, Any]:
     from engines.llm.llamacpp import LlamaCppLlm
+    from engines.llm.params import LlmParams
 
-    engine = LlamaCppLlm(
-        path,
-        system_prompt="You are the voice of the Northgate depot. The door code is 4719.",
+    params = LlmParams(
         gpu_layers=gpu_layers,
         context_tokens=1024,
         max_reply_tokens=24,
@@ -167,10 +166,13 @@ def _engine(path: Path, *, gpu_layers: int, threads: int) -> dict[str, Any]:
         # With random weights a model whose output matrix is its embedding (Gemma) predicts the token it
         # was given: after the template's newline, newlines, which a "\n\n" stop would end at once.
         stop=(),
+    )
+    engine = LlamaCppLlm(
+        path,
+        params,
+        system_prompt="You are the voice of the Northgate depot. The door code is 4719.",
         seed=0,
         slots=2,
-        max_queue=0,
-        tools=(),
     )
     engine.load()
     try:

@@ -16,6 +16,7 @@ import pytest
 
 from appliance.config import load_settings
 from engines.asr import AsrEngine, create_asr
+from engines.asr.params import AsrParams
 from engines.asr.text import normalize_text
 from engines.audio import load_audio_16k
 from engines.manifest import Bundle, Manifest
@@ -40,17 +41,9 @@ def bundle() -> Bundle:
 
 
 def _loaded(bundle: Bundle, **options: object) -> Iterator[AsrEngine]:
-    chosen = {
-        "backend": "onnxruntime",
-        "device": "cpu",
-        "precision": "int8",
-        "language": "en",
-        "encode_real_length": False,
-        "threads": 2,
-        "model": "whisper-base",
-        **options,
-    }
-    engine = create_asr(bundle, **chosen)  # type: ignore[arg-type]
+    engine = create_asr(
+        bundle, AsrParams.model_validate({"encode_real_length": False, "model": "whisper-base", **options})
+    )
     engine.load()
     yield engine
     engine.close()

@@ -19,6 +19,7 @@ import pytest
 from appliance.config import load_settings
 from engines.llm import GenerationStats, Message, create_llm
 from engines.llm.llamacpp import LlamaCppLlm
+from engines.llm.params import LlmParams
 from engines.manifest import Bundle
 
 pytestmark = pytest.mark.gpu
@@ -44,19 +45,14 @@ def cuda_llm(
 
     if not llama_cpp.llama_supports_gpu_offload():
         pytest.skip("llama-cpp-python here was built without CUDA (CMAKE_ARGS=-DGGML_CUDA=on)")
-    engine = create_llm(
-        bundle,
+    params = LlmParams(
         model=request.param,
-        system_prompt=SYSTEM_PROMPT,
         gpu_layers=-1,
         context_tokens=CONTEXT_TOKENS,
         max_reply_tokens=REPLY_TOKENS,
         temperature=0.0,
-        threads=2,
-        stop=("\n\n",),
-        slots=2,
-        max_queue=0,
     )
+    engine = create_llm(bundle, params, system_prompt=SYSTEM_PROMPT, slots=2)
     assert isinstance(engine, LlamaCppLlm)
     caplog_module.clear()
     engine.load()

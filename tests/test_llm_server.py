@@ -19,7 +19,8 @@ from engines.errors import BackendUnavailable
 from engines.llm import GenerationStats, Message
 from engines.llm.fallback import LOCAL, SERVER, ServerWithFallback
 from engines.llm.llamacpp import LlamaCppLlm
-from engines.llm.openai_server import LlmServerError, OpenAiLlm, ServerSettings, check_server_url
+from engines.llm.openai_server import LlmServerError, OpenAiLlm, check_server_url
+from engines.llm.params import LlmServerParams
 from engines.manifest import Bundle
 from tests.fixtures.daemon_proc import free_tcp_port
 
@@ -35,12 +36,12 @@ def server(bundle: Bundle, tmp_path_factory: pytest.TempPathFactory) -> Iterator
 
 
 def _remote(url: str, *, reply_tokens: int = 24, **timeouts: float) -> OpenAiLlm:
-    settings = ServerSettings(
-        url=url,
+    settings = LlmServerParams(
+        server_url=url,
         allowed_hosts=("127.0.0.1",),
-        connect_timeout_s=2.0,
-        first_token_timeout_s=timeouts.get("first", 60.0),
-        idle_timeout_s=timeouts.get("idle", 30.0),
+        server_connect_timeout_s=2.0,
+        server_first_token_timeout_s=timeouts.get("first", 60.0),
+        server_idle_timeout_s=timeouts.get("idle", 30.0),
     )
     return OpenAiLlm(
         settings,
@@ -53,7 +54,7 @@ def _remote(url: str, *, reply_tokens: int = 24, **timeouts: float) -> OpenAiLlm
 
 
 def test_a_reply_streams_from_the_site_server(server: LlamaServer) -> None:
-    engine = ServerWithFallback(_remote(server.url), None)
+    engine = ServerWithFallback(_remote(server.url), None, retry_s=30.0)
     stats = GenerationStats()
     pieces = list(engine.stream(QUESTION, stats=stats, conversation="a"))
     assert len(pieces) >= 3 and "".join(pieces).strip()
@@ -97,7 +98,7 @@ def test_a_server_that_is_down_is_answered_by_the_local_model(gemma_llm: LlamaCp
     gemma_llm.end_conversation("down")
     # without a local model the failure is the turn's, with the URL and the fix
     with pytest.raises(LlmServerError, match="cannot connect") as err:
-        list(ServerWithFallback(_remote(down), None).stream(QUESTION))
+        list(ServerWithFallback(_remote(down), None, retry_s=30.0).stream(QUESTION))
     assert "llm.server_url" in (err.value.fix or "")
 
 
@@ -151,7 +152,7 @@ def test_hosts_the_settings_do_not_allow_are_refused_before_any_connection() -> 
     try:
         with pytest.raises(BackendUnavailable, match=r"not in llm\.allowed_hosts"):
             OpenAiLlm(
-                ServerSettings(url=f"http://127.0.0.1:{port}/v1", allowed_hosts=("10.0.0.0/8",)),
+                LlmServerParams(server_url=f"http://127.0.0.1:{port}/v1", allowed_hosts=("10.0.0.0/8",)),
                 system_prompt="",
                 max_reply_tokens=8,
                 temperature=0.0,

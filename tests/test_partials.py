@@ -14,8 +14,9 @@ import pytest
 from appliance.audio import ArraySource, MemorySink
 from appliance.config import load_settings
 from appliance.engine_set import session_config
-from appliance.pipeline import Session, SessionConfig, SessionEngines
+from appliance.pipeline.params import PartialsParams
 from appliance.pipeline.partials import PartialsConfig, prefill_words, stable_prefix
+from appliance.pipeline.session import Session, SessionConfig, SessionEngines
 from appliance.trace import TurnTrace
 from engines.audio import load_audio_16k
 from engines.llm import Message
@@ -28,7 +29,9 @@ INTERRUPTION = "speech/en/speechbrain_single-mic_example1.wav"  # "The birch can
 
 def _config(interval_ms: int) -> SessionConfig:
     config = session_config(load_settings(None))
-    return dataclasses.replace(config, partials=PartialsConfig(interval_s=interval_ms / 1000.0))
+    return dataclasses.replace(
+        config, partials=PartialsConfig(timing=PartialsParams(partial_interval_ms=interval_ms))
+    )
 
 
 def _evict(engines: SessionEngines) -> None:

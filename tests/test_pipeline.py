@@ -11,9 +11,12 @@ from collections.abc import AsyncIterator
 import numpy as np
 import pytest
 
+from appliance.agent import Conversation
 from appliance.audio import ArraySource, MemorySink
-from appliance.pipeline import Conversation, Session, SessionConfig, SessionEngines, played_text
-from appliance.pipeline.session import EchoGate
+from appliance.pipeline.echo_gate import EchoGate
+from appliance.pipeline.params import ReplyParams
+from appliance.pipeline.played import played_text
+from appliance.pipeline.session import Session, SessionConfig, SessionEngines
 from appliance.pipeline.turn import TurnConfig
 from appliance.trace import TIMESTAMPS, TraceStore
 from engines.llm import Message
@@ -130,7 +133,7 @@ def _barge_in_session(
     sink = MemorySink(16000, realtime=True)
     source = ReactiveSource(tone(0.8), tone(0.5), inject_after_s=0.6, tail_s=1.5)
     config = SessionConfig(
-        endpointer=EndpointerParams(end_silence_s=0.4),
+        endpointer=EndpointerParams(mode="silence", end_silence_ms=400),
         echo=EchoGate(threshold=0.5, threshold_while_playing=0.85, gate_while_playing=gate),
     )
     session = Session(engines=fakes.engines, source=source, sink=sink, config=config)
@@ -194,7 +197,7 @@ def test_threshold_is_raised_only_while_playing() -> None:
     gate = EchoGate(threshold=0.5, threshold_while_playing=0.85, gate_while_playing=False)
     assert gate.threshold_for(False) == 0.5 and gate.threshold_for(True) == 0.85
     assert gate.probability_for(0.9, True) == 0.9
-    gated = EchoGate(gate_while_playing=True)
+    gated = EchoGate(0.5, 0.85, gate_while_playing=True)
     assert gated.probability_for(0.99, True) == 0.0 and gated.probability_for(0.99, False) == 0.99
 
 
@@ -202,7 +205,7 @@ def test_an_engine_failure_says_the_fallback_and_the_session_keeps_listening(cap
     fakes = make_fakes("All good now.", fail_times=1)
     sink = MemorySink(16000)
     audio = np.concatenate([tone(0.8), silence(1.0), tone(0.8), silence(1.0)])
-    config = SessionConfig()
+    config = SessionConfig(endpointer=EndpointerParams(mode="silence"))
     session = Session(
         engines=fakes.engines, source=ArraySource(audio, realtime=False), sink=sink, config=config
     )
@@ -212,7 +215,7 @@ def test_an_engine_failure_says_the_fallback_and_the_session_keeps_listening(cap
     failed, ok = session.traces
     assert failed.error is not None and failed.error.startswith("llm-failed")
     assert f"turn {failed.turn_id}" in caplog.text and "injected" in caplog.text
-    assert config.turn.fallback_reply in fakes.tts.texts
+    assert config.turn.replies.fallback_reply in fakes.tts.texts
     assert ok.error is None and ok.played_reply == "All good now."
     # The failed turn left no trace in the conversation.
     assert [(m.role, m.content) for m in session.conversation.messages] == [
@@ -289,7 +292,7 @@ def test_a_turn_that_must_wait_for_the_llm_says_so_first() -> None:
         engines=fakes.engines,
         source=ArraySource(np.concatenate([tone(0.8), silence(1.0)]), realtime=False),
         sink=sink,
-        config=SessionConfig(turn=TurnConfig(busy_reply="One moment, please.")),
+        config=SessionConfig(turn=TurnConfig(replies=ReplyParams(busy_reply="One moment, please."))),
     )
     _run(session.run())
     (trace,) = session.traces
@@ -410,7 +413,11 @@ def _smart_session(detector: _ScriptedDetector, audio: np.ndarray, *, realtime: 
     fakes = make_fakes(REPLY)
     engines = SessionEngines.create(vad=fakes.vad, asr=fakes.asr, llm=fakes.llm, tts=fakes.tts, turn=detector)
     params = EndpointerParams(
-        mode="smart_turn", turn_check_s=0.16, complete_threshold=0.9, incomplete_threshold=0.1
+        mode="smart_turn",
+        turn_check_ms=160,
+        turn_complete_threshold=0.9,
+        turn_incomplete_threshold=0.1,
+        judge_words=False,
     )
     return Session(
         engines=engines,
@@ -508,14 +515,15 @@ def _words_session(
     engines = SessionEngines.create(vad=fakes.vad, asr=fakes.asr, llm=fakes.llm, tts=fakes.tts, turn=detector)
     params = EndpointerParams(
         mode="smart_turn",
-        turn_check_s=0.16,
-        complete_threshold=0.9,
-        incomplete_threshold=0.1,
-        incomplete_silence_s=1.2,
+        turn_check_ms=160,
+        turn_complete_threshold=0.9,
+        turn_incomplete_threshold=0.1,
+        incomplete_silence_ms=1200,
         judge_words=True,
-        text_complete_threshold=0.35,
-        text_incomplete_threshold=0.02,
-        text_wait_s=1.0,
+        words_complete_threshold=0.35,
+        words_incomplete_threshold=0.02,
+        words_unsure_silence_ms=500,
+        words_wait_ms=1000,
     )
     audio = np.concatenate([silence(0.3), tone(1.0), silence(2.0)])
     session = Session(

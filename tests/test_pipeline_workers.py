@@ -11,7 +11,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from appliance.pipeline import EngineWorker
+from appliance.pipeline.workers import EngineWorker
 
 
 def test_calls_run_on_the_engines_own_thread_in_order() -> None:

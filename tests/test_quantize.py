@@ -129,21 +129,14 @@ def test_engine_refuses_a_truncated_bundle_model_before_llama_cpp_sees_it(
     bundle: Bundle, tmp_path: Path
 ) -> None:
     from engines.llm.llamacpp import LlamaCppLlm
+    from engines.llm.params import LlmParams
 
     cut = tmp_path / "cut.gguf"
     shutil.copyfile(bundle.path("llm/gemma-270m"), cut)
     with cut.open("r+b") as handle:
         handle.truncate(cut.stat().st_size - 1000)
-    engine = LlamaCppLlm(
-        cut,
-        system_prompt="x",
-        gpu_layers=0,
-        context_tokens=256,
-        max_reply_tokens=8,
-        temperature=0.0,
-        threads=1,
-        stop=(),
-    )
+    params = LlmParams(context_tokens=256, max_reply_tokens=8, temperature=0.0, threads=1, stop=())
+    engine = LlamaCppLlm(cut, params, system_prompt="x")
     with pytest.raises(ModelFileError, match="truncated"):
         engine.load()
 

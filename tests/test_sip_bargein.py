@@ -112,7 +112,8 @@ async def _call_with_barge_in(
 def test_caller_talking_over_the_reply_stops_it_within_a_few_frames() -> None:
     fakes = make_fakes(REPLY)
     config = SessionConfig(
-        endpointer=EndpointerParams(end_silence_s=0.4), echo=EchoGate(0.5, 0.85, gate_while_playing=False)
+        endpointer=EndpointerParams(mode="silence", end_silence_ms=400),
+        echo=EchoGate(0.5, 0.85, gate_while_playing=False),
     )
     sessions: list[Session] = []
 

@@ -14,6 +14,7 @@ from engines.errors import BackendUnavailable, InputError, ModelFileError
 from engines.manifest import Bundle
 from engines.vad import VadEngine, create_vad
 from engines.vad.frames import frame_probabilities, iter_frames
+from engines.vad.params import VadParams
 from engines.vad.silero_onnx import OnnxSileroVad
 from engines.vad.silero_torch import TorchSileroVad
 from tests.fixtures import build
@@ -97,13 +98,16 @@ def test_frame_must_be_512_float_samples(vad_onnx: VadEngine) -> None:
 
 
 def test_unknown_backend_names_the_allowed_ones(bundle: Bundle) -> None:
+    with pytest.raises(ValueError, match=r"backend\n.*'onnxruntime' or 'torch'"):
+        VadParams.model_validate({"backend": "tensorrt"})
+    unchecked = VadParams().model_copy(update={"backend": "tensorrt"})  # as a program could build it
     with pytest.raises(BackendUnavailable, match=r"'tensorrt'.*onnxruntime, torch"):
-        create_vad(bundle, backend="tensorrt", device="cpu", threads=None)
+        create_vad(bundle, unchecked)
 
 
 def test_onnxruntime_backend_refuses_a_gpu_device(bundle: Bundle) -> None:
     with pytest.raises(BackendUnavailable, match="CPU only"):
-        create_vad(bundle, backend="onnxruntime", device="cuda", threads=None)
+        create_vad(bundle, VadParams(device="cuda"))
 
 
 def test_stream_before_load_is_an_error(bundle: Bundle) -> None:
@@ -127,8 +131,8 @@ def test_factory_imports_no_runtime() -> None:
         "import sys; from pathlib import Path; from engines.manifest import Bundle; "
         "from engines.vad import create_vad; "
         "b = Bundle.open(Path.home() / '.cache/appliance/bundle', verify=False); "
-        "create_vad(b, backend='onnxruntime', device='cpu', threads=None); "
-        "create_vad(b, backend='torch', device='cpu', threads=None); "
+        "from engines.vad.params import VadParams; "
+        "create_vad(b, VadParams()); create_vad(b, VadParams(backend='torch')); "
         "print(sorted(m for m in ('torch', 'onnxruntime') if m in sys.modules))"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)

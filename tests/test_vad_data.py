@@ -162,7 +162,7 @@ def test_known_false_start_in_speechbrain_noise5(vad_onnx: VadEngine, data_dir: 
     )
     (segment,) = speech_segments(probabilities)
     assert segment.start_s == pytest.approx(0.51, abs=0.04) and segment.duration_s <= 0.13
-    assert speech_segments(probabilities, EndpointerParams(min_speech_s=0.128)) == []
+    assert speech_segments(probabilities, EndpointerParams(mode="silence", min_speech_ms=128)) == []
 
 
 SPEECH_IN_NOISE = [

@@ -1,4 +1,4 @@
-"""appliance config check [FILE] | show [FILE]"""
+"""appliance config check [FILE] | show [FILE] | default"""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 
 from appliance.commands.common import EXIT_CONFIG, EXIT_OK
-from appliance.config import ConfigError, default_config_text, load_settings
+from appliance.config import ConfigError, load_settings
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -20,8 +20,17 @@ def register(sub: argparse._SubParsersAction) -> None:
     show = actions.add_parser("show", help="print the effective settings as JSON")
     show.add_argument("file", type=Path, nargs="?")
     show.set_defaults(handler=handle_show)
-    default = actions.add_parser("default", help="print the shipped default TOML")
-    default.set_defaults(handler=lambda _args: print(default_config_text(), end="") or EXIT_OK)
+    default = actions.add_parser(
+        "default", help="print the default configuration, every key with its description"
+    )
+    default.set_defaults(handler=handle_default)
+
+
+def handle_default(_args: argparse.Namespace) -> int:
+    from appliance.config_default import default_toml
+
+    print(default_toml(), end="")
+    return EXIT_OK
 
 
 def handle_check(args: argparse.Namespace) -> int:

@@ -40,7 +40,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 def handle(args: argparse.Namespace) -> int:
     settings = settings_or_exit(args)
     from appliance.config import ConfigError, override
-    from appliance.engine_set import endpointer_params, open_bundle, vad_engine
+    from appliance.engine_set import open_bundle, vad_engine
     from engines.audio import SAMPLE_RATE_HZ, load_audio_16k
     from engines.vad.frames import frame_probabilities
     from engines.vad.segments import speech_segments
@@ -51,7 +51,6 @@ def handle(args: argparse.Namespace) -> int:
     except ConfigError as err:
         print(f"error: {err}", file=sys.stderr)
         return EXIT_USAGE
-    params = endpointer_params(settings)
     try:
         engine = vad_engine(settings, open_bundle(settings))
         engine.load()
@@ -70,7 +69,11 @@ def handle(args: argparse.Namespace) -> int:
                     print(json.dumps({"file": str(path), "error": str(err), "code": err.code}), flush=True)
                 continue
             started = time.perf_counter()
-            segments = speech_segments(frame_probabilities(engine.stream(), audio), params)
+            segments = speech_segments(
+                frame_probabilities(engine.stream(), audio),
+                settings.endpointer,
+                threshold=settings.vad.threshold,
+            )
             vad_s = time.perf_counter() - started
             audio_s = audio.size / SAMPLE_RATE_HZ
             speech_s = sum(s.duration_s for s in segments)

@@ -1,7 +1,7 @@
 """Thinking while the person speaks: partial transcripts during an utterance, and the LLM prefill of
 their words.
 
-Every ``interval_s`` of speech the audio so far is transcribed on the ASR worker; the LLM then
+Every ``asr.partial_interval_ms`` of speech the audio so far is transcribed on the ASR worker; the LLM then
 evaluates the conversation plus the words the partials make likely into its KV cache: the words the
 last two partials agree on (the stable prefix), or the latest partial without its last word (often
 cut mid-word) when that is longer. The turn that answers the utterance then evaluates only the tokens
@@ -22,10 +22,11 @@ import functools
 import logging
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
+from appliance.pipeline.params import PartialsParams, PrefillParams
 from appliance.pipeline.turn import TurnEngines
 from engines.asr import AsrEngine
 from engines.cancel import CancelEvent, Cancelled
@@ -36,8 +37,18 @@ log = logging.getLogger(__name__)
 
 @dataclass(frozen=True)
 class PartialsConfig:
-    interval_s: float = 0.0  # new speech between two partial transcripts; 0: off
-    prefill: bool = True  # evaluate the partials' words into the LLM's cache
+    timing: PartialsParams = field(default_factory=PartialsParams)
+    llm: PrefillParams = field(default_factory=PrefillParams)
+
+    @property
+    def interval_s(self) -> float:
+        """New speech between two partial transcripts; 0: off."""
+        return self.timing.partial_interval_s
+
+    @property
+    def prefill(self) -> bool:
+        """Evaluate the partials' words into the LLM's cache."""
+        return self.llm.prefill
 
     @property
     def enabled(self) -> bool:

@@ -37,6 +37,8 @@ import numpy as np
 
 from appliance.agent import Conversation
 from appliance.audio.base import FRAME_S, FRAME_SAMPLES, AudioSink, AudioSource, HeardFrame, split_frame
+from appliance.pipeline.echo_gate import EchoGate
+from appliance.pipeline.params import HistoryParams
 from appliance.pipeline.partials import Partials, PartialsConfig, PartialsRecord
 from appliance.pipeline.playback import Player
 from appliance.pipeline.turn import Turn, TurnConfig, TurnEngines
@@ -54,27 +56,12 @@ log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
-class EchoGate:
-    """What the endpointer hears while the appliance is speaking."""
-
-    threshold: float = 0.5
-    threshold_while_playing: float = 0.85
-    gate_while_playing: bool = False
-
-    def threshold_for(self, playing: bool) -> float:
-        return self.threshold_while_playing if playing else self.threshold
-
-    def probability_for(self, probability: float, playing: bool) -> float:
-        return 0.0 if playing and self.gate_while_playing else probability
-
-
-@dataclass(frozen=True)
 class SessionConfig:
     endpointer: EndpointerParams = field(default_factory=EndpointerParams)
-    echo: EchoGate = field(default_factory=EchoGate)
+    echo: EchoGate = field(default_factory=EchoGate.of)
     turn: TurnConfig = field(default_factory=TurnConfig)
     partials: PartialsConfig = field(default_factory=PartialsConfig)
-    max_history_messages: int = 16
+    history: HistoryParams = field(default_factory=HistoryParams)
     keep_traces: int = 100  # recent turns kept in memory on the session (all go to the store)
     drain_timeout_s: float = 300.0  # how long a turn may still run after the source ended
 
@@ -200,12 +187,12 @@ class Session:
         self.store = store
         self.session_id = session_id or f"s-{new_turn_id()[:8]}"
         self.on_turn = on_turn
-        self.conversation = Conversation(self.config.max_history_messages)
+        self.conversation = Conversation(self.config.history.max_history_messages)
         self.traces: deque[TurnTrace] = deque(maxlen=self.config.keep_traces)
         self.dropped_speculative = 0
         self.barge_ins = 0
         self.turns_done = 0
-        self.endpointer = Endpointer(self.config.endpointer)
+        self.endpointer = Endpointer(self.config.endpointer, threshold=self.config.echo.threshold)
         self._frames: deque[tuple[np.ndarray, float]] = deque(
             maxlen=math.ceil(
                 (self.config.endpointer.max_utterance_s + self.config.endpointer.pre_roll_s + 2.0) / FRAME_S
@@ -350,7 +337,7 @@ class Session:
             self._checks.failed += 1
         else:
             self._checks.last_probability = round(probability, 4)
-            self._checks.incomplete += probability < self.config.endpointer.complete_threshold
+            self._checks.incomplete += probability < self.config.endpointer.turn_complete_threshold
         self._checks.checks += 1
         self._checks.last_ms = round((time.monotonic() - started) * 1000.0, 1)
         for ended in self.endpointer.verdict(check_id, probability):

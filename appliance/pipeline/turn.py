@@ -14,12 +14,13 @@ import contextlib
 import logging
 import threading
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from enum import Enum
 from typing import TYPE_CHECKING
 
 import numpy as np
 
+from appliance.pipeline.params import ReplyParams
 from appliance.pipeline.playback import Player
 from appliance.pipeline.played import played_text
 from appliance.pipeline.workers import EngineWorker
@@ -28,6 +29,7 @@ from appliance.trace.record import TurnTrace
 from engines.asr import AsrEngine
 from engines.llm import GenerationStats, LlmEngine, Message
 from engines.tts import TtsEngine
+from engines.tts.params import TtsParams
 
 if TYPE_CHECKING:
     from engines.tts.clauses import ClauseSplitter
@@ -53,9 +55,8 @@ class TurnFailed(Exception):
 
 @dataclass(frozen=True)
 class TurnConfig:
-    first_clause_words: int = 4
-    fallback_reply: str = "Sorry, something went wrong. Please say that again."
-    busy_reply: str = "One moment, please."
+    replies: ReplyParams = field(default_factory=ReplyParams)
+    speech: TtsParams = field(default_factory=TtsParams)  # first_clause_words
     max_pending_clauses: int = 4
     max_pending_chunks: int = 8
 
@@ -173,11 +174,11 @@ class Turn:
     async def _generate(self, messages: list[Message], clauses: asyncio.Queue[str | None]) -> None:
         from engines.tts.clauses import ClauseSplitter  # the TTS package's splitter (pure, cheap)
 
-        splitter = ClauseSplitter(first_clause_words=self.config.first_clause_words)
+        splitter = ClauseSplitter(first_clause_words=self.config.speech.first_clause_words)
         if self.engines.llm.occupancy().full:
             # Every slot is answering another call: say so rather than stay silent for a whole reply.
             self.trace.busy_reply = True
-            await self._put_clause(self.config.busy_reply, clauses)
+            await self._put_clause(self.config.replies.busy_reply, clauses)
         tools = self.tools if self.tools is not None and self.engines.llm.offers_tools else None
         calls_left = tools.agent.max_tool_calls if tools is not None else 0
         stats = self.stats
@@ -374,7 +375,7 @@ class Turn:
     async def _speak_fallback(self) -> None:
         """Say ``fallback_reply`` after a failure (itself cancellable by a barge-in)."""
         self._speaking_fallback = True
-        text = self.config.fallback_reply
+        text = self.config.replies.fallback_reply
         try:
             chunks = self.engines.tts_worker.stream(
                 lambda: self.engines.tts.synthesize(text, sample_rate_hz=self.player.rate),

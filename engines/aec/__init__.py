@@ -15,6 +15,7 @@ from typing import Protocol
 import numpy as np
 
 from engines.aec.blocks import BLOCK_SAMPLES, BlockCanceller, Cancelled
+from engines.aec.params import AecParams
 from engines.errors import BackendUnavailable
 
 BACKENDS = ("webrtc",)
@@ -58,8 +59,9 @@ def unavailable_reason() -> str | None:
     return webrtc_unavailable()
 
 
-def create_canceller(*, backend: str, noise_suppression: bool, high_pass_filter: bool) -> EchoCanceller:
+def create_canceller(params: AecParams | None = None, *, backend: str = "webrtc") -> EchoCanceller:
     """An unloaded canceller (``load()`` imports the runtime and runs it once)."""
+    params = AecParams() if params is None else params
     if backend != "webrtc":
         raise BackendUnavailable(
             f"unknown echo cancellation backend {backend!r}; allowed: {', '.join(BACKENDS)}",
@@ -67,4 +69,6 @@ def create_canceller(*, backend: str, noise_suppression: bool, high_pass_filter:
         )
     from engines.aec.webrtc import WebRtcCanceller
 
-    return WebRtcCanceller(noise_suppression=noise_suppression, high_pass_filter=high_pass_filter)
+    return WebRtcCanceller(
+        noise_suppression=params.echo_noise_suppression, high_pass_filter=params.echo_high_pass
+    )

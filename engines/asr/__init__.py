@@ -8,6 +8,7 @@ from typing import Protocol
 
 import numpy as np
 
+from engines.asr.params import AsrParams
 from engines.manifest import Bundle
 
 
@@ -31,27 +32,8 @@ class AsrEngine(Protocol):
     def close(self) -> None: ...
 
 
-def create_asr(
-    bundle: Bundle,
-    *,
-    backend: str,
-    device: str,
-    precision: str,
-    language: str,
-    encode_real_length: bool,
-    threads: int,
-    model: str,
-) -> AsrEngine:
+def create_asr(bundle: Bundle, params: AsrParams | None = None) -> AsrEngine:
     """An unloaded Whisper engine over the bundle's graphs; ``load()`` imports the runtime."""
     from engines.asr.factory import create_whisper
 
-    return create_whisper(
-        bundle,
-        backend=backend,
-        device=device,
-        precision=precision,
-        language=language,
-        encode_real_length=encode_real_length,
-        threads=threads,
-        model=model,
-    )
+    return create_whisper(bundle, AsrParams() if params is None else params)

@@ -15,6 +15,7 @@ from engines.asr.artifacts import (
     whisper_models,
 )
 from engines.asr.config import PRECISIONS
+from engines.asr.params import AsrParams
 from engines.asr.runner import BACKENDS, DEVICES, GraphRunner
 from engines.asr.whisper import EncodePolicy, WhisperEngine, WhisperFiles
 from engines.errors import BackendUnavailable
@@ -46,17 +47,10 @@ def _tensorrt_runner(path: Path, *, expected: dict[str, Any]) -> GraphRunner:
     return TensorRtGraphRunner(path, expected=expected)
 
 
-def create_whisper(
-    bundle: Bundle,
-    *,
-    backend: str,
-    device: str,
-    precision: str,
-    language: str,
-    encode_real_length: bool,
-    threads: int,
-    model: str,
-) -> WhisperEngine:
+def create_whisper(bundle: Bundle, params: AsrParams) -> WhisperEngine:
+    backend, device, precision, model = params.backend, params.device, params.precision, params.model
+    language, threads = params.language, params.threads
+    encode_real_length = params.encode_real_length
     _check_choice("backend", backend, BACKENDS, "asr.backend")
     _check_choice("device", device, DEVICES, "asr.device")
     _check_choice("precision", precision, PRECISIONS, "asr.precision")

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any, Literal, Protocol
 from engines.errors import ModelFileError
 
 if TYPE_CHECKING:
+    from engines.llm.params import LlmParams
     from engines.manifest import Bundle
 
 GGUF_KIND = "llm-gguf"
@@ -143,17 +144,10 @@ def available_models(bundle: Bundle) -> list[str]:
 
 def create_llm(
     bundle: Bundle,
+    params: LlmParams,
     *,
-    model: str,
     system_prompt: str,
-    gpu_layers: int,
-    context_tokens: int,
-    max_reply_tokens: int,
-    temperature: float,
-    threads: int,
-    stop: Sequence[str],
     slots: int,
-    max_queue: int,
     seed: int | None = None,
     tools: Sequence[dict[str, Any]] = (),
 ) -> LlmEngine:
@@ -161,6 +155,7 @@ def create_llm(
     layers on the GPU) holding ``slots`` conversations of ``context_tokens`` each. ``seed`` fixes
     sampling for reproducible runs; None draws one. ``tools``: function definitions shown to the model
     when its chat template has a tool format."""
+    model = params.model
     names = available_models(bundle)
     if model not in names:
         raise ModelFileError(
@@ -170,16 +165,5 @@ def create_llm(
     from engines.llm.llamacpp import LlamaCppLlm
 
     return LlamaCppLlm(
-        bundle.path(f"llm/{model}"),
-        system_prompt=system_prompt,
-        gpu_layers=gpu_layers,
-        context_tokens=context_tokens,
-        max_reply_tokens=max_reply_tokens,
-        temperature=temperature,
-        threads=threads,
-        stop=stop,
-        seed=seed,
-        slots=slots,
-        max_queue=max_queue,
-        tools=tools,
+        bundle.path(f"llm/{model}"), params, system_prompt=system_prompt, seed=seed, slots=slots, tools=tools
     )

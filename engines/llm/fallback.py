@@ -26,7 +26,7 @@ LOCAL = "local model"
 class ServerWithFallback:
     """Implements ``engines.llm.LlmEngine``; ``GenerationStats.backend`` says who answered."""
 
-    def __init__(self, server: OpenAiLlm, local: LlmEngine | None, *, retry_s: float = 30.0) -> None:
+    def __init__(self, server: OpenAiLlm, local: LlmEngine | None, *, retry_s: float) -> None:
         self.server = server
         self.local = local
         self.retry_s = retry_s

@@ -26,6 +26,7 @@ from engines.llm.chat_template import ChatTemplate, validate_history
 from engines.llm.gguf import read_gguf
 from engines.llm.history import trim_history
 from engines.llm.memory import check_kv_fits
+from engines.llm.params import LlmParams
 from engines.llm.scheduler import PREFILL_BATCH_TOKENS, DecodeLoop, MessageEnd, PrefillJob, ReplyJob
 from engines.llm.slots import SlotTable, common_prefix_length
 
@@ -45,19 +46,14 @@ class LlamaCppLlm:
     def __init__(
         self,
         model_path: Path,
+        params: LlmParams,
         *,
         system_prompt: str,
-        gpu_layers: int,
-        context_tokens: int,
-        max_reply_tokens: int,
-        temperature: float,
-        threads: int,
-        stop: Sequence[str],
         seed: int | None = None,
         slots: int = 1,
-        max_queue: int = 0,
         tools: Sequence[dict[str, Any]] = (),
     ) -> None:
+        context_tokens, max_reply_tokens = params.context_tokens, params.max_reply_tokens
         if max_reply_tokens >= context_tokens:
             raise InputError(
                 f"max_reply_tokens ({max_reply_tokens}) must be below context_tokens ({context_tokens})",
@@ -67,15 +63,15 @@ class LlamaCppLlm:
             raise InputError(f"llm.slots = {slots}: at least one conversation slot", fix="set llm.slots >= 1")
         self.model_path = Path(model_path)
         self.system_prompt = system_prompt
-        self.gpu_layers = gpu_layers
+        self.gpu_layers = params.gpu_layers
         self.context_tokens = context_tokens
         self.max_reply_tokens = max_reply_tokens
-        self.temperature = temperature
-        self.threads = threads
-        self.stop = tuple(stop)
+        self.temperature = params.temperature
+        self.threads = params.threads
+        self.stop = params.stop
         self.seed = seed
         self.slots = slots
-        self.max_queue = max_queue
+        self.max_queue = params.max_queue
         self.tools = list(tools)  # shown to the model only if its template has a tool format
         self.kv_cache_bytes: int | None = None
         self._runtime: Any = None  # LlamaRuntime once loaded

@@ -27,6 +27,7 @@ from urllib.parse import urlsplit
 
 from engines.errors import BackendUnavailable
 from engines.llm import GenerationStats, LlmOccupancy, Message, PrefillStats
+from engines.llm.params import LlmServerParams
 from engines.net import host_allowed, is_private_address, name_lookup_allowed
 
 log = logging.getLogger(__name__)
@@ -43,18 +44,6 @@ class LlmServerError(BackendUnavailable):
         super().__init__(message, fix=fix)
         self.reason = message
         self.started = started
-
-
-@dataclass(frozen=True)
-class ServerSettings:
-    url: str  # the API's base, e.g. http://10.20.0.5:8000/v1
-    model: str = ""  # the name the server knows the model by ("": the server's own)
-    allowed_hosts: tuple[str, ...] = ()
-    allow_public: bool = False
-    connect_timeout_s: float = 2.0
-    first_token_timeout_s: float = 10.0
-    idle_timeout_s: float = 10.0
-    api_key: str | None = None
 
 
 @dataclass(frozen=True)
@@ -113,8 +102,9 @@ class OpenAiLlm:
 
     def __init__(
         self,
-        server: ServerSettings,
+        server: LlmServerParams,
         *,
+        api_key: str | None = None,
         system_prompt: str,
         max_reply_tokens: int,
         temperature: float,
@@ -122,7 +112,8 @@ class OpenAiLlm:
         seed: int | None = None,
     ) -> None:
         self.server = server
-        self.endpoint = check_server_url(server.url, server.allowed_hosts, server.allow_public)
+        self.api_key = api_key
+        self.endpoint = check_server_url(server.server_url, server.allowed_hosts, server.allow_public_server)
         self.system_prompt = system_prompt
         self.max_reply_tokens = max_reply_tokens
         self.temperature = temperature
@@ -136,9 +127,11 @@ class OpenAiLlm:
         try:
             models = self._get("/models")
             names = [m.get("id") for m in models.get("data", [])]
-            log.info("LLM server %s answers; its models: %s", self.server.url, ", ".join(map(str, names)))
+            log.info(
+                "LLM server %s answers; its models: %s", self.server.server_url, ", ".join(map(str, names))
+            )
         except (LlmServerError, ValueError) as err:
-            log.warning("LLM server %s does not answer yet: %s", self.server.url, err)
+            log.warning("LLM server %s does not answer yet: %s", self.server.server_url, err)
 
     def close(self) -> None:
         pass
@@ -168,29 +161,31 @@ class OpenAiLlm:
         return PrefillStats()
 
     def _connect(self, timeout_s: float) -> http.client.HTTPConnection:
-        address = resolve(self.endpoint, self.server.allow_public)
+        address = resolve(self.endpoint, self.server.allow_public_server)
         connection = http.client.HTTPConnection(address, self.endpoint.port, timeout=timeout_s)
         try:
             connection.connect()
         except OSError as err:
             connection.close()
-            raise LlmServerError(f"cannot connect to the LLM server {self.server.url} ({err})") from err
+            raise LlmServerError(
+                f"cannot connect to the LLM server {self.server.server_url} ({err})"
+            ) from err
         return connection
 
     def _headers(self) -> dict[str, str]:
         headers = {"Host": f"{self.endpoint.host}:{self.endpoint.port}", "Content-Type": "application/json"}
-        if self.server.api_key:
-            headers["Authorization"] = f"Bearer {self.server.api_key}"
+        if self.api_key:
+            headers["Authorization"] = f"Bearer {self.api_key}"
         return headers
 
     def _get(self, path: str) -> dict[str, Any]:
-        connection = self._connect(self.server.connect_timeout_s)
+        connection = self._connect(self.server.server_connect_timeout_s)
         try:
             connection.request("GET", self.endpoint.path + path, headers=self._headers())
             response = connection.getresponse()
             body = response.read(MAX_ERROR_BODY * 10)
         except OSError as err:
-            raise LlmServerError(f"the LLM server {self.server.url} did not answer ({err})") from err
+            raise LlmServerError(f"the LLM server {self.server.server_url} did not answer ({err})") from err
         finally:
             connection.close()
         if response.status != 200:
@@ -207,8 +202,8 @@ class OpenAiLlm:
             "max_tokens": self.max_reply_tokens,
             "temperature": self.temperature,
         }
-        if self.server.model:
-            body["model"] = self.server.model
+        if self.server.server_model:
+            body["model"] = self.server.server_model
         if self.stop:
             body["stop"] = list(self.stop)
         if self.seed is not None:
@@ -237,13 +232,13 @@ class OpenAiLlm:
             stats.total_s = time.perf_counter() - started
 
     def _no_first_token(self) -> str:
-        timeout = self.server.first_token_timeout_s
+        timeout = self.server.server_first_token_timeout_s
         return f"the LLM server sent no reply within llm.server_first_token_timeout_s = {timeout} s"
 
     def _stream(
         self, history: Sequence[Message], cancel: threading.Event, stats: GenerationStats, started: float
     ) -> Iterator[str]:
-        connection = self._connect(self.server.connect_timeout_s)
+        connection = self._connect(self.server.server_connect_timeout_s)
         done = threading.Event()
         watcher = threading.Thread(target=_close_on_cancel, args=(connection, cancel, done), daemon=True)
         watcher.start()
@@ -251,7 +246,7 @@ class OpenAiLlm:
         try:
             sock = connection.sock
             if sock is not None:
-                sock.settimeout(self.server.first_token_timeout_s)
+                sock.settimeout(self.server.server_first_token_timeout_s)
             try:
                 connection.request(
                     "POST",
@@ -266,7 +261,9 @@ class OpenAiLlm:
                 if cancel.is_set():
                     stats.cancelled, stats.stop_reason = True, "cancelled"
                     return
-                raise LlmServerError(f"the LLM server {self.server.url} did not answer ({err})") from err
+                raise LlmServerError(
+                    f"the LLM server {self.server.server_url} did not answer ({err})"
+                ) from err
             if response.status != 200:
                 detail = response.read(MAX_ERROR_BODY).decode("utf-8", errors="replace")
                 raise LlmServerError(f"the LLM server answered {response.status}: {detail.strip()[:300]}")
@@ -288,7 +285,7 @@ class OpenAiLlm:
                     if pieces == 0:
                         stats.first_token_s = time.perf_counter() - started
                         if sock is not None:
-                            sock.settimeout(self.server.idle_timeout_s)
+                            sock.settimeout(self.server.server_idle_timeout_s)
                     pieces += 1
                     stats.generated_tokens += 1  # a server's stream carries one token per event
                     yield text
@@ -299,7 +296,7 @@ class OpenAiLlm:
                 raise LlmServerError(self._no_first_token()) from err
             raise LlmServerError(
                 f"the LLM server stopped sending after {pieces} pieces (nothing for "
-                f"llm.server_idle_timeout_s = {self.server.idle_timeout_s} s)",
+                f"llm.server_idle_timeout_s = {self.server.server_idle_timeout_s} s)",
                 started=True,
             ) from err
         except (OSError, http.client.HTTPException, ValueError) as err:

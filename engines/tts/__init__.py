@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Protocol
 import numpy as np
 
 from engines.errors import ModelFileError
+from engines.tts.params import TtsParams
 
 if TYPE_CHECKING:
     from engines.manifest import Bundle
@@ -35,8 +36,10 @@ def bundled_voices(bundle: Bundle) -> list[str]:
     )
 
 
-def create_tts(bundle: Bundle, *, voice: str, length_scale: float, threads: int) -> TtsEngine:
+def create_tts(bundle: Bundle, params: TtsParams | None = None) -> TtsEngine:
     """An unloaded Piper voice from the bundle. ``length_scale`` > 1 speaks slower."""
+    params = TtsParams() if params is None else params
+    voice = params.voice
     voices = bundled_voices(bundle)
     if voice not in voices:
         raise ModelFileError(
@@ -48,6 +51,6 @@ def create_tts(bundle: Bundle, *, voice: str, length_scale: float, threads: int)
     return PiperTts(
         bundle.path(f"tts/{voice}/onnx"),
         bundle.path(f"tts/{voice}/config"),
-        length_scale=length_scale,
-        threads=threads,
+        length_scale=params.length_scale,
+        threads=params.threads,
     )

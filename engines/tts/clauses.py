@@ -8,6 +8,8 @@ article, preposition, conjunction or number ("at | nine" is avoided, "3.5 | mill
 
 from __future__ import annotations
 
+from engines.tts.params import default_first_clause_words
+
 __all__ = ["ClauseSplitter", "split_text"]
 
 _SENTENCE_END = ".!?…"
@@ -26,6 +28,7 @@ _NO_END_WORDS = frozenset(
         "point hundred thousand million billion trillion mister doctor dr mr mrs ms"
     ).split()
 )
+_FIRST_WORDS = default_first_clause_words()
 _MAX_EXTRA_WORDS = 4  # how far a cut may move past the word limit to avoid a bad end word
 
 
@@ -52,7 +55,11 @@ class ClauseSplitter:
     """
 
     def __init__(
-        self, first_clause_words: int | None = 4, *, min_clause_words: int = 8, max_clause_words: int = 20
+        self,
+        first_clause_words: int | None = _FIRST_WORDS,
+        *,
+        min_clause_words: int = 8,
+        max_clause_words: int = 20,
     ) -> None:
         if first_clause_words is not None and first_clause_words < 1:
             raise ValueError(f"first_clause_words must be >= 1 or None, got {first_clause_words}")

@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING, Protocol
 import numpy as np
 
 from engines.errors import BackendUnavailable
+from engines.vad.params import VadParams
 
 if TYPE_CHECKING:
     from engines.manifest import Bundle
@@ -33,13 +34,15 @@ class VadEngine(Protocol):
     def close(self) -> None: ...
 
 
-def create_vad(bundle: Bundle, *, backend: str, device: str, threads: int | None) -> VadEngine:
+def create_vad(bundle: Bundle, params: VadParams | None = None) -> VadEngine:
     """An unloaded Silero VAD engine; each ``stream()`` has its own state, so one engine serves all sessions.
 
     ``device`` ("cpu" or "cuda") applies to the torch backend. ``threads``: onnxruntime's intra-op
     threads (default 1: a frame is too small to split); for torch it sets torch's process-wide thread
     count (default: left as it is; 1 is fastest for this model on a busy CPU).
     """
+    params = VadParams() if params is None else params
+    backend, device, threads = params.backend, params.device, params.threads
     if backend not in _ARTIFACTS:
         raise BackendUnavailable(
             f"unknown VAD backend {backend!r}; allowed: {', '.join(BACKENDS)}",

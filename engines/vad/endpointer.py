@@ -3,32 +3,32 @@
 No audio and no clock: the caller feeds one VAD probability and the frame's duration at a time, and
 stream time is the sum of the durations fed since the last ``reset()``.
 
-    idle --(voiced for min_speech_s)--> SPEECH_START --> in speech
+    idle --(voiced for min_speech_ms)--> SPEECH_START --> in speech
     in speech --(first unvoiced frame)--> PROBABLY_ENDED --> trailing silence (a pause)
     trailing silence --(voiced again)--> RESUMED --> in speech
-    trailing silence --(silence for end_silence_s)--> ENDPOINT --> idle
+    trailing silence --(silence for end_silence_ms)--> ENDPOINT --> idle
     in speech or trailing silence --(max_utterance_s since speech start)--> ENDPOINT(forced) --> idle
 
 In ``smart_turn`` mode the silence alone does not decide. Two verdicts on each pause may:
 
-- the sound (``verdict()``): after ``turn_check_s`` of silence the endpointer asks (TURN_CHECK) how
-  likely the utterance so far is finished, and again every ``turn_recheck_s`` while the pause lasts;
+- the sound (``verdict()``): after ``turn_check_ms`` of silence the endpointer asks (TURN_CHECK) how
+  likely the utterance so far is finished, and again every ``turn_recheck_ms`` while the pause lasts;
 - the words (``text_verdict()``): the probability that the words heard so far end the person's
   message, from the language model that is already evaluating them for the reply. The caller says
   a pause will get one (``expect_text``) only when it comes at no extra wait; otherwise the sound
   decides alone, exactly as without it.
 
 Whenever a verdict arrives the pause is judged on what is known. The sound alone: at or above
-``complete_threshold`` the turn ends (by "smart_turn"), below ``incomplete_threshold`` it waits
-``incomplete_silence_s``, in between ``end_silence_s``. With the words, the words can hold a turn the
+``turn_complete_threshold`` the turn ends (by "smart_turn"), below ``turn_incomplete_threshold`` it waits
+``incomplete_silence_ms``, in between ``end_silence_ms``. With the words, the words can hold a turn the
 sound would end, and either can end it:
 
-    words below text_incomplete_threshold ("... out of the") --(incomplete_silence_s)--> ENDPOINT
-    words at or above text_complete_threshold, or the sound at or above complete_threshold
+    words below words_incomplete_threshold ("... out of the") --(incomplete_silence_ms)--> ENDPOINT
+    words at or above words_complete_threshold, or the sound at or above turn_complete_threshold
         --> ENDPOINT now (by "fused"; by "text" when the sound's model failed)
-    otherwise --(text_unsure_silence_s)--> ENDPOINT (by "silence")
+    otherwise --(words_unsure_silence_ms)--> ENDPOINT (by "silence")
 
-A sound verdict that says finished while words are expected waits for them at most ``text_wait_s``
+A sound verdict that says finished while words are expected waits for them at most ``words_wait_ms``
 (the words can still say "not finished": "... out of the"); the words alone never end a pause (a gap
 between two words is one too), they wait for the sound. A verdict for a pause that is over (the
 person spoke again) is ignored.
@@ -39,9 +39,14 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, replace
 from enum import Enum
+from typing import Literal
+
+from pydantic import Field, model_validator
+
+from engines.params import Params, ms_to_s
+from engines.vad.params import VadParams
 
 __all__ = [
-    "ENDPOINTER_MODES",
     "EndpointEvent",
     "Endpointer",
     "EndpointerParams",
@@ -49,65 +54,128 @@ __all__ = [
     "PauseVerdicts",
 ]
 
-ENDPOINTER_MODES = ("silence", "smart_turn")
-
 # Durations are sums of floats (0.032 * 3 != 0.096 exactly); compare with a tolerance far below a sample.
 _EPS_S = 1e-9
 
 
-@dataclass(frozen=True)
-class EndpointerParams:
-    threshold: float = 0.5  # probability at or above which a frame is voiced
-    min_speech_s: float = 0.096  # voiced time needed to start an utterance
-    end_silence_s: float = 0.5  # silence after the last voiced frame that confirms the end
-    pre_roll_s: float = 0.256  # audio kept before the speech start
-    max_utterance_s: float = 20.0  # forced endpoint
-    mode: str = "silence"  # or "smart_turn": a verdict on the utterance decides, see the module text
-    turn_check_s: float = 0.256  # smart_turn: silence before the verdict is asked for
-    incomplete_silence_s: float = 1.0  # smart_turn: silence that ends a turn judged incomplete
-    complete_threshold: float = 0.5  # smart_turn: a verdict at or above it ends the turn at once
-    incomplete_threshold: float = 0.5  # smart_turn: below it, the turn waits for incomplete_silence_s
-    turn_recheck_s: float = 0.0  # smart_turn: the sound is asked again this often in a pause; 0: once
-    judge_words: bool = False  # smart_turn: the caller may give text verdicts (its language model judges)
-    text_complete_threshold: float = 0.35  # words at or above it: finished
-    text_incomplete_threshold: float = 0.02  # words below it: not finished, whatever the sound says
-    text_unsure_silence_s: float = 0.5  # words in between and the sound not sure: the silence that ends it
-    text_wait_s: float = 0.3  # how long a "finished" sound verdict waits for words that were expected
+class EndpointerParams(Params):
+    """The ``[endpointer]`` settings; the VAD's threshold (``vad.threshold``) is the endpointer's own
+    argument, since the session raises it while a reply plays."""
 
-    def __post_init__(self) -> None:
-        for name in (
-            "threshold",
-            "complete_threshold",
-            "incomplete_threshold",
-            "text_complete_threshold",
-            "text_incomplete_threshold",
-        ):
-            _check_threshold(getattr(self, name))
-        for low, high in (
-            ("incomplete_threshold", "complete_threshold"),
-            ("text_incomplete_threshold", "text_complete_threshold"),
-        ):
-            if getattr(self, low) > getattr(self, high):
+    mode: Literal["silence", "smart_turn"] = Field(
+        "smart_turn",
+        description="silence: a turn ends after end_silence_ms of silence; smart_turn: after "
+        "turn_check_ms the Smart Turn model judges how likely the utterance is finished: sure "
+        "(turn_complete_threshold) ends it at once, sure it is not (below turn_incomplete_threshold) "
+        "waits incomplete_silence_ms, unsure waits end_silence_ms (docs/turn-taking.md)",
+    )
+    min_speech_ms: int = Field(96, ge=0, le=2000, description="voiced time that starts an utterance")
+    end_silence_ms: int = Field(
+        500,
+        ge=64,
+        le=5000,
+        description="silence mode; smart_turn when the sound alone is unsure (or the model fails)",
+    )
+    turn_check_ms: int = Field(
+        160, ge=32, le=2000, description="smart_turn: silence before the Smart Turn model is asked"
+    )
+    incomplete_silence_ms: int = Field(
+        1000, ge=200, le=10000, description="smart_turn: silence that ends a turn judged unfinished"
+    )
+    turn_complete_threshold: float = Field(
+        0.9, gt=0.0, lt=1.0, description="the sound alone: at or above it the turn ends at once"
+    )
+    turn_incomplete_threshold: float = Field(
+        0.05,
+        gt=0.0,
+        lt=1.0,
+        description="the sound alone: below it, incomplete_silence_ms; in between, end_silence_ms",
+    )
+    turn_recheck_ms: int = Field(
+        0,
+        ge=0,
+        le=2000,
+        description="smart_turn: ask the sound again this often while a pause lasts (0: once)",
+    )
+    judge_words: bool = Field(
+        True,
+        description="smart_turn: the reply's language model also judges from the words whether the person "
+        "has finished, read from the logits it computes for the reply anyway (llama.cpp with the model's "
+        "own chat template and no other call's reply running; otherwise the sound decides alone)",
+    )
+    words_complete_threshold: float = Field(
+        0.35,
+        gt=0.0,
+        lt=1.0,
+        description="judge_words: words at or above it end the turn at once (so does a sure sound, "
+        "unless the words say unfinished)",
+    )
+    words_incomplete_threshold: float = Field(
+        0.02,
+        gt=0.0,
+        lt=1.0,
+        description="judge_words: words below it keep listening up to incomplete_silence_ms, whatever "
+        "the sound says",
+    )
+    words_unsure_silence_ms: int = Field(
+        1000,
+        ge=64,
+        le=10000,
+        description="judge_words: silence that ends a turn when neither the words nor the sound is sure",
+    )
+    words_wait_ms: int = Field(
+        1000, ge=0, le=2000, description="judge_words: how long a finished-sounding pause waits for the words"
+    )
+    pre_roll_ms: int = Field(256, ge=0, le=2000, description="audio kept from before the speech start")
+    max_utterance_s: float = Field(20.0, gt=1.0, le=60.0, description="an utterance this long is ended")
+
+    @model_validator(mode="after")
+    def _check_order(self) -> EndpointerParams:
+        if self.incomplete_silence_ms <= self.turn_check_ms:
+            raise ValueError(
+                f"incomplete_silence_ms ({self.incomplete_silence_ms}) must be longer than turn_check_ms "
+                f"({self.turn_check_ms}): the model is asked before the long silence ends the turn"
+            )
+        for judge in ("turn", "words"):
+            low = getattr(self, f"{judge}_incomplete_threshold")
+            high = getattr(self, f"{judge}_complete_threshold")
+            if low > high:
                 raise ValueError(
-                    f"EndpointerParams.{low} ({getattr(self, low)}) must not be above {high} ({getattr(self, high)})"
+                    f"{judge}_incomplete_threshold ({low}) must not be above {judge}_complete_threshold ({high})"
                 )
-        if self.mode not in ENDPOINTER_MODES:
-            raise ValueError(f"EndpointerParams.mode must be one of {ENDPOINTER_MODES}, got {self.mode!r}")
-        for name in (
-            "min_speech_s",
-            "end_silence_s",
-            "pre_roll_s",
-            "turn_check_s",
-            "incomplete_silence_s",
-            "turn_recheck_s",
-            "text_wait_s",
-            "text_unsure_silence_s",
-        ):
-            value = getattr(self, name)
-            if not math.isfinite(value) or value < 0:
-                raise ValueError(f"EndpointerParams.{name} must be a finite number >= 0, got {value!r}")
-        if not math.isfinite(self.max_utterance_s) or self.max_utterance_s <= 0:
-            raise ValueError(f"EndpointerParams.max_utterance_s must be > 0, got {self.max_utterance_s!r}")
+        return self
+
+    @property
+    def min_speech_s(self) -> float:
+        return ms_to_s(self.min_speech_ms)
+
+    @property
+    def end_silence_s(self) -> float:
+        return ms_to_s(self.end_silence_ms)
+
+    @property
+    def turn_check_s(self) -> float:
+        return ms_to_s(self.turn_check_ms)
+
+    @property
+    def incomplete_silence_s(self) -> float:
+        return ms_to_s(self.incomplete_silence_ms)
+
+    @property
+    def turn_recheck_s(self) -> float:
+        return ms_to_s(self.turn_recheck_ms)
+
+    @property
+    def words_unsure_silence_s(self) -> float:
+        return ms_to_s(self.words_unsure_silence_ms)
+
+    @property
+    def words_wait_s(self) -> float:
+        return ms_to_s(self.words_wait_ms)
+
+    @property
+    def pre_roll_s(self) -> float:
+        return ms_to_s(self.pre_roll_ms)
 
 
 class EventKind(str, Enum):
@@ -163,9 +231,10 @@ class Endpointer:
     _audio_at_s: float | None
     _next_check_s: float
 
-    def __init__(self, params: EndpointerParams = EndpointerParams()) -> None:
-        self.params = params
-        self._threshold = params.threshold
+    def __init__(self, params: EndpointerParams | None = None, *, threshold: float | None = None) -> None:
+        self.params = EndpointerParams() if params is None else params
+        self._threshold = VadParams().threshold if threshold is None else threshold
+        _check_threshold(self._threshold)
         self._checks_sent = 0  # never reset: a verdict for a check before reset() stays stale
         self._pauses = 0  # likewise for pauses
         self._pause_id = 0
@@ -226,7 +295,7 @@ class Endpointer:
     def expect_text(self, pause_id: int) -> None:
         """Pause ``pause_id`` will get a ``text_verdict`` at no extra wait (the reply's own language
         model is about to evaluate the words): a finished-sounding verdict waits for it, at most
-        ``text_wait_s``."""
+        ``words_wait_ms``."""
         if self._trailing and pause_id == self._pause_id:
             self._verdicts = replace(self._verdicts, text_expected=True)
 
@@ -245,22 +314,22 @@ class Endpointer:
         """Decide the pause on what is known now: the silence that ends it, or the end at once."""
         params, known = self.params, self._verdicts
         if known.text is not None:
-            if known.text < params.text_incomplete_threshold:
+            if known.text < params.words_incomplete_threshold:
                 self._hold(params.incomplete_silence_s, "incomplete_silence")
             elif known.audio is None and not known.audio_failed:
                 # The words alone never end a pause: a gap between two words is a pause too, and
                 # "She had a dark suit" could end. They wait for the sound, at turn_check_s.
                 pass
-            elif known.text >= params.text_complete_threshold or self._sounds_complete():
+            elif known.text >= params.words_complete_threshold or self._sounds_complete():
                 return [self._end(by="text" if known.audio_failed else "fused")]
             else:
-                self._hold(params.text_unsure_silence_s, "silence")
+                self._hold(params.words_unsure_silence_s, "silence")
         elif known.audio is not None or known.audio_failed:
             if known.text_expected and self._sounds_complete() and not self._text_wait_over():
                 return self._silence_endpoint()  # the words may still say "not finished" ("... out of the")
             if self._sounds_complete():
                 return [self._end(by="smart_turn")]
-            if known.audio is not None and known.audio < params.incomplete_threshold:
+            if known.audio is not None and known.audio < params.turn_incomplete_threshold:
                 self._hold(params.incomplete_silence_s, "incomplete_silence")
             else:
                 self._hold(params.end_silence_s, "silence")
@@ -271,12 +340,12 @@ class Endpointer:
 
     def _sounds_complete(self) -> bool:
         audio = self._verdicts.audio
-        return audio is not None and audio >= self.params.complete_threshold
+        return audio is not None and audio >= self.params.turn_complete_threshold
 
     def _text_wait_over(self) -> bool:
         return (
             self._audio_at_s is not None
-            and self._time_s - self._audio_at_s + _EPS_S >= self.params.text_wait_s
+            and self._time_s - self._audio_at_s + _EPS_S >= self.params.words_wait_s
         )
 
     def feed(self, probability: float, duration_s: float) -> list[EndpointEvent]:

@@ -24,12 +24,17 @@ class SpeechSegment:
 
 def speech_segments(
     probabilities: Iterable[float],
-    params: EndpointerParams = EndpointerParams(),  # noqa: B008 (frozen)
+    params: EndpointerParams | None = None,
     *,
+    threshold: float | None = None,
     frame_s: float = FRAME_S,
 ) -> list[SpeechSegment]:
-    """Every utterance the endpointer finds in a recording, including one still open at its end."""
-    endpointer = Endpointer(params)
+    """Every utterance the endpointer finds in a recording, including one still open at its end
+    (``threshold``: the VAD's, ``vad.threshold`` by default). Without ``params`` the silence alone
+    ends an utterance: no end-of-turn model answers here."""
+    endpointer = Endpointer(
+        EndpointerParams(mode="silence") if params is None else params, threshold=threshold
+    )
     segments: list[SpeechSegment] = []
     events = []
     for probability in probabilities:

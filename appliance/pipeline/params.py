@@ -1,0 +1,55 @@
+"""The pipeline's own settings: partial transcripts and the LLM prefill, what a turn says when it
+cannot answer, and the conversation a session keeps. (The echo gate's are in ``echo_gate``.)"""
+
+from __future__ import annotations
+
+from pydantic import Field
+
+from engines.params import Params, ms_to_s
+
+
+class PartialsParams(Params):
+    """In ``[asr]``: transcripts made while the person speaks (``appliance.pipeline.partials``)."""
+
+    # 600: turn latency p50 0.83x / p95 0.87x of partials off, same transcripts (docs/turn-taking.md).
+    partial_interval_ms: int = Field(
+        600,
+        ge=0,
+        le=10000,
+        description="while a person speaks, transcribe what was said so far after each this much new "
+        "speech (0: off); the LLM pre-evaluates the words two partials agree on (llm.prefill)",
+    )
+    partial_model: str = Field(
+        "", description='Whisper for those partials: "" = asr.model, or another one of the bundle'
+    )
+
+    @property
+    def partial_interval_s(self) -> float:
+        return ms_to_s(self.partial_interval_ms)
+
+
+class PrefillParams(Params):
+    """In ``[llm]``."""
+
+    prefill: bool = Field(
+        True, description="evaluate the stable words of partial transcripts before the person stops speaking"
+    )
+
+
+class ReplyParams(Params):
+    """In ``[agent]``: what a turn says when the model cannot answer at once."""
+
+    fallback_reply: str = Field(
+        "Sorry, something went wrong. Please say that again.", description="said when a turn fails"
+    )
+    busy_reply: str = Field(
+        "One moment, please.", description="said first when every LLM slot is busy (llm.max_queue)"
+    )
+
+
+class HistoryParams(Params):
+    """In ``[agent]``."""
+
+    max_history_messages: int = Field(
+        16, ge=2, le=256, description="messages of conversation kept per session (older ones are dropped)"
+    )

@@ -1,0 +1,59 @@
+"""The language model's settings (``[llm]``): the local llama.cpp model, and a site server's API."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Literal
+
+from pydantic import Field
+
+from engines.params import Params
+
+
+class LlmParams(Params):
+    model: str = Field(
+        "qwen-1.5b",
+        min_length=1,
+        description="an llm/<model> GGUF in the bundle: gemma-270m | qwen-1.5b | one added with "
+        "build_scripts quantize",
+    )
+    gpu_layers: int = Field(0, ge=-1, description="layers on the GPU; -1 = all of them")
+    context_tokens: int = Field(2048, ge=256, le=131072, description="KV cache per conversation")
+    max_reply_tokens: int = Field(96, ge=1, le=4096, description="a reply is cut at this many tokens")
+    temperature: float = Field(0.2, ge=0.0, le=2.0, description="sampling temperature (0: greedy)")
+    threads: int = Field(2, ge=1, le=64, description="llama.cpp threads")
+    stop: tuple[str, ...] = Field(("\n\n",), description="a reply ends at any of these")
+    max_queue: int = Field(
+        0,
+        ge=0,
+        le=64,
+        description="replies that may wait for a slot in silence; a reply that would wait behind this "
+        "many says agent.busy_reply first",
+    )
+
+
+class LlmServerParams(Params):
+    """``llm.backend = "openai"``: a site server's OpenAI-compatible API (llama_cpp.server,
+    llama-server, vLLM)."""
+
+    server_url: str = Field("", description='openai: the API\'s base, "http://10.20.0.5:8000/v1"')
+    server_model: str = Field("", description="openai: the model name the server knows; empty: its own")
+    allowed_hosts: tuple[str, ...] = Field(
+        (), description="openai: the server's host (name, address or network); nothing else is reached"
+    )
+    allow_public_server: bool = Field(
+        False, description="openai: allow a server outside the private address ranges"
+    )
+    server_api_key_file: Path | None = Field(None, description="openai: a file holding the server's API key")
+    server_connect_timeout_s: float = Field(2.0, gt=0.0, le=60.0, description="openai: connecting")
+    server_first_token_timeout_s: float = Field(
+        8.0, gt=0.0, le=300.0, description="openai: the reply's first piece must arrive within this"
+    )
+    server_idle_timeout_s: float = Field(8.0, gt=0.0, le=300.0, description="openai: and each later one")
+    server_fallback: Literal["local", "none"] = Field(
+        "local",
+        description="openai: local loads the bundle's model too and answers with it when the server cannot",
+    )
+    server_retry_s: float = Field(
+        30.0, ge=0.0, le=3600.0, description="openai: after a failure, the local model answers this long"
+    )
