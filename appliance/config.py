@@ -292,12 +292,17 @@ class AdminConfig(Section):
         "127.0.0.1", description="the interface the admin page listens on (0.0.0.0: every interface)"
     )
     port: int = Field(8080, ge=1, le=65535, description="the admin page's TCP port")
-    users_file: Path = Field(Path("/var/lib/appliance/admin-users"), description="the admin page's accounts, made with `appliance admin passwd`")
+    users_file: Path = Field(
+        Path("/var/lib/appliance/admin-users"),
+        description="the admin page's accounts, made with `appliance admin passwd`",
+    )
     password_file: Path = Field(
         Path("/var/lib/appliance/admin-password"), description="the provisioned password of user 'admin'"
     )
     session_ttl_s: float = Field(28800.0, ge=60.0, le=604800.0, description="login lifetime")
-    login_max_failures: int = Field(5, ge=1, le=1000, description="failed logins allowed per client address and per user name")
+    login_max_failures: int = Field(
+        5, ge=1, le=1000, description="failed logins allowed per client address and per user name"
+    )
     login_window_s: float = Field(
         300.0, ge=1.0, le=86400.0, description="the window login_max_failures counts in"
     )

@@ -83,7 +83,9 @@ def test_pre_roll_never_goes_below_zero() -> None:
 
 
 def test_max_utterance_forces_an_endpoint_and_a_new_utterance_follows() -> None:
-    ep = Endpointer(EndpointerParams(mode="silence", max_utterance_s=2.048, pre_roll_ms=256, min_speech_ms=64))
+    ep = Endpointer(
+        EndpointerParams(mode="silence", max_utterance_s=2.048, pre_roll_ms=256, min_speech_ms=64)
+    )
     events = run(ep, [ON] * 77)
     assert kinds(events) == [(1, "speech_start"), (63, "endpoint"), (65, "speech_start")]
     forced = events[1][1]
