@@ -35,11 +35,13 @@ from appliance.engine_set import (
     session_config,
 )
 from appliance.pipeline.session import Session, SessionConfig, SessionEngines
+from appliance.pipeline.workers import EngineWorker
 from appliance.service.runner import ServiceControl
 from appliance.start_plan import StartPlan
 from appliance.trace.record import TurnTrace
 from appliance.trace.store import TraceStore
 from appliance.turn_report import describe_turn, turn_summary
+from engines.aec import EchoCanceller
 from engines.audio import SAMPLE_RATE_HZ, resample
 from engines.manifest import Bundle
 
@@ -376,8 +378,14 @@ async def _answer_calls(
     from appliance.sip.server import SipServer
 
     async def handle_call(call: CallAudio) -> None:
-        source, sink, call_config = _with_echo_cancellation(
-            daemon, CallSource(call), CallSink(call), kind="sip", speaker=True, config=config
+        source, sink, call_config = with_echo_cancellation(
+            daemon.settings,
+            _canceller(daemon),
+            CallSource(call),
+            CallSink(call),
+            kind="sip",
+            speaker=True,
+            config=config,
         )
         await run_session(
             daemon,
@@ -404,8 +412,9 @@ async def _local_session(
     daemon: Daemon, registry: SessionRegistry, config: SessionConfig, control: ServiceControl
 ) -> None:
     source, sink = _local_audio(daemon.settings)
-    source, sink, config = _with_echo_cancellation(
-        daemon, source, sink, kind="microphone", speaker=not isinstance(sink, NullSink), config=config
+    speaker = not isinstance(sink, NullSink)
+    source, sink, config = with_echo_cancellation(
+        daemon.settings, _canceller(daemon), source, sink, kind="microphone", speaker=speaker, config=config
     )
     turns = 0
 
@@ -435,25 +444,33 @@ async def _local_session(
         await sink.close()
 
 
-def _with_echo_cancellation(
-    daemon: Daemon, source: AudioSource, sink: AudioSink, *, kind: str, speaker: bool, config: SessionConfig
+def with_echo_cancellation(
+    settings: Settings,
+    aec: tuple[EchoCanceller, EngineWorker] | None,
+    source: AudioSource,
+    sink: AudioSink,
+    *,
+    kind: str,
+    speaker: bool,
+    config: SessionConfig,
 ) -> tuple[AudioSource, AudioSink, SessionConfig]:
-    """The session's source, sink and configuration, with the echo canceller between them when
-    ``audio.echo_cancellation`` says this session uses it."""
-    engines, audio = daemon.engines, daemon.settings.audio
-    if engines.aec is None or engines.aec_worker is None:
+    """The session's source, sink and configuration, with the echo canceller (``aec``: the engine
+    and its worker, when loaded) between them when ``audio.echo_cancellation`` says this session
+    uses it."""
+    audio = settings.audio
+    if aec is None or not cancels_echo(settings, kind=kind, speaker=speaker):
         return source, sink, config
-    if not cancels_echo(daemon.settings, kind=kind, speaker=speaker):
-        return source, sink, config
+    engine, worker = aec
     source, sink = cancel_echo(
-        source,
-        sink,
-        stream=engines.aec.stream(),
-        worker=engines.aec_worker,
-        echo_delay_ms=audio.echo_delay_ms,
+        source, sink, stream=engine.stream(), worker=worker, echo_delay_ms=audio.echo_delay_ms
     )
     log.info("%s: echo cancellation on (echo delay %.0f ms)", source.name, audio.echo_delay_ms)
-    return source, sink, dataclasses.replace(config, echo=echo_gate(daemon.settings, echo_cancelled=True))
+    return source, sink, dataclasses.replace(config, echo=echo_gate(settings, echo_cancelled=True))
+
+
+def _canceller(daemon: Daemon) -> tuple[EchoCanceller, EngineWorker] | None:
+    engines = daemon.engines
+    return None if engines.aec is None or engines.aec_worker is None else (engines.aec, engines.aec_worker)
 
 
 def _local_audio(settings: Settings) -> tuple[AudioSource, AudioSink]:

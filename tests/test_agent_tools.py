@@ -7,8 +7,9 @@ from __future__ import annotations
 
 import asyncio
 import http.server
+import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any, ClassVar
 
 import numpy as np
@@ -23,7 +24,7 @@ from appliance.pipeline.workers import EngineWorker
 from appliance.tools import ToolBox
 from appliance.trace.record import TurnTrace
 from bench.site import send, serve_http, site_agent
-from engines.llm import LlmEngine, LlmOccupancy, Message
+from engines.llm import GenerationStats, LlmEngine, LlmOccupancy, Message, PrefillStats
 from engines.manifest import Bundle
 from engines.tts import TtsEngine
 from tests.fixtures.pipeline import FakeAsr
@@ -84,11 +85,18 @@ class _Heard:
 
     def __init__(self, tts: TtsEngine) -> None:
         self.tts = tts
+        self.sample_rate_hz = tts.sample_rate_hz
         self.texts: list[str] = []
 
-    def synthesize(self, text: str, **kwargs: Any) -> Iterator[np.ndarray]:
+    def load(self) -> None:
+        self.tts.load()
+
+    def synthesize(self, text: str, *, sample_rate_hz: int | None = None) -> Iterator[np.ndarray]:
         self.texts.append(text)
-        return self.tts.synthesize(text, **kwargs)
+        return self.tts.synthesize(text, sample_rate_hz=sample_rate_hz)
+
+    def close(self) -> None:
+        return None  # the session's Piper, closed by its fixture
 
 
 def _turn(
@@ -97,11 +105,11 @@ def _turn(
     heard = _Heard(tts)
     workers = [EngineWorker(name) for name in ("asr", "llm", "tts")]
     engines = TurnEngines(
-        asr=FakeAsr(question),  # type: ignore[arg-type]
+        asr=FakeAsr(question),
         asr_worker=workers[0],
         llm=llm,
         llm_worker=workers[1],
-        tts=heard,  # type: ignore[arg-type]
+        tts=heard,
         tts_worker=workers[2],
     )
     sink = MemorySink(22050)
@@ -193,10 +201,35 @@ class _Scripted:
         self.outputs = [first, "Here is what I found."]
         self.histories: list[list[Message]] = []
 
-    def stream(self, history: Sequence[Message], **kwargs: Any) -> Iterator[str]:
+    judges_turns = False
+
+    def load(self) -> None:
+        return None
+
+    def prefill(
+        self,
+        history: Sequence[Message],
+        *,
+        cancel: threading.Event | None = None,
+        conversation: str | None = None,
+    ) -> PrefillStats:
+        return PrefillStats()
+
+    def stream(
+        self,
+        history: Sequence[Message],
+        *,
+        cancel: threading.Event | None = None,
+        stats: GenerationStats | None = None,
+        conversation: str | None = None,
+        on_end_of_message: Callable[[float], None] | None = None,
+    ) -> Iterator[str]:
         self.histories.append(list(history))
         for index, word in enumerate(self.outputs.pop(0).split(" ")):
             yield word if index == 0 else " " + word
+
+    def close(self) -> None:
+        return None
 
     def occupancy(self) -> LlmOccupancy:
         return LlmOccupancy(slots=1, running=0, waiting=0, max_queue=0)
@@ -226,7 +259,7 @@ def test_a_bad_tool_call_is_answered_honestly_and_nothing_is_called(
     piper_tts: TtsEngine, tools: ToolBox, output: str, refusal: str
 ) -> None:
     model = _Scripted(output)
-    spoken, trace, _ = _turn("Is line 3 running?", model, piper_tts, tools)  # type: ignore[arg-type]
+    spoken, trace, _ = _turn("Is line 3 running?", model, piper_tts, tools)
     assert trace.tool_calls == [refusal] and trace.error is None
     assert spoken == [tools.agent.tool_preamble, tools.agent.tool_misunderstood_reply]
     assert _LineService.paths == [] and len(model.histories) == 1
@@ -236,7 +269,7 @@ def test_a_call_that_names_no_tool_searches_the_facts_for_the_question(
     piper_tts: TtsEngine, tools: ToolBox
 ) -> None:
     model = _Scripted("<tools></tools>")  # what Qwen 1.5B writes for some site questions
-    spoken, trace, _ = _turn("Where can visitors park?", model, piper_tts, tools)  # type: ignore[arg-type]
+    spoken, trace, _ = _turn("Where can visitors park?", model, piper_tts, tools)
     assert (
         trace.tool_calls == ["repaired:no_call", "site_facts"]
         and " ".join(spoken[1:]) == "Here is what I found."
@@ -246,7 +279,7 @@ def test_a_call_that_names_no_tool_searches_the_facts_for_the_question(
 
 def test_a_tool_answer_goes_back_to_the_model_marked_as_data(piper_tts: TtsEngine, tools: ToolBox) -> None:
     model = _Scripted('<tool_call> {"name": "line_status", "arguments": {"line": 3}} </tool_call>')
-    spoken, trace, _ = _turn("Is line 3 running?", model, piper_tts, tools)  # type: ignore[arg-type]
+    spoken, trace, _ = _turn("Is line 3 running?", model, piper_tts, tools)
     assert trace.tool_calls == ["line_status"] and " ".join(spoken[1:]) == "Here is what I found."
     call, answer = model.histories[1][-2:]
     assert call.role == "assistant" and call.content.startswith("<tool_call>")

@@ -12,9 +12,10 @@ from appliance.audio.echo import LEAD_S, CaptureClock, PlaybackTimeline
 from appliance.config import load_settings, override
 from appliance.engine_set import cancels_echo, echo_canceller, echo_gate
 from bench import rooms
-from engines.aec import BLOCK_SAMPLES, BlockCanceller, create_canceller
+from engines.aec import BLOCK_SAMPLES, BlockCanceller, EchoCanceller, create_canceller
 from engines.audio import load_audio_16k
 from engines.errors import BackendUnavailable, InputError
+from engines.tts import TtsEngine
 
 RATE = 16000
 
@@ -109,22 +110,24 @@ def test_an_unknown_backend_names_the_fix() -> None:
         create_canceller(backend="speex")
 
 
-def _cancel(engine: object, mic: np.ndarray, reference: np.ndarray, *, linear: bool = False) -> np.ndarray:
-    stream = engine.stream()  # type: ignore[attr-defined]
+def _cancel(
+    engine: EchoCanceller, mic: np.ndarray, reference: np.ndarray, *, linear: bool = False
+) -> np.ndarray:
+    stream = engine.stream()
     outs = [stream.process(mic[i : i + 512], reference[i : i + 512]) for i in range(0, len(mic), 512)]
     return np.concatenate([o.linear if linear else o.suppressed for o in outs])
 
 
 @pytest.mark.parametrize("room", rooms.ROOMS, ids=lambda r: r.name.split(",")[0].replace(" ", "-"))
 def test_the_real_canceller_takes_a_reply_out_of_the_microphone(
-    aec_engine: object, room: rooms.Room, piper_tts: object, data_dir: object
+    aec_engine: EchoCanceller, room: rooms.Room, piper_tts: TtsEngine, data_dir: object
 ) -> None:
     """A Piper reply through a simulated room, 80 ms late: with the reference aligned as the session
     aligns it (the calibrated delay less LEAD_S), the echo is 18 dB down after 2 s with the speaker
     near the microphone; 6 dB with a speaker 1.7 m away in a hall (the filter is shorter than that
     hall's reverberation: docs/echo-cancellation.md)."""
     text = "The canteen is open from half past eleven to two, and the menu is on the board by the entrance."
-    reply = np.concatenate(list(piper_tts.synthesize(text, sample_rate_hz=RATE)))  # type: ignore[attr-defined]
+    reply = np.concatenate(list(piper_tts.synthesize(text, sample_rate_hz=RATE)))
     reply = reply[: len(reply) // 512 * 512]
     delay_s = 0.08
     mic = rooms.echo(reply, room, delay_s=delay_s, level_dbfs=rooms.NORMAL_ECHO_DBFS)
@@ -137,11 +140,11 @@ def test_the_real_canceller_takes_a_reply_out_of_the_microphone(
 
 
 def test_a_reference_that_comes_after_its_echo_cannot_be_cancelled(
-    aec_engine: object, piper_tts: object
+    aec_engine: EchoCanceller, piper_tts: TtsEngine
 ) -> None:
     """Why the delay is calibrated and the reference taken LEAD_S early: 150 ms late, it is useless."""
     text = "Visitors park in the north car park. Please sign in at the front desk and wear your badge."
-    reply = np.concatenate(list(piper_tts.synthesize(text, sample_rate_hz=RATE)))  # type: ignore[attr-defined]
+    reply = np.concatenate(list(piper_tts.synthesize(text, sample_rate_hz=RATE)))
     reply = reply[: len(reply) // 512 * 512]
     room = rooms.ROOMS[1]
     mic = rooms.echo(reply, room, delay_s=0.02, level_dbfs=rooms.NORMAL_ECHO_DBFS)
@@ -158,7 +161,7 @@ def test_a_reference_that_comes_after_its_echo_cannot_be_cancelled(
 
 
 def test_the_linear_output_keeps_a_person_who_speaks_over_the_reply(
-    aec_engine: object, piper_tts: object, data_dir: Path
+    aec_engine: EchoCanceller, piper_tts: TtsEngine, data_dir: Path
 ) -> None:
     """AEC3's suppressor turns a person down while the reply still plays (what the VAD gets); the
     linear canceller's output (what Whisper gets) keeps them, with the echo still 10 dB down."""
@@ -167,7 +170,7 @@ def test_the_linear_output_keeps_a_person_who_speaks_over_the_reply(
         "Line three stopped at ten past nine for a tool change.",
     ]
     reply = np.concatenate(
-        [np.concatenate(list(piper_tts.synthesize(t, sample_rate_hz=RATE))) for t in texts]  # type: ignore[attr-defined]
+        [np.concatenate(list(piper_tts.synthesize(t, sample_rate_hz=RATE))) for t in texts]
     )
     reply = rooms.at_level(reply[: len(reply) // 512 * 512], -20.0)
     person = rooms.at_level(load_audio_16k(data_dir / "speech/en/google_audio.wav"), rooms.SPEECH_DBFS)

@@ -5,7 +5,6 @@ goes with it."""
 from __future__ import annotations
 
 import asyncio
-from types import SimpleNamespace
 from typing import Any
 
 import numpy as np
@@ -26,12 +25,12 @@ from tests.fixtures.pipeline import ReactiveSource, make_fakes, tone
 def _wire(
     settings: Settings, aec_engine: EchoCanceller | None, *, kind: str, speaker: bool
 ) -> tuple[Any, Any, Any]:
-    worker = EngineWorker("aec")
-    fake = SimpleNamespace(settings=settings, engines=SimpleNamespace(aec=aec_engine, aec_worker=worker))
+    canceller = None if aec_engine is None else (aec_engine, EngineWorker("aec"))
     source = ArraySource(np.zeros(512 * 4, np.float32), realtime=True)
     sink = MemorySink(16000, realtime=True)
-    return daemon._with_echo_cancellation(
-        fake,  # type: ignore[arg-type]
+    return daemon.with_echo_cancellation(
+        settings,
+        canceller,
         source,
         sink,
         kind=kind,

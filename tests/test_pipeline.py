@@ -510,7 +510,7 @@ def test_a_call_that_ends_cuts_its_turn_at_once_instead_of_playing_to_nobody(tmp
 def _words_session(
     detector: _ScriptedDetector, llm_p: float | None, *, busy: bool = False, first_token_s: float = 0.1
 ) -> tuple[Session, Fakes]:
-    fakes = make_fakes(REPLY, end_of_message_p=llm_p, first_token_s=first_token_s)  # type: ignore[arg-type]
+    fakes = make_fakes(REPLY, end_of_message_p=llm_p, first_token_s=first_token_s)
     fakes.llm.full = busy  # as if another call's reply held the only slot
     engines = SessionEngines.create(vad=fakes.vad, asr=fakes.asr, llm=fakes.llm, tts=fakes.tts, turn=detector)
     params = EndpointerParams(

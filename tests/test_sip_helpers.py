@@ -15,6 +15,7 @@ import struct
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Protocol
 
 import numpy as np
 import pytest
@@ -32,6 +33,13 @@ SIPP = shutil.which("sipp")
 requires_sipp = pytest.mark.skipif(
     SIPP is None and not os.environ.get("CI"), reason="SIPp is not installed (apt-get install sip-tester)"
 )
+
+
+class Listening(Protocol):
+    """What SIPp is pointed at: a server's port (a SipServer, or a daemon's)."""
+
+    @property
+    def local_port(self) -> int: ...
 
 
 def free_udp_port(host: str = LOOPBACK) -> int:
@@ -92,7 +100,7 @@ class SippResult:
 
 async def run_sipp(
     scenario: str,
-    server: SipServer,
+    server: Listening,
     *,
     keys: dict[str, str] | None = None,
     local_ip: str = LOOPBACK,

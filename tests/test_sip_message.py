@@ -239,16 +239,20 @@ def test_request_checks_pick_the_rfc_3261_response(change: tuple[bytes, bytes], 
         assert ("Unsupported", "100rel") in rejection.headers
 
 
+def _request(data: bytes) -> SipRequest:
+    request = parse_message(data)
+    assert isinstance(request, SipRequest)
+    return request
+
+
 def test_methods_not_served_get_405_with_allow_or_501() -> None:
-    register = parse_message(invite().replace(b"INVITE", b"REGISTER"))
-    rejection = check_request(register)  # type: ignore[arg-type]
+    rejection = check_request(_request(invite().replace(b"INVITE", b"REGISTER")))
     assert rejection is not None and rejection.status == 405
     assert dict(rejection.headers)["Allow"] == "INVITE, ACK, BYE, CANCEL, OPTIONS, INFO"
-    unknown = check_request(parse_message(invite().replace(b"INVITE", b"FROBNICATE")))  # type: ignore[arg-type]
+    unknown = check_request(_request(invite().replace(b"INVITE", b"FROBNICATE")))
     assert unknown is not None and unknown.status == 501
 
 
 def test_invite_with_a_body_that_is_not_sdp_gets_415() -> None:
-    request = parse_message(invite(body="hello").replace(b"application/sdp", b"text/plain"))
-    rejection = check_request(request)  # type: ignore[arg-type]
+    rejection = check_request(_request(invite(body="hello").replace(b"application/sdp", b"text/plain")))
     assert rejection is not None and rejection.status == 415

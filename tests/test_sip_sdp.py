@@ -6,7 +6,7 @@ import pytest
 
 from appliance.sip.dialog import Dialog, DialogState
 from appliance.sip.message import SipRequest, parse_message
-from appliance.sip.sdp import SdpError, build_offer, negotiate, parse_sdp
+from appliance.sip.sdp import SUPPORTED_CODECS, AudioAnswer, SdpError, build_offer, negotiate, parse_sdp
 from appliance.sip.transactions import transaction_key
 
 
@@ -19,15 +19,15 @@ def offer(*media: str, session: str = "c=IN IP4 192.0.2.50") -> str:
     )
 
 
-def answer(text: str, **kwargs: object):
-    params: dict[str, object] = {
-        "local_host": "192.0.2.1",
-        "local_port": 40000,
-        "session_id": 7,
-        "session_version": 1,
-    }
-    params.update(kwargs)
-    return negotiate(parse_sdp(text), **params)  # type: ignore[arg-type]
+def answer(text: str, *, codecs: tuple[str, ...] = SUPPORTED_CODECS) -> AudioAnswer:
+    return negotiate(
+        parse_sdp(text),
+        local_host="192.0.2.1",
+        local_port=40000,
+        session_id=7,
+        session_version=1,
+        codecs=codecs,
+    )
 
 
 def test_first_g711_codec_in_the_callers_order_wins() -> None:

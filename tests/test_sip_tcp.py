@@ -28,11 +28,12 @@ OPTIONS = (
 )
 
 
-class FakeTransport:
+class FakeTransport(asyncio.Transport):
     def __init__(self) -> None:
+        super().__init__()
         self.closed = False
 
-    def get_extra_info(self, name: str) -> Any:
+    def get_extra_info(self, name: str, default: Any = None) -> Any:
         return ("127.0.0.1", 5999)
 
     def is_closing(self) -> bool:
@@ -41,7 +42,7 @@ class FakeTransport:
     def close(self) -> None:
         self.closed = True
 
-    def write(self, data: bytes) -> None:
+    def write(self, data: bytes | bytearray | memoryview) -> None:
         pass
 
 
@@ -50,7 +51,7 @@ def _connection() -> tuple[SipTcpConnection, list[bytes], dict[tuple[str, int], 
     registry: dict[tuple[str, int], SipTcpConnection] = {}
     limits = TcpLimits(allowed=lambda host: True)
     connection = SipTcpConnection(lambda data, peer: received.append(data), registry, limits)
-    connection.connection_made(FakeTransport())  # type: ignore[arg-type]
+    connection.connection_made(FakeTransport())
     return connection, received, registry
 
 
