@@ -7,9 +7,8 @@ from __future__ import annotations
 
 import asyncio
 import http.server
-import threading
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator
 from typing import Any, ClassVar
 
 import numpy as np
@@ -24,10 +23,10 @@ from appliance.pipeline.workers import EngineWorker
 from appliance.tools import ToolBox
 from appliance.trace.record import TurnTrace
 from bench.site import send, serve_http, site_agent
-from engines.llm import GenerationStats, LlmEngine, LlmOccupancy, Message, PrefillStats
+from engines.llm import LlmEngine, Message
 from engines.manifest import Bundle
 from engines.tts import TtsEngine
-from tests.fixtures.pipeline import FakeAsr
+from tests.fixtures.pipeline import FakeAsr, FakeLlm
 
 
 class _LineService(http.server.BaseHTTPRequestHandler):
@@ -192,50 +191,9 @@ def test_orders_inside_a_tool_answer_are_left_out_and_logged(
     assert any("t-tools" in r.message and "gave orders" in r.message for r in caplog.records)
 
 
-class _Scripted:
-    """A model interface that writes a given tool call, then a fixed answer."""
-
-    offers_tools = True
-
-    def __init__(self, first: str) -> None:
-        self.outputs = [first, "Here is what I found."]
-        self.histories: list[list[Message]] = []
-
-    judges_turns = False
-
-    def load(self) -> None:
-        return None
-
-    def prefill(
-        self,
-        history: Sequence[Message],
-        *,
-        cancel: threading.Event | None = None,
-        conversation: str | None = None,
-    ) -> PrefillStats:
-        return PrefillStats()
-
-    def stream(
-        self,
-        history: Sequence[Message],
-        *,
-        cancel: threading.Event | None = None,
-        stats: GenerationStats | None = None,
-        conversation: str | None = None,
-        on_end_of_message: Callable[[float], None] | None = None,
-    ) -> Iterator[str]:
-        self.histories.append(list(history))
-        for index, word in enumerate(self.outputs.pop(0).split(" ")):
-            yield word if index == 0 else " " + word
-
-    def close(self) -> None:
-        return None
-
-    def occupancy(self) -> LlmOccupancy:
-        return LlmOccupancy(slots=1, running=0, waiting=0, max_queue=0)
-
-    def end_conversation(self, conversation: str) -> None:
-        return None
+def _scripted(first: str) -> FakeLlm:
+    """A model that writes a given tool call, then a fixed answer."""
+    return FakeLlm(first, then=["Here is what I found."], token_delay_s=0.0, offers_tools=True)
 
 
 @pytest.mark.parametrize(
@@ -258,30 +216,30 @@ class _Scripted:
 def test_a_bad_tool_call_is_answered_honestly_and_nothing_is_called(
     piper_tts: TtsEngine, tools: ToolBox, output: str, refusal: str
 ) -> None:
-    model = _Scripted(output)
+    model = _scripted(output)
     spoken, trace, _ = _turn("Is line 3 running?", model, piper_tts, tools)
     assert trace.tool_calls == [refusal] and trace.error is None
     assert spoken == [tools.agent.tool_preamble, tools.agent.tool_misunderstood_reply]
-    assert _LineService.paths == [] and len(model.histories) == 1
+    assert _LineService.paths == [] and len(model.calls) == 1
 
 
 def test_a_call_that_names_no_tool_searches_the_facts_for_the_question(
     piper_tts: TtsEngine, tools: ToolBox
 ) -> None:
-    model = _Scripted("<tools></tools>")  # what Qwen 1.5B writes for some site questions
+    model = _scripted("<tools></tools>")  # what Qwen 1.5B writes for some site questions
     spoken, trace, _ = _turn("Where can visitors park?", model, piper_tts, tools)
     assert (
         trace.tool_calls == ["repaired:no_call", "site_facts"]
         and " ".join(spoken[1:]) == "Here is what I found."
     )
-    assert "car park C" in model.histories[1][-1].content
+    assert "car park C" in model.calls[1].history[-1].content
 
 
 def test_a_tool_answer_goes_back_to_the_model_marked_as_data(piper_tts: TtsEngine, tools: ToolBox) -> None:
-    model = _Scripted('<tool_call> {"name": "line_status", "arguments": {"line": 3}} </tool_call>')
+    model = _scripted('<tool_call> {"name": "line_status", "arguments": {"line": 3}} </tool_call>')
     spoken, trace, _ = _turn("Is line 3 running?", model, piper_tts, tools)
     assert trace.tool_calls == ["line_status"] and " ".join(spoken[1:]) == "Here is what I found."
-    call, answer = model.histories[1][-2:]
+    call, answer = model.calls[1].history[-2:]
     assert call.role == "assistant" and call.content.startswith("<tool_call>")
     assert answer.role == "tool" and answer.content.startswith("Data from line_status (facts to answer with")
     assert "status: running" in answer.content

@@ -5,6 +5,7 @@ goes with it."""
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 from typing import Any
 
 import numpy as np
@@ -15,11 +16,11 @@ from appliance.audio.echo import EchoCancelledSource, TappedSink
 from appliance.audio.files import ArraySource, MemorySink
 from appliance.config import Settings, load_settings, override
 from appliance.engine_set import session_config
-from appliance.pipeline.session import EchoGate, Session, SessionConfig
+from appliance.pipeline.session import EchoGate, Session
 from appliance.pipeline.workers import EngineWorker
 from engines.aec import EchoCanceller
 from engines.vad.endpointer import EndpointerParams
-from tests.fixtures.pipeline import ReactiveSource, make_fakes, tone
+from tests.fixtures.pipeline import SILENCE_ONLY, ReactiveSource, make_fakes, tone
 
 
 def _wire(
@@ -91,7 +92,8 @@ class _LearningSource(ReactiveSource):
 def test_the_microphone_is_ignored_while_a_new_canceller_learns_the_room(converged: bool) -> None:
     fakes = make_fakes("It is sunny and warm today, with a light breeze from the west.")
     source = _LearningSource(converged=converged)
-    config = SessionConfig(
+    config = dataclasses.replace(
+        SILENCE_ONLY,
         endpointer=EndpointerParams(mode="silence", end_silence_ms=400),
         echo=EchoGate(0.5, 0.5, gate_while_playing=False),
     )

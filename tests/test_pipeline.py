@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import time
 from collections.abc import AsyncIterator
 
@@ -16,12 +17,12 @@ from appliance.audio import ArraySource, MemorySink
 from appliance.pipeline.echo_gate import EchoGate
 from appliance.pipeline.params import ReplyParams
 from appliance.pipeline.played import played_text
-from appliance.pipeline.session import Session, SessionConfig, SessionEngines
+from appliance.pipeline.session import Session, SessionEngines
 from appliance.pipeline.turn import TurnConfig
 from appliance.trace import TIMESTAMPS, TraceStore
 from engines.llm import Message
 from engines.vad.endpointer import EndpointerParams
-from tests.fixtures.pipeline import Fakes, ReactiveSource, make_fakes, silence, tone
+from tests.fixtures.pipeline import SILENCE_ONLY, Fakes, ReactiveSource, make_fakes, silence, tone
 
 REPLY = "It is sunny and warm today, with a light breeze from the west and no rain expected at all."
 
@@ -40,7 +41,7 @@ def test_one_turn_flows_through_every_stage_in_order(tmp_path) -> None:
     sink = MemorySink(16000)
     store = TraceStore(tmp_path / "turns.sqlite3", max_turns=10)
     source = ArraySource(np.concatenate([silence(0.3), tone(1.0), silence(1.0)]), realtime=False)
-    session = Session(engines=fakes.engines, source=source, sink=sink, store=store)
+    session = Session(config=SILENCE_ONLY, engines=fakes.engines, source=source, sink=sink, store=store)
 
     _run(session.run())
 
@@ -73,7 +74,10 @@ def test_second_turn_sees_the_first_in_its_history() -> None:
     fakes = make_fakes("Fine, thanks.")
     audio = np.concatenate([tone(0.8), silence(1.0), tone(0.8), silence(1.0)])
     session = Session(
-        engines=fakes.engines, source=ArraySource(audio, realtime=False), sink=MemorySink(16000)
+        config=SILENCE_ONLY,
+        engines=fakes.engines,
+        source=ArraySource(audio, realtime=False),
+        sink=MemorySink(16000),
     )
     _run(session.run())
     assert session.turns_done == 2
@@ -92,7 +96,7 @@ def test_speculative_start_hides_the_endpoint_wait() -> None:
     fakes.asr.delay_s = 0.2
     sink = MemorySink(16000, realtime=True)
     source = ArraySource(np.concatenate([tone(1.0), silence(1.5)]), realtime=True)
-    session = Session(engines=fakes.engines, source=source, sink=sink)
+    session = Session(config=SILENCE_ONLY, engines=fakes.engines, source=source, sink=sink)
     _run(session.run())
 
     (trace,) = session.traces
@@ -111,7 +115,9 @@ def test_resumed_speech_drops_the_speculative_turn() -> None:
     sink = MemorySink(16000, realtime=True)
     # A 0.25 s pause (shorter than the 0.5 s endpoint silence), then more speech.
     audio = np.concatenate([tone(1.0), silence(0.25), tone(0.8), silence(1.2)])
-    session = Session(engines=fakes.engines, source=ArraySource(audio, realtime=True), sink=sink)
+    session = Session(
+        config=SILENCE_ONLY, engines=fakes.engines, source=ArraySource(audio, realtime=True), sink=sink
+    )
     _run(session.run())
 
     assert session.dropped_speculative == 1
@@ -132,7 +138,8 @@ def _barge_in_session(
     fakes = make_fakes(REPLY, token_delay_s=token_delay_s)
     sink = MemorySink(16000, realtime=True)
     source = ReactiveSource(tone(0.8), tone(0.5), inject_after_s=0.6, tail_s=1.5)
-    config = SessionConfig(
+    config = dataclasses.replace(
+        SILENCE_ONLY,
         endpointer=EndpointerParams(mode="silence", end_silence_ms=400),
         echo=EchoGate(threshold=0.5, threshold_while_playing=0.85, gate_while_playing=gate),
     )
@@ -205,7 +212,7 @@ def test_an_engine_failure_says_the_fallback_and_the_session_keeps_listening(cap
     fakes = make_fakes("All good now.", fail_times=1)
     sink = MemorySink(16000)
     audio = np.concatenate([tone(0.8), silence(1.0), tone(0.8), silence(1.0)])
-    config = SessionConfig(endpointer=EndpointerParams(mode="silence"))
+    config = SILENCE_ONLY
     session = Session(
         engines=fakes.engines, source=ArraySource(audio, realtime=False), sink=sink, config=config
     )
@@ -229,7 +236,10 @@ def test_silence_and_noise_start_no_turn() -> None:
     rng = np.random.default_rng(0)
     quiet_noise = (rng.standard_normal(16000 * 2) * 0.005).astype(np.float32)
     session = Session(
-        engines=fakes.engines, source=ArraySource(quiet_noise, realtime=False), sink=MemorySink(16000)
+        config=SILENCE_ONLY,
+        engines=fakes.engines,
+        source=ArraySource(quiet_noise, realtime=False),
+        sink=MemorySink(16000),
     )
     _run(session.run())
     assert session.turns_done == 0 and not fakes.asr.calls
@@ -239,7 +249,9 @@ def test_stop_event_cancels_a_running_turn() -> None:
     fakes = make_fakes(REPLY, token_delay_s=0.2)
     sink = MemorySink(16000, realtime=True)
     audio = np.concatenate([tone(0.8), silence(10.0)])
-    session = Session(engines=fakes.engines, source=ArraySource(audio, realtime=True), sink=sink)
+    session = Session(
+        config=SILENCE_ONLY, engines=fakes.engines, source=ArraySource(audio, realtime=True), sink=sink
+    )
 
     async def main() -> float:
         stop = asyncio.Event()
@@ -261,6 +273,7 @@ def test_two_sessions_share_the_engines_at_once() -> None:
     sinks = [MemorySink(16000), MemorySink(16000)]
     sessions = [
         Session(
+            config=SILENCE_ONLY,
             engines=fakes.engines,
             source=ArraySource(np.concatenate([tone(seconds), silence(1.0)]), realtime=True),
             sink=sink,
@@ -292,7 +305,9 @@ def test_a_turn_that_must_wait_for_the_llm_says_so_first() -> None:
         engines=fakes.engines,
         source=ArraySource(np.concatenate([tone(0.8), silence(1.0)]), realtime=False),
         sink=sink,
-        config=SessionConfig(turn=TurnConfig(replies=ReplyParams(busy_reply="One moment, please."))),
+        config=dataclasses.replace(
+            SILENCE_ONLY, turn=TurnConfig(replies=ReplyParams(busy_reply="One moment, please."))
+        ),
     )
     _run(session.run())
     (trace,) = session.traces
@@ -356,7 +371,7 @@ def test_a_call_is_a_session_whose_reply_is_queued_for_the_caller() -> None:
 
     fakes = make_fakes("Thanks for calling.")
     call = _FakeCall(np.concatenate([tone(0.6), silence(2.0)]))  # the caller stays until the answer is out
-    session = Session(engines=fakes.engines, **call_session_kwargs(call))
+    session = Session(config=SILENCE_ONLY, engines=fakes.engines, **call_session_kwargs(call))
     _run(session.run())
     assert session.session_id == "call-c1" and session.turns_done == 1
     assert sum(len(a) for a in call.queued) / 16000 == pytest.approx(3 * fakes.tts.word_s, abs=0.01)
@@ -371,7 +386,9 @@ def test_a_turn_still_playing_when_the_caller_hangs_up_is_stored_with_what_was_p
     sink = MemorySink(16000, realtime=True)
     store = TraceStore(tmp_path / "turns.sqlite3", max_turns=10)
     source = ArraySource(np.concatenate([silence(0.3), tone(1.0), silence(0.8)]), realtime=True)
-    session = Session(engines=fakes.engines, source=source, sink=sink, store=store, session_id="call-1")
+    session = Session(
+        config=SILENCE_ONLY, engines=fakes.engines, source=source, sink=sink, store=store, session_id="call-1"
+    )
 
     async def hang_up() -> None:
         task = asyncio.create_task(session.run())
@@ -412,18 +429,12 @@ class _ScriptedDetector:
 def _smart_session(detector: _ScriptedDetector, audio: np.ndarray, *, realtime: bool) -> Session:
     fakes = make_fakes(REPLY)
     engines = SessionEngines.create(vad=fakes.vad, asr=fakes.asr, llm=fakes.llm, tts=fakes.tts, turn=detector)
-    params = EndpointerParams(
-        mode="smart_turn",
-        turn_check_ms=160,
-        turn_complete_threshold=0.9,
-        turn_incomplete_threshold=0.1,
-        judge_words=False,
-    )
+    params = EndpointerParams(turn_incomplete_threshold=0.1, judge_words=False)  # else as shipped
     return Session(
         engines=engines,
         source=ArraySource(audio, realtime=realtime),
         sink=MemorySink(16000),
-        config=SessionConfig(endpointer=params),
+        config=dataclasses.replace(SILENCE_ONLY, endpointer=params),
     )
 
 
@@ -466,7 +477,7 @@ def _long_reply_session(tmp_path, source: ArraySource) -> tuple[Session, TraceSt
     store = TraceStore(tmp_path / "turns.sqlite3", max_turns=10)
     fakes = make_fakes(LONG_REPLY, token_delay_s=0.05)
     sink = MemorySink(16000, realtime=True)
-    return Session(engines=fakes.engines, source=source, sink=sink, store=store), store
+    return Session(config=SILENCE_ONLY, engines=fakes.engines, source=source, sink=sink, store=store), store
 
 
 def test_stopping_a_session_mid_reply_cuts_the_turn_at_once_and_keeps_it(tmp_path) -> None:
@@ -513,24 +524,16 @@ def _words_session(
     fakes = make_fakes(REPLY, end_of_message_p=llm_p, first_token_s=first_token_s)
     fakes.llm.full = busy  # as if another call's reply held the only slot
     engines = SessionEngines.create(vad=fakes.vad, asr=fakes.asr, llm=fakes.llm, tts=fakes.tts, turn=detector)
+    # As shipped (smart_turn, the words judged, 0.9 / 0.35 / 0.02, words waited for 1 s) but for these:
     params = EndpointerParams(
-        mode="smart_turn",
-        turn_check_ms=160,
-        turn_complete_threshold=0.9,
-        turn_incomplete_threshold=0.1,
-        incomplete_silence_ms=1200,
-        judge_words=True,
-        words_complete_threshold=0.35,
-        words_incomplete_threshold=0.02,
-        words_unsure_silence_ms=500,
-        words_wait_ms=1000,
+        turn_incomplete_threshold=0.1, incomplete_silence_ms=1200, words_unsure_silence_ms=500
     )
     audio = np.concatenate([silence(0.3), tone(1.0), silence(2.0)])
     session = Session(
         engines=engines,
         source=ArraySource(audio, realtime=True),
         sink=MemorySink(16000),
-        config=SessionConfig(endpointer=params),
+        config=dataclasses.replace(SILENCE_ONLY, endpointer=params),
     )
     return session, fakes
 

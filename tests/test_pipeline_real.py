@@ -17,7 +17,7 @@ from appliance.pipeline.session import Session, SessionEngines
 from appliance.trace import TIMESTAMPS, TraceStore
 from engines.audio import load_audio_16k, resample
 from engines.llm import LlmEngine, LlmOccupancy, Message
-from tests.fixtures.pipeline import ReactiveSource, english_words, silence
+from tests.fixtures.pipeline import SILENCE_ONLY, ReactiveSource, english_words, silence
 
 QUESTION = "speech/en/google_audio.wav"  # "how old is the Brooklyn Bridge"
 INTERRUPTION = "speech/en/speechbrain_spk1_snt1.wav"  # "THE CHILD ALMOST HURT THE SMALL DOG"
@@ -34,7 +34,7 @@ def test_a_spoken_question_gets_a_spoken_english_answer(
     source = ArraySource(np.concatenate([silence(0.3), question, silence(1.5)]), realtime=True)
     sink = MemorySink(real_engines.tts.sample_rate_hz, realtime=True)
     store = TraceStore(tmp_path / "turns.sqlite3", max_turns=10)
-    session = Session(engines=real_engines, source=source, sink=sink, store=store)
+    session = Session(config=SILENCE_ONLY, engines=real_engines, source=source, sink=sink, store=store)
 
     asyncio.run(asyncio.wait_for(session.run(max_turns=1), 300))
 
@@ -137,7 +137,7 @@ def test_an_engine_failure_is_answered_with_the_spoken_fallback(
     question = load_audio_16k(data_dir / QUESTION)
     source = ArraySource(np.concatenate([silence(0.3), question, silence(1.5)]), realtime=False)
     sink = MemorySink(real_engines.tts.sample_rate_hz)
-    session = Session(engines=engines, source=source, sink=sink)
+    session = Session(config=SILENCE_ONLY, engines=engines, source=source, sink=sink)
     asyncio.run(asyncio.wait_for(session.run(), 300))
     for _engine, worker in engines.pairs().values():
         worker.shutdown()

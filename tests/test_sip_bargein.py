@@ -5,6 +5,7 @@ logic), once with the real engines and recorded speech."""
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import socket
 from pathlib import Path
 
@@ -13,7 +14,7 @@ import numpy as np
 from appliance.audio.call import call_session_kwargs
 from appliance.config import load_settings
 from appliance.engine_set import session_config
-from appliance.pipeline.session import EchoGate, Session, SessionConfig, SessionEngines
+from appliance.pipeline.session import EchoGate, Session, SessionEngines
 from appliance.rtp import g711
 from appliance.rtp.packet import RtpPacket, parse_rtp
 from appliance.sip import CallAudio
@@ -22,7 +23,7 @@ from appliance.sip.message import SipResponse, parse_message
 from engines.audio import load_audio, resample
 from engines.vad.endpointer import EndpointerParams
 from tests.fixtures.net import send_datagram
-from tests.fixtures.pipeline import make_fakes
+from tests.fixtures.pipeline import SILENCE_ONLY, make_fakes
 from tests.test_sip_helpers import LOOPBACK, running_server
 
 REPLY = "It is sunny and warm today, with a light breeze from the west and no rain at all."
@@ -111,7 +112,8 @@ async def _call_with_barge_in(
 
 def test_caller_talking_over_the_reply_stops_it_within_a_few_frames() -> None:
     fakes = make_fakes(REPLY)
-    config = SessionConfig(
+    config = dataclasses.replace(
+        SILENCE_ONLY,
         endpointer=EndpointerParams(mode="silence", end_silence_ms=400),
         echo=EchoGate(0.5, 0.85, gate_while_playing=False),
     )

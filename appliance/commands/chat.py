@@ -7,7 +7,13 @@ import json
 import sys
 import threading
 
-from appliance.commands.common import EXIT_FAILED, EXIT_OK, add_config_option, settings_or_exit
+from appliance.commands.common import (
+    EXIT_FAILED,
+    EXIT_OK,
+    add_config_option,
+    loaded_or_none,
+    settings_or_exit,
+)
 from appliance.config import override
 from appliance.engine_set import llm_engine, open_bundle
 from engines.errors import EngineError
@@ -35,11 +41,8 @@ def handle(args: argparse.Namespace) -> int:
         return EXIT_FAILED
     if args.model:
         settings = override(settings, llm={"model": args.model})
-    try:
-        engine = llm_engine(settings, open_bundle(settings))
-        engine.load()
-    except EngineError as err:
-        print(f"error: {err}", file=sys.stderr)
+    engine = loaded_or_none(lambda: llm_engine(settings, open_bundle(settings)))
+    if engine is None:
         return EXIT_FAILED
     cancel = threading.Event()
     stats = GenerationStats()

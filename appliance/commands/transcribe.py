@@ -9,10 +9,16 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 from pathlib import Path
 
-from appliance.commands.common import EXIT_FAILED, EXIT_OK, add_config_option, settings_or_exit
+from appliance.commands.common import (
+    EXIT_FAILED,
+    EXIT_OK,
+    add_config_option,
+    loaded_or_none,
+    report_file_error,
+    settings_or_exit,
+)
 from engines.errors import EngineError
 
 
@@ -38,11 +44,8 @@ def handle(args: argparse.Namespace) -> int:
 
     if args.real_length is not None:
         settings = override(settings, asr={"encode_real_length": args.real_length == "on"})
-    try:
-        engine = asr_engine(settings, open_bundle(settings))
-        engine.load()
-    except EngineError as err:
-        print(f"error: {err}", file=sys.stderr)
+    engine = loaded_or_none(lambda: asr_engine(settings, open_bundle(settings)))
+    if engine is None:
         return EXIT_FAILED
     failed = 0
     try:
@@ -51,9 +54,7 @@ def handle(args: argparse.Namespace) -> int:
                 transcript = engine.transcribe(load_audio_16k(path))
             except EngineError as err:
                 failed += 1
-                print(f"error: {path}: {err}", file=sys.stderr)
-                if args.json:
-                    print(json.dumps({"file": str(path), "error": str(err), "code": err.code}), flush=True)
+                report_file_error(path, err, as_json=args.json)
                 continue
             if args.json:
                 record = {

@@ -12,7 +12,15 @@ import sys
 import time
 from pathlib import Path
 
-from appliance.commands.common import EXIT_FAILED, EXIT_OK, EXIT_USAGE, add_config_option, settings_or_exit
+from appliance.commands.common import (
+    EXIT_FAILED,
+    EXIT_OK,
+    EXIT_USAGE,
+    add_config_option,
+    loaded_or_none,
+    report_file_error,
+    settings_or_exit,
+)
 from engines.errors import EngineError
 
 
@@ -51,11 +59,8 @@ def handle(args: argparse.Namespace) -> int:
     except ConfigError as err:
         print(f"error: {err}", file=sys.stderr)
         return EXIT_USAGE
-    try:
-        engine = vad_engine(settings, open_bundle(settings))
-        engine.load()
-    except EngineError as err:
-        print(f"error: {err}", file=sys.stderr)
+    engine = loaded_or_none(lambda: vad_engine(settings, open_bundle(settings)))
+    if engine is None:
         return EXIT_FAILED
     failed = 0
     try:
@@ -64,9 +69,7 @@ def handle(args: argparse.Namespace) -> int:
                 audio = load_audio_16k(path)
             except EngineError as err:
                 failed += 1
-                print(f"error: {err}", file=sys.stderr)
-                if args.json:
-                    print(json.dumps({"file": str(path), "error": str(err), "code": err.code}), flush=True)
+                report_file_error(path, err, as_json=args.json)
                 continue
             started = time.perf_counter()
             segments = speech_segments(
