@@ -124,7 +124,7 @@ def tool_problems(settings: Settings) -> list[ConfigProblem]:
     from urllib.parse import urlsplit
 
     from appliance.tools.facts import FactsFileError, read_facts
-    from appliance.tools.lan import host_allowed
+    from engines.net import host_allowed
 
     problems = []
     names: set[str] = set()

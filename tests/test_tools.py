@@ -16,8 +16,9 @@ from appliance.config import AgentConfig, ConfigError, Settings, load_settings, 
 from appliance.engine_set import tool_problems
 from appliance.tools import ToolBox, ToolCall, ToolCallError, parse_calls, starts_a_call
 from appliance.tools.facts import FactsFileError, FactsIndex, read_facts
-from appliance.tools.lan import ToolFailed, build_url, call_service, host_allowed
+from appliance.tools.lan import ToolFailed, build_url, call_service
 from bench.site import FACTS, send, serve_http
+from engines.net import host_allowed
 
 
 def test_facts_are_cut_at_headings_and_found_by_their_words() -> None:

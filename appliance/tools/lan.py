@@ -1,15 +1,17 @@
-"""An HTTP call to a service on the site's LAN: the one exception to the air gap, and only to the hosts
-listed in ``agent.allowed_hosts`` (checked before any connection; no redirects followed)."""
+"""An HTTP call to a service on the site's LAN: one of the two exceptions to the air gap, only to the
+hosts listed in ``agent.allowed_hosts`` and only at private addresses (``engines.outbound``, checked
+before any connection; no redirects followed)."""
 
 from __future__ import annotations
 
-import http.client
 import json
 from collections.abc import Sequence
 from typing import Any
 from urllib.parse import quote, urlsplit
 
-from engines.net import host_allowed, name_lookup_allowed
+import httpx
+
+from engines.outbound import OutboundError, OutboundRules, open_response, read_body
 
 MAX_BODY_BYTES = 256 * 1024  # read at most this much of an answer (a 10 MB reply is cut here)
 
@@ -39,33 +41,24 @@ def call_service(
     timeout_s: float,
     body: dict[str, Any] | None = None,
 ) -> tuple[str, Any]:
-    """(content type, decoded answer: JSON when it is JSON, else text) of one request."""
-    parts = urlsplit(url)
-    if parts.scheme not in ("http", "https") or not parts.hostname:
-        raise ToolFailed("bad_answer", f"{url!r} is not an http(s) URL")
-    if not host_allowed(parts.hostname, allowed_hosts):
-        raise ToolFailed("refused_host", f"{parts.hostname} is not in agent.allowed_hosts")
-    connection_type = http.client.HTTPSConnection if parts.scheme == "https" else http.client.HTTPConnection
-    connection = connection_type(parts.hostname, parts.port, timeout=timeout_s)
-    path = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
-    payload = json.dumps(body).encode() if body is not None else None
-    headers = {"Accept": "application/json, text/plain", "User-Agent": "voice-appliance"}
-    if payload is not None:
-        headers["Content-Type"] = "application/json"
+    """(content type, decoded answer: JSON when it is JSON, else text) of one request, under the
+    device's outbound rules (``engines.outbound``): a listed host on the site's network."""
+    rules = OutboundRules(tuple(allowed_hosts), "agent.allowed_hosts", max_body_bytes=MAX_BODY_BYTES)
+    headers = {"Accept": "application/json, text/plain"}
     try:
-        with name_lookup_allowed(parts.hostname):  # listed in agent.allowed_hosts, checked above
-            connection.request(method, path, body=payload, headers=headers)
-        response = connection.getresponse()
-        raw = response.read(MAX_BODY_BYTES)
-    except TimeoutError as err:
-        raise ToolFailed("timeout", f"{parts.hostname} did not answer within {timeout_s:g} s") from err
-    except (OSError, http.client.HTTPException) as err:
-        raise ToolFailed("unreachable", f"{parts.hostname}: {err}") from err
-    finally:
-        connection.close()
-    if not 200 <= response.status < 300:
-        raise ToolFailed("http_status", f"{parts.hostname} answered HTTP {response.status}")
-    content_type = response.getheader("Content-Type", "") or ""
+        with open_response(
+            method, url, rules, timeout=httpx.Timeout(timeout_s), json_body=body, headers=headers
+        ) as response:
+            raw = read_body(response, MAX_BODY_BYTES)
+    except OutboundError as err:
+        raise ToolFailed(_KINDS.get(err.kind, err.kind), str(err)) from err
+    except httpx.TimeoutException as err:
+        raise ToolFailed("timeout", f"{_host(url)} did not answer within {timeout_s:g} s") from err
+    except (httpx.HTTPError, OSError) as err:
+        raise ToolFailed("unreachable", f"{_host(url)}: {err}") from err
+    if not 200 <= response.status_code < 300:
+        raise ToolFailed("http_status", f"{_host(url)} answered HTTP {response.status_code}")
+    content_type = response.headers.get("Content-Type", "")
     text = raw.decode("utf-8", errors="replace")
     if "json" in content_type:
         try:
@@ -73,3 +66,11 @@ def call_service(
         except json.JSONDecodeError:
             return content_type, text  # cut short at MAX_BODY_BYTES, or not JSON after all: as text
     return content_type, text
+
+
+# The outbound rules' refusals, as the tool's failure kinds (a bad URL is a bad answer of the model's).
+_KINDS = {"bad_url": "bad_answer", "public_address": "refused_host", "unresolvable": "unreachable"}
+
+
+def _host(url: str) -> str:
+    return urlsplit(url).hostname or url

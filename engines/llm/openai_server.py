@@ -1,38 +1,46 @@
 """The LLM on a site server: an OpenAI-compatible ``/v1/chat/completions``, streamed over HTTP.
 
 For a site whose devices share one GPU box (``llama_cpp.server``, llama.cpp's ``llama-server``, vLLM).
-It is the one connection the appliance makes off the device, and only to ``llm.server_url``'s host,
-which must be listed in ``llm.allowed_hosts`` and resolve to private addresses (unless
-``llm.allow_public_server``): both checked before connecting. The name is resolved once per request
-and the checked address is the one connected to.
+It reaches only ``llm.server_url``'s host, which must be listed in ``llm.allowed_hosts`` and resolve to
+private addresses (unless ``llm.allow_public_server``): the device's outbound rules
+(``engines.outbound``), the same as an http tool's, checked before connecting.
 
-Timeouts: connecting (``connect_timeout_s``), the reply's first piece (``first_token_timeout_s``: the
-server may be evaluating a long prompt or serving other devices) and each later one
-(``idle_timeout_s``). A cancel closes the connection within one token; the server stops generating.
+Timeouts: connecting (``server_connect_timeout_s``), the reply's first piece
+(``server_first_token_timeout_s``: the server may be evaluating a long prompt or serving other devices)
+and each later one (``server_idle_timeout_s``). A cancel shuts the connection within one token; the
+server stops generating.
 """
 
 from __future__ import annotations
 
-import contextlib
-import http.client
 import json
 import logging
 import socket
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit
+
+import httpx
 
 from engines.errors import BackendUnavailable
 from engines.llm import GenerationStats, LlmOccupancy, Message, PrefillStats
 from engines.llm.params import LlmServerParams
-from engines.net import host_allowed, is_private_address, name_lookup_allowed
+from engines.outbound import (
+    Destination,
+    OutboundError,
+    OutboundRules,
+    check_url,
+    interrupt,
+    open_response,
+    read_body,
+)
 
 log = logging.getLogger(__name__)
 
 MAX_ERROR_BODY = 2000
+MAX_ANSWER_BYTES = 20000  # GET /models
 _CANCEL_POLL_S = 0.01
 _FIX = 'check the site server (llm.server_url) runs and answers, or set llm.backend = "local"'
 
@@ -46,54 +54,36 @@ class LlmServerError(BackendUnavailable):
         self.started = started
 
 
-@dataclass(frozen=True)
-class Endpoint:
-    host: str
-    port: int
-    path: str  # the API's base path, without a trailing slash
+def server_rules(server: LlmServerParams) -> OutboundRules:
+    return OutboundRules(
+        tuple(server.allowed_hosts),
+        "llm.allowed_hosts",
+        allow_public=server.allow_public_server,
+        schemes=("http",),
+        max_body_bytes=MAX_ANSWER_BYTES,
+    )
 
 
-def check_server_url(url: str, allowed_hosts: Sequence[str], allow_public: bool) -> Endpoint:
+def check_server_url(url: str, allowed_hosts: Sequence[str], allow_public: bool) -> Destination:
     """The server's endpoint, or the reason the settings do not allow it (nothing is resolved here)."""
-    parts = urlsplit(url)
-    if parts.scheme != "http" or not parts.hostname:
-        raise BackendUnavailable(
-            f"llm.server_url {url!r} is not an http:// URL with a host",
-            fix='set llm.server_url = "http://HOST:PORT/v1", the site server\'s OpenAI-compatible API',
-        )
-    if not host_allowed(parts.hostname, allowed_hosts):
-        raise BackendUnavailable(
-            f"the LLM server {parts.hostname} is not in llm.allowed_hosts",
-            fix=f'add "{parts.hostname}" (or its network) to llm.allowed_hosts',
-        )
-    endpoint = Endpoint(parts.hostname, parts.port or 80, parts.path.rstrip("/"))
+    rules = OutboundRules(
+        tuple(allowed_hosts), "llm.allowed_hosts", allow_public=allow_public, schemes=("http",)
+    )
     try:
-        private = is_private_address(parts.hostname)
-    except ValueError:
-        return endpoint  # a name: its addresses are checked when it is resolved
-    if not private and not allow_public:
-        raise BackendUnavailable(
-            f"the LLM server {parts.hostname} is not a private address",
-            fix="use the server's address on the site's network, or set llm.allow_public_server = true",
+        return check_url(url, rules)
+    except OutboundError as err:
+        fix = {
+            "bad_url": 'set llm.server_url = "http://HOST:PORT/v1", the site server\'s OpenAI-compatible API',
+            "refused_host": f'add "{urlsplit(url).hostname}" (or its network) to llm.allowed_hosts',
+        }.get(
+            err.kind, "use the server's address on the site's network, or set llm.allow_public_server = true"
         )
-    return endpoint
-
-
-def resolve(endpoint: Endpoint, allow_public: bool) -> str:
-    """The address to connect to: every address the name has must be private (unless allowed)."""
-    try:
-        with name_lookup_allowed(endpoint.host):  # listed in llm.allowed_hosts (check_server_url)
-            infos = socket.getaddrinfo(endpoint.host, endpoint.port, type=socket.SOCK_STREAM)
-    except OSError as err:
-        raise LlmServerError(f"the LLM server's name {endpoint.host} does not resolve ({err})") from err
-    addresses = [str(info[4][0]) for info in infos]
-    public = [a for a in addresses if not is_private_address(a)]
-    if public and not allow_public:
-        raise LlmServerError(
-            f"the LLM server {endpoint.host} resolves to the public address {public[0]}",
-            fix="use the server's address on the site's network, or set llm.allow_public_server = true",
+        what = (
+            f"llm.server_url {url!r} is not an http:// URL with a host"
+            if err.kind == "bad_url"
+            else f"the LLM server {err}"
         )
-    return addresses[0]
+        raise BackendUnavailable(what, fix=fix) from err
 
 
 class OpenAiLlm:
@@ -113,7 +103,8 @@ class OpenAiLlm:
     ) -> None:
         self.server = server
         self.api_key = api_key
-        self.endpoint = check_server_url(server.server_url, server.allowed_hosts, server.allow_public_server)
+        check_server_url(server.server_url, server.allowed_hosts, server.allow_public_server)
+        self.rules = server_rules(server)
         self.system_prompt = system_prompt
         self.max_reply_tokens = max_reply_tokens
         self.temperature = temperature
@@ -160,40 +151,36 @@ class OpenAiLlm:
     ) -> PrefillStats:
         return PrefillStats()
 
-    def _connect(self, timeout_s: float) -> http.client.HTTPConnection:
-        address = resolve(self.endpoint, self.server.allow_public_server)
-        connection = http.client.HTTPConnection(address, self.endpoint.port, timeout=timeout_s)
-        try:
-            connection.connect()
-        except OSError as err:
-            connection.close()
-            raise LlmServerError(
-                f"cannot connect to the LLM server {self.server.server_url} ({err})"
-            ) from err
-        return connection
+    def _url(self, path: str) -> str:
+        return self.server.server_url.rstrip("/") + path
 
     def _headers(self) -> dict[str, str]:
-        headers = {"Host": f"{self.endpoint.host}:{self.endpoint.port}", "Content-Type": "application/json"}
-        if self.api_key:
-            headers["Authorization"] = f"Bearer {self.api_key}"
-        return headers
+        return {"Authorization": f"Bearer {self.api_key}"} if self.api_key else {}
+
+    def _failed(self, err: OutboundError) -> LlmServerError:
+        if err.kind == "unreachable":
+            return LlmServerError(f"cannot connect to the LLM server {self.server.server_url} ({err})")
+        if err.kind == "timeout":
+            return LlmServerError(self._no_first_token())
+        return LlmServerError(f"the LLM server {err}")
 
     def _get(self, path: str) -> dict[str, Any]:
-        connection = self._connect(self.server.server_connect_timeout_s)
+        timeout = httpx.Timeout(self.server.server_connect_timeout_s)
         try:
-            connection.request("GET", self.endpoint.path + path, headers=self._headers())
-            response = connection.getresponse()
-            body = response.read(MAX_ERROR_BODY * 10)
-        except OSError as err:
+            with open_response(
+                "GET", self._url(path), self.rules, timeout=timeout, headers=self._headers()
+            ) as response:
+                body = read_body(response, MAX_ANSWER_BYTES)
+        except OutboundError as err:
+            raise self._failed(err) from err
+        except (httpx.HTTPError, OSError) as err:
             raise LlmServerError(f"the LLM server {self.server.server_url} did not answer ({err})") from err
-        finally:
-            connection.close()
-        if response.status != 200:
-            raise LlmServerError(f"the LLM server answered {response.status} to GET {path}")
+        if response.status_code != 200:
+            raise LlmServerError(f"the LLM server answered {response.status_code} to GET {path}")
         answer: dict[str, Any] = json.loads(body)
         return answer
 
-    def _body(self, history: Sequence[Message]) -> bytes:
+    def _body(self, history: Sequence[Message]) -> dict[str, Any]:
         messages = [{"role": "system", "content": self.system_prompt}]
         messages += [{"role": m.role, "content": m.content} for m in history]
         body: dict[str, Any] = {
@@ -208,7 +195,7 @@ class OpenAiLlm:
             body["stop"] = list(self.stop)
         if self.seed is not None:
             body["seed"] = self.seed
-        return json.dumps(body).encode("utf-8")
+        return body
 
     def stream(
         self,
@@ -238,89 +225,77 @@ class OpenAiLlm:
     def _stream(
         self, history: Sequence[Message], cancel: threading.Event, stats: GenerationStats, started: float
     ) -> Iterator[str]:
-        connection = self._connect(self.server.server_connect_timeout_s)
-        done = threading.Event()
-        watcher = threading.Thread(target=_close_on_cancel, args=(connection, cancel, done), daemon=True)
-        watcher.start()
+        server = self.server
+        # httpx's own read timeout is a backstop: the watchdog holds each wait to its own limit.
+        longest = max(server.server_first_token_timeout_s, server.server_idle_timeout_s) + 1.0
+        timeout = httpx.Timeout(longest, connect=server.server_connect_timeout_s)
+        watchdog = _Watchdog(cancel, server)
         pieces = 0
         try:
-            sock = connection.sock
-            if sock is not None:
-                sock.settimeout(self.server.server_first_token_timeout_s)
-            try:
-                connection.request(
-                    "POST",
-                    self.endpoint.path + "/chat/completions",
-                    body=self._body(history),
-                    headers=self._headers(),
-                )
-                response = connection.getresponse()
-            except TimeoutError as err:
-                raise LlmServerError(self._no_first_token()) from err
-            except OSError as err:
-                if cancel.is_set():
-                    stats.cancelled, stats.stop_reason = True, "cancelled"
-                    return
-                raise LlmServerError(
-                    f"the LLM server {self.server.server_url} did not answer ({err})"
-                ) from err
-            if response.status != 200:
-                detail = response.read(MAX_ERROR_BODY).decode("utf-8", errors="replace")
-                raise LlmServerError(f"the LLM server answered {response.status}: {detail.strip()[:300]}")
-            for event in _events(response, cancel):
-                if cancel.is_set():
-                    stats.cancelled, stats.stop_reason = True, "cancelled"
-                    return
-                usage = event.get("usage") or {}
-                if usage.get("prompt_tokens"):
-                    stats.prompt_tokens = stats.evaluated_prompt_tokens = int(usage["prompt_tokens"])
-                for choice in event.get("choices") or ():
-                    text = (choice.get("delta") or {}).get("content") or ""
-                    if choice.get("finish_reason"):
-                        stats.stop_reason = (
-                            "max_tokens" if choice["finish_reason"] == "length" else "end_of_turn"
-                        )
-                    if not text:
-                        continue
-                    if pieces == 0:
-                        stats.first_token_s = time.perf_counter() - started
-                        if sock is not None:
-                            sock.settimeout(self.server.server_idle_timeout_s)
-                    pieces += 1
-                    stats.generated_tokens += 1  # a server's stream carries one token per event
-                    yield text
-            if cancel.is_set():
-                stats.cancelled, stats.stop_reason = True, "cancelled"
-        except TimeoutError as err:
-            if not pieces:
-                raise LlmServerError(self._no_first_token()) from err
-            raise LlmServerError(
+            with open_response(
+                "POST",
+                self._url("/chat/completions"),
+                self.rules,
+                timeout=timeout,
+                json_body=self._body(history),
+                headers=self._headers(),
+                on_socket=watchdog.attach,
+            ) as response:
+                if response.status_code != 200:
+                    detail = read_body(response, MAX_ERROR_BODY).decode("utf-8", errors="replace")
+                    raise LlmServerError(
+                        f"the LLM server answered {response.status_code}: {detail.strip()[:300]}"
+                    )
+                for event in _events(response):
+                    if cancel.is_set():
+                        break
+                    usage = event.get("usage") or {}
+                    if usage.get("prompt_tokens"):
+                        stats.prompt_tokens = stats.evaluated_prompt_tokens = int(usage["prompt_tokens"])
+                    for choice in event.get("choices") or ():
+                        text = (choice.get("delta") or {}).get("content") or ""
+                        if choice.get("finish_reason"):
+                            stats.stop_reason = (
+                                "max_tokens" if choice["finish_reason"] == "length" else "end_of_turn"
+                            )
+                        if not text:
+                            continue
+                        if pieces == 0:
+                            stats.first_token_s = time.perf_counter() - started
+                        pieces += 1
+                        watchdog.progress()
+                        stats.generated_tokens += 1  # a server's stream carries one token per event
+                        yield text
+        except (OutboundError, httpx.HTTPError, OSError, ValueError) as err:
+            if not cancel.is_set():
+                raise self._broken(err, pieces, timed_out=watchdog.expired) from err
+        finally:
+            watchdog.stop()
+        if cancel.is_set():
+            stats.cancelled, stats.stop_reason = True, "cancelled"
+
+    def _broken(self, err: Exception, pieces: int, *, timed_out: bool) -> LlmServerError:
+        timed_out = timed_out or isinstance(err, httpx.TimeoutException)
+        if isinstance(err, OutboundError) and not timed_out:
+            return self._failed(err)
+        if timed_out and not pieces:
+            return LlmServerError(self._no_first_token())
+        if timed_out:
+            return LlmServerError(
                 f"the LLM server stopped sending after {pieces} pieces (nothing for "
                 f"llm.server_idle_timeout_s = {self.server.server_idle_timeout_s} s)",
                 started=True,
-            ) from err
-        except (OSError, http.client.HTTPException, ValueError) as err:
-            if cancel.is_set():
-                stats.cancelled, stats.stop_reason = True, "cancelled"
-                return
-            raise LlmServerError(
-                f"the LLM server's reply broke off after {pieces} pieces ({err or type(err).__name__})",
-                started=pieces > 0,
-            ) from err
-        finally:
-            done.set()
-            connection.close()
+            )
+        return LlmServerError(
+            f"the LLM server's reply broke off after {pieces} pieces ({err or type(err).__name__})",
+            started=pieces > 0,
+        )
 
 
-def _events(response: http.client.HTTPResponse, cancel: threading.Event) -> Iterator[dict[str, Any]]:
+def _events(response: httpx.Response) -> Iterator[dict[str, Any]]:
     """The JSON objects of a server-sent event stream, until ``data: [DONE]``."""
-    while not cancel.is_set():
-        line = response.readline(1 << 20)
-        if not line:
-            if cancel.is_set():
-                return
-            raise http.client.IncompleteRead(b"", None)  # the server closed without [DONE]
-        text = line.decode("utf-8", errors="replace").strip()
+    for line in response.iter_lines():
+        text = line.strip()
         if not text.startswith("data:"):
             continue  # blank separators, comments, event names
         data = text[5:].strip()
@@ -330,16 +305,39 @@ def _events(response: http.client.HTTPResponse, cancel: threading.Event) -> Iter
         if "error" in event:
             raise ValueError(f"the server reported: {event['error']}")
         yield event
+    raise httpx.RemoteProtocolError("the server closed the stream without [DONE]")
 
 
-def _close_on_cancel(
-    connection: http.client.HTTPConnection, cancel: threading.Event, done: threading.Event
-) -> None:
-    """Close the connection as soon as ``cancel`` is set, ending a read that waits for the next token."""
-    while not done.wait(_CANCEL_POLL_S):
-        if cancel.is_set():
-            sock = connection.sock
-            if sock is not None:
-                with contextlib.suppress(OSError):
-                    sock.shutdown(socket.SHUT_RDWR)
-            return
+class _Watchdog:
+    """Ends a read that waits on the server for longer than it may, or once the reply is cancelled:
+    the first piece within ``server_first_token_timeout_s`` of connecting, each later one within
+    ``server_idle_timeout_s``."""
+
+    def __init__(self, cancel: threading.Event, server: LlmServerParams) -> None:
+        self.cancel = cancel
+        self.expired = False
+        self._sock: socket.socket | None = None
+        self._wait_s = server.server_first_token_timeout_s
+        self._idle_s = server.server_idle_timeout_s
+        self._since = time.monotonic()
+        self._done = threading.Event()
+        threading.Thread(target=self._watch, name="llm-server-watchdog", daemon=True).start()
+
+    def attach(self, sock: socket.socket) -> None:
+        self._since, self._sock = time.monotonic(), sock
+
+    def progress(self) -> None:
+        self._since, self._wait_s = time.monotonic(), self._idle_s
+
+    def stop(self) -> None:
+        self._done.set()
+
+    def _watch(self) -> None:
+        while not self._done.wait(_CANCEL_POLL_S):
+            if self._sock is None:
+                continue  # connecting: httpx's connect timeout holds that wait
+            late = time.monotonic() - self._since > self._wait_s
+            if self.cancel.is_set() or late:
+                self.expired = late and not self.cancel.is_set()
+                interrupt(self._sock)
+                return
