@@ -35,6 +35,7 @@ from typing import Any
 
 import numpy as np
 
+from appliance.audio.base import SourceBase
 from appliance.audio.call import call_session_kwargs
 from appliance.config import Settings, SipConfig, load_settings
 from appliance.engine_set import build_engines, load_engines, open_bundle, session_config
@@ -116,7 +117,7 @@ class Caller:
             self.latencies_s.append(now - self._speech_end_at)
 
 
-class MicSource:
+class MicSource(SourceBase):
     """Microphone-like: one 512-sample frame every 32 ms, from the caller's script."""
 
     realtime = True

@@ -85,7 +85,11 @@ class _LearningSource(ReactiveSource):
 
     def __init__(self, *, converged: bool) -> None:
         super().__init__(tone(0.8), tone(0.5), inject_after_s=0.6, tail_s=1.5)
-        self.echo_converged = converged
+        self.converged = converged
+
+    @property
+    def echo_converged(self) -> bool:
+        return self.converged
 
 
 @pytest.mark.parametrize("converged", [False, True])

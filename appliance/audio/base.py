@@ -31,18 +31,42 @@ def split_frame(frame: np.ndarray | HeardFrame) -> tuple[np.ndarray, np.ndarray]
 
 class AudioSource(Protocol):
     """Yields float32 mono frames of FRAME_SAMPLES at 16 kHz, in order, until the input ends (or
-    ``HeardFrame`` pairs of them).
+    ``HeardFrame`` pairs of them, where an echo canceller cleans the audio two ways).
 
-    ``realtime`` is False for a source that runs faster than a clock (a file fed with ``--fast``):
-    a session then finishes each turn before taking the next frame.
+    What the source is, for the session that listens to it:
+
+    - ``realtime`` is False for a source that runs faster than a clock (a file fed with ``--fast``):
+      the session then finishes each turn before taking the next frame;
+    - ``ends_with_listener``: call audio, whose end means the caller hung up: nobody is left to hear
+      a reply, so the session cuts the turn in progress at once;
+    - ``echo_converged`` is False while an echo canceller in front of it has not yet learnt the room:
+      the session then ignores the microphone while a reply plays.
+
+    ``SourceBase`` gives a plain source's answers (a microphone or a file).
     """
 
     name: str
     realtime: bool
+    ends_with_listener: bool
+
+    @property
+    def echo_converged(self) -> bool: ...
 
     def frames(self) -> AsyncIterator[np.ndarray | HeardFrame]: ...
 
     async def close(self) -> None: ...
+
+
+class SourceBase:
+    """A plain source: paced by a clock unless it says otherwise, its end only the end of its input,
+    no echo canceller in front of it."""
+
+    realtime: bool = True
+    ends_with_listener: bool = False
+
+    @property
+    def echo_converged(self) -> bool:
+        return True
 
 
 class AudioSink(Protocol):

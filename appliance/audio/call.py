@@ -8,6 +8,8 @@ from typing import Any, Protocol
 
 import numpy as np
 
+from appliance.audio.base import SourceBase
+
 
 class CallAudioLike(Protocol):
     call_id: str
@@ -20,7 +22,7 @@ class CallAudioLike(Protocol):
     def flush(self) -> float: ...
 
 
-class CallSource:
+class CallSource(SourceBase):
     realtime = True  # RTP arrives at the caller's pace
     # When the call's audio ends the caller has hung up: nobody is left to hear a reply, so the
     # session cuts the turn in progress at once instead of letting it run on (and hold the LLM).

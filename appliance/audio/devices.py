@@ -23,6 +23,7 @@ from appliance.audio.base import (
     FRAME_SAMPLES,
     SAMPLE_RATE_HZ,
     Reframer,
+    SourceBase,
     float32_to_int16,
     int16_to_float32,
 )
@@ -77,7 +78,7 @@ def probe_device(kind: str, device: str | None = None) -> DeviceProbe:
     return DeviceProbe(True, name, "ok")
 
 
-class MicrophoneSource:
+class MicrophoneSource(SourceBase):
     """Frames from a sounddevice input stream.
 
     The reader thread blocks while ``queue_frames`` frames are waiting, so a slow consumer loses audio

@@ -23,7 +23,7 @@ from typing import Any, Protocol, TypeVar
 import numpy as np
 import soxr
 
-from appliance.audio.base import SAMPLE_RATE_HZ, AudioSink, AudioSource, HeardFrame, split_frame
+from appliance.audio.base import SAMPLE_RATE_HZ, AudioSink, AudioSource, HeardFrame, SourceBase, split_frame
 from engines.aec import EchoStream
 
 T = TypeVar("T")
@@ -146,7 +146,7 @@ class CaptureClock:
         return self._offsets[0][1] + sample / SAMPLE_RATE_HZ
 
 
-class EchoCancelledSource:
+class EchoCancelledSource(SourceBase):
     """The microphone's frames with the speaker's echo taken out (``BLOCK_SAMPLES`` later): AEC3's
     for the VAD, the linear canceller's for what is transcribed (``engines.aec.Cancelled``)."""
 
@@ -167,7 +167,7 @@ class EchoCancelledSource:
         self.clock = CaptureClock()
         self.name = f"{source.name}+aec"
         self.realtime = source.realtime
-        self.ends_with_listener = getattr(source, "ends_with_listener", False)
+        self.ends_with_listener = source.ends_with_listener
 
     async def frames(self) -> AsyncIterator[HeardFrame]:
         async for heard in self.inner.frames():

@@ -10,10 +10,10 @@ from pathlib import Path
 import numpy as np
 import soundfile as sf
 
-from appliance.audio.base import FRAME_S, FRAME_SAMPLES, SAMPLE_RATE_HZ
+from appliance.audio.base import FRAME_S, FRAME_SAMPLES, SAMPLE_RATE_HZ, SourceBase
 
 
-class ArraySource:
+class ArraySource(SourceBase):
     """16 kHz audio held in memory, fed frame by frame.
 
     ``realtime=True`` delivers each frame when a microphone would (at the end of its 32 ms);

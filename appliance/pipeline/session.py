@@ -210,7 +210,7 @@ class Session:
             self.config.partials,
             self.conversation.with_user,
             asr=engines.partial_asr,
-            wait=not getattr(source, "realtime", True),
+            wait=not source.realtime,
             conversation=self.session_id,
         )
 
@@ -237,7 +237,7 @@ class Session:
         try:
             async for frame in self.source.frames():
                 await self._on_frame(frame, vad_stream)
-                if not getattr(self.source, "realtime", True):
+                if not self.source.realtime:
                     # A file fed faster than real time: answer each turn before listening on, as a
                     # person would wait for the answer (no barge-in without a clock); and a pause's
                     # verdicts come before the next frame, as they would within its silence.
@@ -251,7 +251,7 @@ class Session:
                     break
             else:
                 self._source_ended = True
-                if not getattr(self.source, "ends_with_listener", False):
+                if not self.source.ends_with_listener:
                     for event in self.endpointer.finish():
                         await self._on_event(event, time.monotonic())
         except asyncio.CancelledError:
@@ -261,7 +261,7 @@ class Session:
             for task in list(self._check_tasks):
                 task.cancel()
             await self.partials.close()
-            hung_up = self._source_ended and getattr(self.source, "ends_with_listener", False)
+            hung_up = self._source_ended and self.source.ends_with_listener
             await self._close_active(
                 cancel=stopped_early or hung_up, outcome="hangup" if self._source_ended else "stopped"
             )
@@ -278,7 +278,7 @@ class Session:
         playing = self.speaking
         self.endpointer.threshold = self.config.echo.threshold_for(playing)
         probability = self.config.echo.probability_for(probability, playing)
-        if playing and not getattr(self.source, "echo_converged", True):
+        if playing and not self.source.echo_converged:
             probability = 0.0  # the echo canceller is still learning the room (a session's first seconds)
         for event in self.endpointer.feed(probability, FRAME_S):
             await self._on_event(event, now)
@@ -318,7 +318,7 @@ class Session:
         task = asyncio.create_task(self._judge(event.check_id, audio), name=f"turn-check-{event.check_id}")
         self._check_tasks.add(task)
         task.add_done_callback(self._check_tasks.discard)
-        if not getattr(self.source, "realtime", True):
+        if not self.source.realtime:
             await task  # a file fed faster than real time: the verdict comes before the next frame
 
     async def _judge(self, check_id: int, audio: np.ndarray) -> None:
@@ -410,7 +410,7 @@ class Session:
         )
         if judge_words:
             self.endpointer.expect_text(event.pause_id)
-            if not getattr(self.source, "realtime", True):
+            if not self.source.realtime:
                 self._words_due = asyncio.Event()
         if confirmed:
             self._stamp_endpoint(trace, event, now)
