@@ -52,6 +52,7 @@ def transcribe_recordings(whisper_dir: Path, audio_dir: Path, threads: int) -> d
     engine = WhisperEngine(
         whisper_files(whisper_dir),
         partial(OrtGraphRunner, device="cpu", threads=threads),
+        language="en",
         policy=REAL_LENGTH_POLICY,
     )
     engine.load()

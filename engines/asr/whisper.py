@@ -75,7 +75,7 @@ class WhisperEngine:
         files: WhisperFiles,
         runner_factory: RunnerFactory,
         *,
-        language: str = "en",
+        language: str,
         policy: EncodePolicy = EncodePolicy(),
     ) -> None:
         self.files = files
