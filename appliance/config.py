@@ -7,7 +7,6 @@ Environment variables use the prefix ``APPLIANCE_`` and ``__`` between levels, e
 from __future__ import annotations
 
 from dataclasses import dataclass
-from importlib import resources
 from pathlib import Path
 from typing import Any, Literal
 
@@ -32,7 +31,6 @@ from engines.vad.endpointer import EndpointerParams
 from engines.vad.params import VadParams
 
 ENV_PREFIX = "APPLIANCE_"
-DEFAULT_CONFIG_NAME = "default.toml"
 
 
 class Section(Params):
@@ -413,7 +411,10 @@ _MISSING = object()
 
 
 def default_config_text() -> str:
-    return resources.files("appliance").joinpath(DEFAULT_CONFIG_NAME).read_text(encoding="utf-8")
+    """The default configuration as a file: every key, its default and its description."""
+    from appliance.config_default import default_toml
+
+    return default_toml()
 
 
 def _read_toml(path: Path) -> dict[str, Any]:
@@ -455,9 +456,9 @@ def override(settings: Settings, **sections: dict[str, Any]) -> Settings:
 
 
 def load_settings(path: Path | None = None) -> Settings:
-    """Load the TOML at ``path`` (the shipped default when None) with environment overrides."""
-    source = str(path) if path else f"<default {DEFAULT_CONFIG_NAME}>"
-    data = _read_toml(path) if path else loads_toml(default_config_text())
+    """Load the TOML at ``path`` (every key at its default when None) with environment overrides."""
+    source = str(path) if path else "<the default configuration>"
+    data = _read_toml(path) if path else {}
     try:
         return Settings(**data)
     except ValidationError as err:

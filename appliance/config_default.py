@@ -1,6 +1,6 @@
-"""The shipped configuration file, written from the schema: every key with its default and its
-description (``appliance config default``). ``appliance/default.toml`` is this text; a test keeps them
-equal, so a new setting reaches the shipped file by being declared, with its description, once."""
+"""The default configuration as a file, written from the schema: every key with its default and its
+description (``appliance config default``), so a new setting reaches it by being declared, with its
+description, once. ``tests/test_defaults.py`` loads it back and finds the defaults."""
 
 from __future__ import annotations
 
