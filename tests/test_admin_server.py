@@ -237,14 +237,16 @@ def test_slow_request_bodies_cannot_hold_the_page(
     per_client = env.settings.admin.max_connections_per_client
 
     async def scenario() -> dict[str, Any]:
-        async with watch_loop() as slow, serving(env) as port:
+        # The test's own client is made first: building its TLS context reads the CA file, a blocking
+        # step of the test's, not the server's, that the watch would report under load.
+        client = httpx.AsyncClient(timeout=5.0)
+        async with client, watch_loop() as slow, serving(env) as port:
             held = [c for c in [await _slow_login(port, "127.0.0.2") for _ in range(63)] if c is not None]
             await asyncio.sleep(0.3)
             closed_now = [await closed_within(reader, 0.05) for reader, _ in held]
-            async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}", timeout=5.0) as client:
-                started = asyncio.get_running_loop().time()
-                health = (await client.get("/healthz")).status_code
-                health_s = asyncio.get_running_loop().time() - started
+            started = asyncio.get_running_loop().time()
+            health = (await client.get(f"http://127.0.0.1:{port}/healthz")).status_code
+            health_s = asyncio.get_running_loop().time() - started
             survivors = [reader for (reader, _), closed in zip(held, closed_now, strict=True) if not closed]
             closed_later = [await closed_within(reader, timeout_s + 1.0) for reader in survivors]
             for _, writer in held:
