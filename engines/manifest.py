@@ -137,6 +137,11 @@ class Bundle:
 
     @classmethod
     def open(cls, root: Path, *, verify: bool = True, full: bool = False) -> Bundle:
+        """The bundle at ``root``: an unversioned bundle folder, or a root of versions side by side
+        (``engines.bundle_store``), whose active version is opened."""
+        from engines.bundle_store import resolve_bundle_dir
+
+        root = resolve_bundle_dir(root)
         manifest = Manifest.read(root)
         if verify:
             problems = manifest.verify(root, full=full)

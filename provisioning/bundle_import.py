@@ -21,6 +21,7 @@ from pathlib import Path, PurePosixPath
 from cryptography.hazmat.primitives import serialization
 from tqdm import tqdm
 
+from engines.bundle_store import VERSIONS, BundleStore, version_id
 from engines.errors import BundleError
 from engines.manifest import FORMAT_VERSION, MANIFEST_NAME, Artifact, Manifest
 from provisioning.files import atomic_write_bytes, fsync_dir
@@ -57,6 +58,8 @@ class ImportResult:
     signer_fingerprint: str
     copied: bool  # False when the same bundle was already installed and intact
     ignored_files: int  # files on the media that the manifest does not list
+    version: str | None = None  # a versioned bundle root: the version the bundle is (engines.bundle_store)
+    activated: bool = False  # ... and it became the active one (the root had none)
 
 
 def manifest_from_bytes(data: bytes, where: Path) -> Manifest:
@@ -216,14 +219,26 @@ def import_bundle(
     manifest_sha = hashlib.sha256(manifest_bytes).hexdigest()
     ignored = len(_listed_files(media_dir, manifest))
 
-    def result(copied: bool) -> ImportResult:
+    store = BundleStore(bundle_dir)
+
+    def result(copied: bool, where: Path = bundle_dir, activated: bool = False) -> ImportResult:
+        version = version_id(manifest_bytes) if store.versioned else None
         return ImportResult(
-            bundle_dir, len(manifest.artifacts), total_bytes, manifest_sha, fingerprint, copied, ignored
+            where,
+            len(manifest.artifacts),
+            total_bytes,
+            manifest_sha,
+            fingerprint,
+            copied,
+            ignored,
+            version,
+            activated,
         )
 
-    if _already_installed(bundle_dir, manifest, manifest_bytes, signature):
+    installed = store.root / VERSIONS / version_id(manifest_bytes) if store.versioned else bundle_dir
+    if _already_installed(installed, manifest, manifest_bytes, signature):
         shutil.rmtree(staging)
-        return result(copied=False)
+        return result(copied=False, where=installed, activated=_activate_if_none(store, installed.name))
     try:
         _check_media(media_dir, manifest)
         free = _free_bytes(bundle_dir.parent)
@@ -238,8 +253,19 @@ def import_bundle(
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
         raise
+    if store.versioned:  # a version beside the others; the active one is not touched
+        added = store.add(staging, label=f"imported from {media_dir}", source="import", move=True)
+        return result(copied=True, where=added.path, activated=_activate_if_none(store, added.id))
     _swap_in(staging, bundle_dir)
     return result(copied=True)
+
+
+def _activate_if_none(store: BundleStore, version: str) -> bool:
+    """A first bundle becomes the active one; a later one waits for ``appliance bundle activate``."""
+    if not store.versioned or store.state().active is not None:
+        return False
+    store.activate(version)
+    return True
 
 
 def _copy_verified(

@@ -13,6 +13,7 @@ import importlib.util
 from collections.abc import Callable
 from pathlib import Path
 
+from engines.bundle_store import resolve_bundle_dir
 from engines.manifest import Manifest
 from provisioning.context import ProvisioningContext
 from provisioning.framework import StepFailed, StepOutcome
@@ -86,4 +87,5 @@ def build_device_engines(target: str, bundle_dir: Path, *, progress: bool = True
 
 
 def run_engine_build(ctx: ProvisioningContext) -> StepOutcome:
-    return build_device_engines(ctx.target, ctx.bundle_dir, progress=ctx.progress)
+    # A versioned bundle root: the plans go into the active version, the one the daemon runs.
+    return build_device_engines(ctx.target, resolve_bundle_dir(ctx.bundle_dir), progress=ctx.progress)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from engines.bundle_store import resolve_bundle_dir
 from engines.errors import BundleError
 from engines.manifest import Manifest
 from provisioning.admin_password import password_still_valid, run_admin_password
@@ -45,6 +46,12 @@ def run_bundle_import(ctx: ProvisioningContext) -> StepOutcome:
         raise StepFailed(err.message, fix=err.fix) from err
     give_to_service_user(ctx.bundle_dir, ctx.system_root)  # the engines unit adds TensorRT plans to it
     how = "copied and verified" if result.copied else "already installed and intact"
+    if result.version is not None:
+        how += f" as version {result.version}" + (
+            ", now active"
+            if result.activated
+            else f" (not active: appliance bundle activate {result.version})"
+        )
     outputs = {
         "media": str(ctx.media_dir),
         "bundle_dir": str(result.bundle_dir),
@@ -54,6 +61,8 @@ def run_bundle_import(ctx: ProvisioningContext) -> StepOutcome:
         "signed_by": result.signer_fingerprint,
         "copied": result.copied,
         "ignored_files_on_media": result.ignored_files,
+        "version": result.version,
+        "activated": result.activated,
     }
     summary = (
         f"{result.artifacts} artifacts ({result.total_bytes / 1e6:.0f} MB) {how}; "
@@ -67,18 +76,19 @@ def _keep_installed_bundle(ctx: ProvisioningContext) -> StepOutcome:
     recover_interrupted_swap(ctx.bundle_dir)
     fix = "insert the media with the signed bundle and pass its folder with --media"
     try:
-        manifest_bytes = signed_manifest_bytes(ctx.bundle_dir)
+        installed = resolve_bundle_dir(ctx.bundle_dir)  # a versioned root: its active version
+        manifest_bytes = signed_manifest_bytes(installed)
         verify_manifest_bytes(
             manifest_bytes,
-            read_signature(ctx.signature_file or ctx.bundle_dir / SIGNATURE_NAME),
+            read_signature(ctx.signature_file or installed / SIGNATURE_NAME),
             load_public_key(ctx.trusted_key_file),
         )
-        manifest = manifest_from_bytes(manifest_bytes, ctx.bundle_dir)
+        manifest = manifest_from_bytes(manifest_bytes, installed)
     except FileNotFoundError as err:
         raise StepFailed(f"no engine bundle installed at {ctx.bundle_dir}", fix=fix) from err
     except (SignatureError, BundleError, OSError) as err:
         raise StepFailed(f"the installed bundle cannot be trusted: {err}", fix=fix) from err
-    problems = manifest.verify(ctx.bundle_dir, full=True)
+    problems = manifest.verify(installed, full=True)
     if problems:
         raise StepFailed(f"the installed bundle is damaged: {'; '.join(map(str, problems))}", fix=fix)
     return StepOutcome(

@@ -381,3 +381,34 @@ def test_keys_and_signatures_from_the_command_line(tmp_path: Path, site: Site) -
     assert main(["keygen", "--private", str(private), "--public", str(public)]) == 1  # never overwrites
     _flip_one_byte(site.media / "vad/silero_vad.onnx")
     assert main(["sign-bundle", "--key", str(private), str(site.media)]) == 1  # refuses a damaged bundle
+
+
+def test_a_versioned_bundle_root_gets_each_import_as_a_version_and_keeps_its_active_one(
+    site: Site, bundle: Bundle, tmp_path: Path
+) -> None:
+    from engines.bundle_store import VERSIONS, BundleStore, resolve_bundle_dir
+
+    (site.device_bundle / VERSIONS).mkdir(parents=True)  # a device whose bundles are kept by version
+    assert main(site.args("--only", "preflight", "--only", "bundle")) == 0
+    store = BundleStore(site.device_bundle)
+    (first,) = store.versions()
+    assert store.state().active == first.id and site.steps()["bundle"]["outputs"]["activated"]
+    assert "now active" in site.steps()["bundle"]["summary"]
+    # A newer bundle from the factory: added beside the first, which stays active until chosen.
+    newer = small_copy(bundle, tmp_path / "newer")
+    manifest = Manifest.read(newer)
+    manifest.meta["release"] = "newer"
+    manifest.write(newer)
+    assert main(["sign-bundle", "--key", str(site.private_key), str(newer)]) == 0
+    assert (
+        main(
+            [*site.args("--only", "preflight", "--only", "bundle", "--from", "bundle"), "--media", str(newer)]
+        )
+        == 0
+    )
+    outputs = site.steps()["bundle"]["outputs"]
+    assert outputs["copied"] and not outputs["activated"] and outputs["version"] != first.id
+    assert store.state().active == first.id and len(store.versions()) == 2
+    assert resolve_bundle_dir(site.device_bundle) == first.path
+    store.activate(outputs["version"])
+    assert Bundle.open(site.device_bundle, full=True).manifest.meta["release"] == "newer"

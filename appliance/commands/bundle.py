@@ -1,4 +1,6 @@
-"""appliance bundle verify [DIR]"""
+"""appliance bundle verify [DIR] | list | activate VERSION | rollback | remove VERSION | adopt: check the
+engine bundle, and choose among the versions kept side by side under ``bundle.dir``
+(``engines.bundle_store``)."""
 
 from __future__ import annotations
 
@@ -7,18 +9,20 @@ import sys
 from pathlib import Path
 
 from appliance.commands.common import EXIT_FAILED, EXIT_OK, add_config_option, settings_or_exit
+from engines.bundle_store import BundleStore, BundleVersion, resolve_bundle_dir
 from engines.errors import BundleError
 from engines.manifest import Manifest
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    parser = sub.add_parser("bundle", help="inspect the engine bundle")
+    parser = sub.add_parser("bundle", help="check the engine bundle and choose among its versions")
     actions = parser.add_subparsers(dest="bundle_command", required=True, metavar="ACTION")
     verify = actions.add_parser("verify", help="check every file of the bundle against its manifest")
     verify.add_argument("dir", type=Path, nargs="?", help="bundle folder (default: from the configuration)")
     verify.add_argument("--quick", action="store_true", help="presence and size only, no checksums")
     add_config_option(verify)
     verify.set_defaults(handler=handle_verify)
+    register_versions(actions)
 
 
 def handle_verify(args: argparse.Namespace) -> int:
@@ -27,6 +31,7 @@ def handle_verify(args: argparse.Namespace) -> int:
         settings = settings_or_exit(args)
         bundle_dir = settings.bundle.dir
     try:
+        bundle_dir = resolve_bundle_dir(bundle_dir)
         manifest = Manifest.read(bundle_dir)
     except BundleError as err:
         print(f"error: {err}", file=sys.stderr)
@@ -39,4 +44,110 @@ def handle_verify(args: argparse.Namespace) -> int:
         print(f"fix: rebuild it: python -m build_scripts bundle --out {bundle_dir}", file=sys.stderr)
         return EXIT_FAILED
     print(f"{bundle_dir}: OK ({len(manifest.artifacts)} artifacts verified)")
+    return EXIT_OK
+
+
+RESTART_HINT = "the daemon uses it from its next start: systemctl restart appliance"
+
+
+def register_versions(actions: argparse._SubParsersAction) -> None:
+    listing = actions.add_parser("list", help="the bundle's versions, the active and previous ones marked")
+    _root_options(listing)
+    listing.set_defaults(handler=handle_list)
+    activate = actions.add_parser("activate", help="make a version the active one (the old one is kept)")
+    activate.add_argument("version", help="its id, or the start of it")
+    _root_options(activate)
+    activate.set_defaults(handler=handle_activate)
+    rollback = actions.add_parser("rollback", help="back to the version active before")
+    _root_options(rollback)
+    rollback.set_defaults(handler=handle_rollback)
+    remove = actions.add_parser("remove", help="delete a version (never the active or previous one)")
+    remove.add_argument("version", help="its id, or the start of it")
+    _root_options(remove)
+    remove.set_defaults(handler=handle_remove)
+    adopt = actions.add_parser("adopt", help="make an unversioned bundle folder the first version")
+    _root_options(adopt)
+    adopt.set_defaults(handler=handle_adopt)
+
+
+def _root_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--dir", type=Path, default=None, help="bundle root (default: bundle.dir)")
+    add_config_option(parser)
+
+
+def _store(args: argparse.Namespace) -> BundleStore:
+    root = args.dir if args.dir is not None else settings_or_exit(args).bundle.dir
+    return BundleStore(root)
+
+
+def _describe(version: BundleVersion, marks: str = "") -> str:
+    label = f"  {version.label}" if version.label else ""
+    size = f"{version.size_bytes / 1e9:.2f} GB"
+    return f"{marks:<10}{version.id}  {version.added[:19]}  {version.source:<8} {version.artifacts:>3} artifacts {size:>8}{label}"
+
+
+def handle_list(args: argparse.Namespace) -> int:
+    store = _store(args)
+    if not store.versioned:
+        print(
+            f"{store.root}: one unversioned bundle (appliance bundle adopt --dir {store.root} makes it a version)"
+        )
+        return EXIT_OK
+    try:
+        state, versions = store.state(), store.versions()
+    except BundleError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return EXIT_FAILED
+    print(f"{store.root}: {len(versions)} version(s)")
+    for version in versions:
+        marks = "active" if version.id == state.active else "previous" if version.id == state.previous else ""
+        print(_describe(version, marks))
+    return EXIT_OK
+
+
+def _changed(store: BundleStore, what: str) -> int:
+    state = store.state()
+    print(f"{what}: active {state.active}, previous {state.previous or 'none'}; {RESTART_HINT}")
+    return EXIT_OK
+
+
+def handle_activate(args: argparse.Namespace) -> int:
+    store = _store(args)
+    try:
+        store.activate(args.version)
+    except BundleError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return EXIT_FAILED
+    return _changed(store, "activated")
+
+
+def handle_rollback(args: argparse.Namespace) -> int:
+    store = _store(args)
+    try:
+        store.rollback()
+    except BundleError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return EXIT_FAILED
+    return _changed(store, "rolled back")
+
+
+def handle_remove(args: argparse.Namespace) -> int:
+    store = _store(args)
+    try:
+        removed = store.remove(args.version)
+    except BundleError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return EXIT_FAILED
+    print(f"removed {removed.id} ({removed.size_bytes / 1e9:.2f} GB freed)")
+    return EXIT_OK
+
+
+def handle_adopt(args: argparse.Namespace) -> int:
+    store = _store(args)
+    try:
+        version = store.adopt()
+    except (BundleError, OSError) as err:
+        print(f"error: {err}", file=sys.stderr)
+        return EXIT_FAILED
+    print(f"{store.root}: the bundle is now version {version.id}, active")
     return EXIT_OK

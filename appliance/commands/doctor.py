@@ -30,13 +30,14 @@ def diagnose(args: argparse.Namespace) -> list[Finding]:
         settings = load_settings(args.config)
     except ConfigError as err:
         return [Finding("config", False, str(err), "correct the file: appliance config check FILE")]
-    findings = [Finding("config", True, str(args.config or "the shipped default"))]
+    findings = [Finding("config", True, str(args.config or "the default configuration"))]
 
+    from engines.bundle_store import resolve_bundle_dir
     from engines.errors import BundleError
     from engines.manifest import Manifest
 
-    bundle_dir = settings.bundle.dir
     try:
+        bundle_dir = resolve_bundle_dir(settings.bundle.dir)
         problems = Manifest.read(bundle_dir).verify(bundle_dir, full=False)
     except BundleError as err:
         return [*findings, Finding("bundle", False, str(err))]

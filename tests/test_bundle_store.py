@@ -1,0 +1,191 @@
+"""Engine bundles side by side by version: add, activate, roll back, remove, prune, adopt; a kill at any
+point leaves a root whose active version is whole; the real bundle opened through a versioned root."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from engines.bundle_store import STATE, VERSIONS, BundleStore, resolve_bundle_dir
+from engines.errors import BundleError
+from engines.manifest import Artifact, Bundle, Manifest, sha256_of
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def _bundle(folder: Path, content: str) -> Path:
+    """A small whole bundle: one artifact and its manifest."""
+    (folder / "llm").mkdir(parents=True)
+    model = folder / "llm" / "model.gguf"
+    model.write_text(content)
+    manifest = Manifest(
+        [Artifact("llm/test", "llm/model.gguf", "llm-gguf", sha256_of(model), model.stat().st_size)]
+    )
+    manifest.write(folder)
+    return folder
+
+
+def test_versions_are_added_beside_the_active_one_which_only_activate_changes(tmp_path: Path) -> None:
+    store = BundleStore(tmp_path / "root")
+    first = store.add(_bundle(tmp_path / "a", "first"), label="qwen 1.5b")
+    assert store.state().active is None
+    store.activate(first.id)
+    second = store.add(_bundle(tmp_path / "b", "second"), label="qwen 3b")
+    assert store.state().active == first.id  # adding never touches the active version
+    assert [v.id for v in store.versions()] == [second.id, first.id] and second.label == "qwen 3b"
+    assert store.add(_bundle(tmp_path / "again", "second")).id == second.id  # the same bundle, one version
+    assert resolve_bundle_dir(store.root) == first.path
+    store.activate(second.id[:6])  # a prefix names a version
+    assert store.state().active == second.id and store.state().previous == first.id
+    assert Bundle.open(resolve_bundle_dir(store.root)).path("llm/test").read_text() == "second"
+
+
+def test_rollback_goes_back_and_a_second_rollback_undoes_it(tmp_path: Path) -> None:
+    store = BundleStore(tmp_path / "root")
+    with pytest.raises(BundleError, match="no active version"):
+        resolve_bundle_dir(store.root) if (store.root / STATE).exists() else store.active_version()
+    a = store.add(_bundle(tmp_path / "a", "a"))
+    b = store.add(_bundle(tmp_path / "b", "b"))
+    store.activate(a.id)
+    with pytest.raises(BundleError, match="no previous version"):
+        store.rollback()
+    store.activate(b.id)
+    assert store.rollback().active == a.id
+    assert store.rollback().active == b.id
+
+
+def test_the_active_and_previous_versions_are_never_removed_and_prune_keeps_the_newest(
+    tmp_path: Path,
+) -> None:
+    store = BundleStore(tmp_path / "root")
+    ids = [store.add(_bundle(tmp_path / str(n), f"v{n}")).id for n in range(5)]
+    store.activate(ids[0])
+    store.activate(ids[1])
+    for kept in ids[:2]:
+        with pytest.raises(BundleError, match="stays"):
+            store.remove(kept)
+    removed = store.prune(keep=3)
+    left = {v.id for v in store.versions()}
+    assert left == {ids[0], ids[1], ids[4]} and {v.id for v in removed} == {ids[2], ids[3]}
+    with pytest.raises(BundleError, match="is not in"):
+        store.get(ids[2])
+
+
+def test_an_unversioned_bundle_is_opened_as_before_and_adopted_as_the_first_version(tmp_path: Path) -> None:
+    root = _bundle(tmp_path / "root", "plain")
+    assert resolve_bundle_dir(root) == root
+    version = BundleStore(root).adopt()
+    assert (
+        not (root / "manifest.json").exists() and (root / VERSIONS / version.id / "llm/model.gguf").is_file()
+    )
+    assert BundleStore(root).state().active == version.id
+    assert Bundle.open(resolve_bundle_dir(root)).path("llm/test").read_text() == "plain"
+
+
+def test_a_damaged_state_file_is_named_with_the_fix(tmp_path: Path) -> None:
+    store = BundleStore(tmp_path / "root")
+    store.activate(store.add(_bundle(tmp_path / "a", "a")).id)
+    (store.root / STATE).write_text("{half")
+    with pytest.raises(BundleError, match="not readable JSON") as err:
+        resolve_bundle_dir(store.root)
+    assert "appliance bundle activate" in (err.value.fix or "")
+
+
+_SWITCHER = """
+import sys
+from pathlib import Path
+from engines.bundle_store import BundleStore
+store = BundleStore(Path(sys.argv[1]))
+ids = [v.id for v in store.versions()]
+print("ready", flush=True)
+n = 1
+while True:
+    store.activate(ids[n % len(ids)])
+    n += 1
+"""
+
+
+def test_a_kill_during_switches_leaves_an_active_version_that_is_whole(tmp_path: Path) -> None:
+    store = BundleStore(tmp_path / "root")
+    for n in range(3):
+        store.add(_bundle(tmp_path / str(n), f"v{n}"))
+    store.activate(store.versions()[0].id)
+    for delay_s in (0.05, 0.11, 0.23, 0.31, 0.47):
+        child = subprocess.Popen(
+            [sys.executable, "-c", _SWITCHER, str(store.root)], cwd=REPO, stdout=subprocess.PIPE, text=True
+        )
+        assert child.stdout is not None and child.stdout.readline().strip() == "ready"
+        time.sleep(delay_s)
+        os.kill(child.pid, signal.SIGKILL)
+        child.wait()
+        child.stdout.close()
+        opened = Bundle.open(resolve_bundle_dir(store.root), full=True)
+        assert opened.path("llm/test").read_text() in ("v0", "v1", "v2")
+
+
+def test_an_interrupted_add_leaves_no_version_and_the_next_add_cleans_it(tmp_path: Path) -> None:
+    store = BundleStore(tmp_path / "root")
+    active = store.add(_bundle(tmp_path / "a", "a"))
+    store.activate(active.id)
+    half = store.root / VERSIONS / ".adding-0123456789ab"
+    half.mkdir()
+    (half / "manifest.json").write_text("{}")
+    assert [v.id for v in store.versions()] == [active.id]
+    store.add(_bundle(tmp_path / "b", "b"))
+    assert not half.exists() and resolve_bundle_dir(store.root) == active.path
+
+
+def test_the_real_bundle_loads_its_engines_through_a_versioned_root(bundle: Bundle, tmp_path: Path) -> None:
+    """A version made of hard links to the installed bundle (no 2 GB copy), opened and run."""
+    linked = tmp_path / "linked"
+    subprocess.run(["cp", "-al", str(bundle.root), str(linked)], check=True)
+    store = BundleStore(tmp_path / "root")
+    version = store.add(linked, label="as installed", move=True)
+    store.activate(version.id)
+    from engines.vad import create_vad
+
+    opened = Bundle.open(resolve_bundle_dir(store.root))
+    assert (
+        opened.root == version.path and opened.manifest.artifacts.keys() == bundle.manifest.artifacts.keys()
+    )
+    vad = create_vad(opened)
+    vad.load()
+    try:
+        import numpy as np
+
+        assert 0.0 <= vad.stream().probability(np.zeros(512, np.float32)) <= 1.0
+    finally:
+        vad.close()
+
+
+def test_the_commands_list_activate_roll_back_and_remove(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from appliance.cli import main
+
+    root = _bundle(tmp_path / "root", "plain")
+    assert main(["bundle", "list", "--dir", str(root)]) == 0
+    assert "one unversioned bundle" in capsys.readouterr().out
+    assert main(["bundle", "adopt", "--dir", str(root)]) == 0
+    first = BundleStore(root).state().active
+    assert first is not None
+    second = BundleStore(root).add(_bundle(tmp_path / "new", "new"), label="candidate")
+    assert main(["bundle", "activate", second.id[:5], "--dir", str(root)]) == 0
+    assert f"active {second.id}, previous {first}" in capsys.readouterr().out
+    assert main(["bundle", "list", "--dir", str(root)]) == 0
+    listing = capsys.readouterr().out
+    assert f"active    {second.id}" in listing and f"previous  {first}" in listing and "candidate" in listing
+    assert main(["bundle", "remove", second.id, "--dir", str(root)]) == 1
+    assert "is the active one and stays" in capsys.readouterr().err
+    assert main(["bundle", "rollback", "--dir", str(root)]) == 0
+    assert BundleStore(root).state().active == first
+    assert main(["bundle", "verify", str(root)]) == 0
+    assert "OK (1 artifacts verified)" in capsys.readouterr().out
+    assert main(["bundle", "activate", "ffffff", "--dir", str(root)]) == 1
+    assert "is not in" in capsys.readouterr().err
