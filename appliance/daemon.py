@@ -43,6 +43,8 @@ from appliance.trace.store import TraceStore
 from appliance.turn_report import describe_turn, turn_summary
 from engines.aec import EchoCanceller
 from engines.audio import SAMPLE_RATE_HZ, resample
+from engines.bundle_store import VERSIONS, BundleStore, BundleVersion
+from engines.errors import BundleError
 from engines.manifest import Bundle
 
 log = logging.getLogger(__name__)
@@ -123,8 +125,11 @@ def summarize_bundle(bundle: Bundle) -> BundleSummary:
         )
         for a in sorted(bundle.manifest.artifacts.values(), key=lambda a: a.name)
     ]
+    version = bundle_version_of(bundle.root)
     return BundleSummary(
         path=str(bundle.root),
+        version=None if version is None else version.id,
+        label="" if version is None else version.label,
         artifacts=artifacts,
         total_bytes=sum(a.size_bytes for a in artifacts),
         meta=bundle.manifest.meta,
@@ -214,6 +219,15 @@ def load_with_fallback(plan: StartPlan, *, config_path: Path | None) -> Daemon:
     try:
         return started(plan.settings, plan.notice)
     except EngineError as err:
+        rolled = _roll_back_bundle(plan.settings, err)
+        if rolled is not None:
+            try:
+                daemon = started(plan.settings, rolled.notice)
+            except EngineError:
+                rolled.undo()  # the previous version fails too: the bundle was not the problem
+            else:
+                daemon.bundle = daemon.bundle.model_copy(update={"rolled_back_from": rolled.failed})
+                return daemon
         kept = None if plan.notice is not None else last_good.fallback(config_path, str(err))
         if kept is None:
             raise
@@ -221,6 +235,46 @@ def load_with_fallback(plan: StartPlan, *, config_path: Path | None) -> Daemon:
             return started(*kept)
         except EngineError:
             raise err from None  # the kept configuration fails too: the file's own problem is the news
+
+
+@dataclasses.dataclass(frozen=True)
+class _BundleRollback:
+    store: BundleStore
+    failed: str
+    notice: str
+
+    def undo(self) -> None:
+        self.store.rollback()
+        log.error("the previous bundle version fails to load too; %s is active again", self.failed)
+
+
+def _roll_back_bundle(settings: Settings, err: Exception) -> _BundleRollback | None:
+    """The engines cannot load from the active bundle version: where ``bundle.dir`` keeps versions and
+    has a previous one, go back to it, loudly (journal, STATUS, the admin page's banner, /metrics)."""
+    store = BundleStore(settings.bundle.dir)
+    try:
+        state = store.state()
+        if not store.versioned or state.active is None or state.previous is None:
+            return None
+        store.rollback()
+    except (BundleError, OSError):
+        return None
+    notice = (
+        f"the engine bundle version {state.active} failed to load ({err}); rolled back to version "
+        f"{state.previous} (appliance bundle list shows both)"
+    )
+    log.error("%s", notice)
+    return _BundleRollback(store, state.active, notice)
+
+
+def bundle_version_of(folder: Path) -> BundleVersion | None:
+    """The version ``folder`` is, when it lies in a root that keeps versions."""
+    if folder.parent.name != VERSIONS:
+        return None
+    try:
+        return BundleStore(folder.parent.parent).get(folder.name)
+    except BundleError:
+        return None
 
 
 def close(daemon: Daemon) -> None:

@@ -189,3 +189,45 @@ def test_the_commands_list_activate_roll_back_and_remove(
     assert "OK (1 artifacts verified)" in capsys.readouterr().out
     assert main(["bundle", "activate", "ffffff", "--dir", str(root)]) == 1
     assert "is not in" in capsys.readouterr().err
+
+
+def test_a_version_that_cannot_load_is_rolled_back_at_the_daemons_start(
+    bundle: Bundle, tmp_path: Path
+) -> None:
+    """The real daemon start (``load_with_fallback``) on a versioned root whose active version has a
+    truncated language model: the previous version runs, and the journal, STATUS banner and /metrics
+    source say so."""
+    from appliance import daemon as appliance_daemon
+    from appliance.config import load_settings, override
+    from appliance.start_plan import StartPlan
+
+    store = BundleStore(tmp_path / "root")
+    good_copy, bad_copy = tmp_path / "good", tmp_path / "bad"
+    subprocess.run(["cp", "-al", str(bundle.root), str(good_copy)], check=True)
+    subprocess.run(["cp", "-al", str(bundle.root), str(bad_copy)], check=True)
+    manifest = Manifest.read(bad_copy)
+    art = manifest.artifacts["llm/gemma-270m"]
+    model = bad_copy / art.path
+    half = model.read_bytes()[: art.size_bytes // 2]
+    model.unlink()  # a hard link to the installed file: replaced, not written through
+    model.write_bytes(half)
+    manifest.add(Artifact(art.name, art.path, art.kind, sha256_of(model), len(half), art.source, art.build))
+    manifest.write(bad_copy)
+    good = store.add(good_copy, label="as installed", move=True)
+    bad = store.add(bad_copy, label="truncated", move=True)
+    store.activate(good.id)
+    store.activate(bad.id)
+    settings = override(
+        load_settings(None),
+        bundle={"dir": str(store.root), "verify_on_start": False},
+        llm={"model": "gemma-270m", "context_tokens": 512, "max_reply_tokens": 16},
+        audio={"input": "none", "output": "none"},
+    )
+    plan = StartPlan(settings, None, None, "audio.input is none", None)
+    daemon = appliance_daemon.load_with_fallback(plan, config_path=None)
+    try:
+        assert store.state().active == good.id and store.state().previous == bad.id
+        assert daemon.notice is not None and f"version {bad.id} failed to load" in daemon.notice
+        assert daemon.bundle.version == good.id and daemon.bundle.rolled_back_from == bad.id
+    finally:
+        appliance_daemon.close(daemon)

@@ -99,6 +99,16 @@ def _device_gauges(status: StatusReport) -> Iterator[GaugeMetricFamily]:
     )
     info.add_metric([status.device_id, status.site_name, status.version], 1)
     yield info
+    bundle = GaugeMetricFamily(
+        "appliance_bundle_info", "the engine bundle version the engines run from", labels=["version", "label"]
+    )
+    bundle.add_metric([status.bundle.version or "unversioned", status.bundle.label], 1)
+    yield bundle
+    yield GaugeMetricFamily(
+        "appliance_bundle_rolled_back",
+        "1 when the active bundle version failed to load at this start and the previous one runs instead",
+        value=int(status.bundle.rolled_back_from is not None),
+    )
     host = status.host
     for name, text, value in (
         ("appliance_disk_total_bytes", "size of the disk holding the turn store", host.disk_total_bytes),

@@ -83,6 +83,11 @@ class ArtifactSummary(Body):
 
 class BundleSummary(Body):
     path: str
+    version: str | None = Field(None, description="the version opened, where bundle.dir keeps versions")
+    label: str = ""
+    rolled_back_from: str | None = Field(
+        None, description="the version that failed to load at this start, rolled back from"
+    )
     artifacts: list[ArtifactSummary] = Field(default_factory=list)
     total_bytes: int = 0
     meta: dict[str, Any] = Field(default_factory=dict)

@@ -89,7 +89,10 @@ function showStatus(status) {
     cell(row, e.error ? `error: ${e.error}` : e.loaded && e.warm ? "ready" : e.loaded ? "warming up" : "not loaded",
       e.error || !(e.loaded && e.warm) ? "over" : "");
   });
-  text("bundle-path", status.bundle.error || `${status.bundle.path} · ${bytes(status.bundle.total_bytes)}`);
+  const version = status.bundle.version
+    ? `version ${status.bundle.version}${status.bundle.label ? ` (${status.bundle.label})` : ""} · `
+    : "";
+  text("bundle-path", status.bundle.error || `${version}${status.bundle.path} · ${bytes(status.bundle.total_bytes)}`);
   fillTable("bundle-table", status.bundle.artifacts, (row, a) => {
     cell(row, a.name); cell(row, a.kind); cell(row, bytes(a.size_bytes), "num"); cell(row, a.sha256_prefix);
   });
