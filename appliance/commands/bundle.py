@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 from appliance.commands.common import EXIT_FAILED, EXIT_OK, add_config_option, settings_or_exit
@@ -51,28 +52,19 @@ RESTART_HINT = "the daemon uses it from its next start: systemctl restart applia
 
 
 def register_versions(actions: argparse._SubParsersAction) -> None:
-    listing = actions.add_parser("list", help="the bundle's versions, the active and previous ones marked")
-    _root_options(listing)
-    listing.set_defaults(handler=handle_list)
-    activate = actions.add_parser("activate", help="make a version the active one (the old one is kept)")
-    activate.add_argument("version", help="its id, or the start of it")
-    _root_options(activate)
-    activate.set_defaults(handler=handle_activate)
-    rollback = actions.add_parser("rollback", help="back to the version active before")
-    _root_options(rollback)
-    rollback.set_defaults(handler=handle_rollback)
-    remove = actions.add_parser("remove", help="delete a version (never the active or previous one)")
-    remove.add_argument("version", help="its id, or the start of it")
-    _root_options(remove)
-    remove.set_defaults(handler=handle_remove)
-    adopt = actions.add_parser("adopt", help="make an unversioned bundle folder the first version")
-    _root_options(adopt)
-    adopt.set_defaults(handler=handle_adopt)
-
-
-def _root_options(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--dir", type=Path, default=None, help="bundle root (default: bundle.dir)")
-    add_config_option(parser)
+    for name, help_text, takes_version, handler in (
+        ("list", "the bundle's versions, the active and previous ones marked", False, handle_list),
+        ("activate", "make a version the active one (the old one is kept)", True, handle_activate),
+        ("rollback", "back to the version active before", False, handle_rollback),
+        ("remove", "delete a version (never the active or previous one)", True, handle_remove),
+        ("adopt", "make an unversioned bundle folder the first version", False, handle_adopt),
+    ):
+        parser = actions.add_parser(name, help=help_text)
+        if takes_version:
+            parser.add_argument("version", help="its id, or the start of it")
+        parser.add_argument("--dir", type=Path, default=None, help="bundle root (default: bundle.dir)")
+        add_config_option(parser)
+        parser.set_defaults(handler=handler)
 
 
 def _store(args: argparse.Namespace) -> BundleStore:
@@ -105,49 +97,42 @@ def handle_list(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def _changed(store: BundleStore, what: str) -> int:
+def _switched(store: BundleStore, what: str) -> str:
     state = store.state()
-    print(f"{what}: active {state.active}, previous {state.previous or 'none'}; {RESTART_HINT}")
+    return f"{what}: active {state.active}, previous {state.previous or 'none'}; {RESTART_HINT}"
+
+
+def _changing(args: argparse.Namespace, change: Callable[[BundleStore], str]) -> int:
+    """Run one change of the store; print what it did, or the problem and its fix."""
+    store = _store(args)
+    try:
+        print(change(store))
+    except (BundleError, OSError) as err:
+        print(f"error: {err}", file=sys.stderr)
+        return EXIT_FAILED
     return EXIT_OK
 
 
 def handle_activate(args: argparse.Namespace) -> int:
-    store = _store(args)
-    try:
-        store.activate(args.version)
-    except BundleError as err:
-        print(f"error: {err}", file=sys.stderr)
-        return EXIT_FAILED
-    return _changed(store, "activated")
+    return _changing(
+        args, lambda store: _switched(store, "activated") if store.activate(args.version) else ""
+    )
 
 
 def handle_rollback(args: argparse.Namespace) -> int:
-    store = _store(args)
-    try:
-        store.rollback()
-    except BundleError as err:
-        print(f"error: {err}", file=sys.stderr)
-        return EXIT_FAILED
-    return _changed(store, "rolled back")
+    return _changing(args, lambda store: _switched(store, "rolled back") if store.rollback() else "")
 
 
 def handle_remove(args: argparse.Namespace) -> int:
-    store = _store(args)
-    try:
+    def remove(store: BundleStore) -> str:
         removed = store.remove(args.version)
-    except BundleError as err:
-        print(f"error: {err}", file=sys.stderr)
-        return EXIT_FAILED
-    print(f"removed {removed.id} ({removed.size_bytes / 1e9:.2f} GB freed)")
-    return EXIT_OK
+        return f"removed {removed.id} ({removed.size_bytes / 1e9:.2f} GB freed)"
+
+    return _changing(args, remove)
 
 
 def handle_adopt(args: argparse.Namespace) -> int:
-    store = _store(args)
-    try:
-        version = store.adopt()
-    except (BundleError, OSError) as err:
-        print(f"error: {err}", file=sys.stderr)
-        return EXIT_FAILED
-    print(f"{store.root}: the bundle is now version {version.id}, active")
-    return EXIT_OK
+    def adopt(store: BundleStore) -> str:
+        return f"{store.root}: the bundle is now version {store.adopt().id}, active"
+
+    return _changing(args, adopt)
