@@ -48,6 +48,24 @@ class BundleConfig(Section):
         "as the other commands always do; `appliance bundle verify` re-hashes on demand)",
     )
 
+    canary_max_wer_increase: float = Field(
+        0.05,
+        ge=0.0,
+        le=1.0,
+        description="appliance bundle evaluate: a candidate's WER may be at most this much (0.05: five "
+        "points) above the active bundle's",
+    )
+    canary_max_latency_ratio: float = Field(
+        1.25,
+        ge=1.0,
+        le=10.0,
+        description="... and its engines' p95 share of a turn at most this many times the active one's "
+        "(or under trace.budget_ms)",
+    )
+    canary_max_memory_ratio: float = Field(
+        1.5, ge=1.0, le=10.0, description="... and its peak memory at most this many times the active one's"
+    )
+
     @field_validator("dir")
     @classmethod
     def _expand(cls, value: Path) -> Path:

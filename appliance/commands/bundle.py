@@ -54,6 +54,12 @@ RESTART_HINT = "the daemon uses it from its next start: systemctl restart applia
 def register_versions(actions: argparse._SubParsersAction) -> None:
     for name, help_text, takes_version, handler in (
         ("list", "the bundle's versions, the active and previous ones marked", False, handle_list),
+        (
+            "evaluate",
+            "measure a version against the active one before it serves anyone",
+            True,
+            handle_evaluate,
+        ),
         ("activate", "make a version the active one (the old one is kept)", True, handle_activate),
         ("rollback", "back to the version active before", False, handle_rollback),
         ("remove", "delete a version (never the active or previous one)", True, handle_remove),
@@ -65,6 +71,10 @@ def register_versions(actions: argparse._SubParsersAction) -> None:
         parser.add_argument("--dir", type=Path, default=None, help="bundle root (default: bundle.dir)")
         add_config_option(parser)
         parser.set_defaults(handler=handler)
+        if name == "evaluate":
+            parser.add_argument("--set", type=Path, default=None, help="recordings and transcripts.json")
+        if name == "activate":
+            parser.add_argument("--force", action="store_true", help="even when its evaluation failed")
 
 
 def _store(args: argparse.Namespace) -> BundleStore:
@@ -113,14 +123,46 @@ def _changing(args: argparse.Namespace, change: Callable[[BundleStore], str]) ->
     return EXIT_OK
 
 
+def handle_evaluate(args: argparse.Namespace) -> int:
+    from appliance.canary import evaluate
+    from appliance.config import override
+
+    settings = settings_or_exit(args)
+    if args.dir is not None:
+        settings = override(settings, bundle={"dir": str(args.dir)})
+    try:
+        evaluation = evaluate(settings, args.version, set_dir=args.set)
+    except (BundleError, OSError) as err:
+        print(f"error: {err}", file=sys.stderr)
+        return EXIT_FAILED
+    print(evaluation.report())
+    return EXIT_OK if evaluation.passed else EXIT_FAILED
+
+
 def handle_activate(args: argparse.Namespace) -> int:
-    return _changing(
-        args, lambda store: _switched(store, "activated") if store.activate(args.version) else ""
-    )
+    def activate(store: BundleStore) -> str:
+        from appliance.canary import read_evaluation
+
+        chosen = store.get(args.version)
+        evaluation = read_evaluation(chosen)
+        if evaluation is not None and not evaluation.passed and not args.force:
+            raise BundleError(
+                f"version {chosen.id} failed its evaluation:\n{evaluation.report()}",
+                fix=f"keep the active one, or activate it anyway: appliance bundle activate {chosen.id} --force",
+            )
+        store.activate(chosen.id)
+        note = "" if evaluation is not None else f" (not evaluated: appliance bundle evaluate {chosen.id})"
+        return _switched(store, "activated") + note
+
+    return _changing(args, activate)
 
 
 def handle_rollback(args: argparse.Namespace) -> int:
-    return _changing(args, lambda store: _switched(store, "rolled back") if store.rollback() else "")
+    def rollback(store: BundleStore) -> str:
+        store.rollback()
+        return _switched(store, "rolled back")
+
+    return _changing(args, rollback)
 
 
 def handle_remove(args: argparse.Namespace) -> int:

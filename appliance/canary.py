@@ -1,0 +1,255 @@
+"""The canary: a candidate engine bundle measured against the active one before it serves anyone
+(``appliance bundle evaluate VERSION``).
+
+Both run the site's evaluation set, each in a child process of its own (``appliance.canary_worker``),
+one after the other in one run: whether the engines load, the transcripts' word error rate, the
+engines' share of a turn (speech recognition + the reply's first clause + its first audio) p50/p95, and
+the process's peak memory. The candidate passes when it loads, its WER is at most
+``bundle.canary_max_wer_increase`` above the active one's, its p95 turn share within
+``bundle.canary_max_latency_ratio`` of the active one's (or under ``trace.budget_ms``), and its memory
+within ``bundle.canary_max_memory_ratio``. The verdict and the figures are kept beside the version
+(``evaluation.json``), where ``appliance bundle activate`` reads them.
+
+The evaluation set is a folder a technician fills at the site: recordings and ``transcripts.json``
+(``{"file.wav": "what is said"}``). Without one, typical questions are spoken with the active bundle's
+voice, and the report says the audio was synthetic.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import tempfile
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from appliance.config import Settings
+from engines.bundle_store import BundleStore, BundleVersion
+from engines.errors import BundleError
+from engines.files import atomic_write
+
+EVALUATION = "evaluation.json"
+TRANSCRIPTS = "transcripts.json"
+WORKER_TIMEOUT_S = 1800
+TYPICAL_QUESTIONS = (
+    "What time does the canteen open?",
+    "Where is the visitor car park?",
+    "How do I get to the main reception?",
+    "Who do I call when a machine stops?",
+    "Is line three running today?",
+    "What is the wifi password for guests?",
+    "Where can I find the first aid kit?",
+    "When is the next shift change?",
+)
+
+
+@dataclass(frozen=True)
+class Figures:
+    loads: bool
+    error: str = ""
+    wer: float | None = None
+    turn_ms_p50: float | None = None
+    turn_ms_p95: float | None = None
+    asr_ms_p50: float | None = None
+    first_clause_ms_p50: float | None = None
+    tts_first_audio_ms_p50: float | None = None
+    peak_rss_mb: float | None = None
+    load_s: float | None = None
+
+
+@dataclass(frozen=True)
+class Evaluation:
+    candidate: str
+    active: str
+    passed: bool
+    failures: list[str]
+    synthetic_audio: bool
+    recordings: int
+    figures: dict[str, Figures] = field(default_factory=dict)  # "active", "candidate"
+
+    def report(self) -> str:
+        audio = "synthetic (the active bundle's voice)" if self.synthetic_audio else "recorded at the site"
+        lines = [
+            f"evaluation of {self.candidate} against the active {self.active}: {self.recordings} recordings, {audio}"
+        ]
+        rows = (
+            ("loads", "loads", ""),
+            ("WER", "wer", ""),
+            ("turn share p50", "turn_ms_p50", " ms"),
+            ("turn share p95", "turn_ms_p95", " ms"),
+            ("ASR p50", "asr_ms_p50", " ms"),
+            ("first clause p50", "first_clause_ms_p50", " ms"),
+            ("first audio p50", "tts_first_audio_ms_p50", " ms"),
+            ("peak memory", "peak_rss_mb", " MB"),
+            ("load time", "load_s", " s"),
+        )
+        lines.append(f"  {'':<18}{'active':>12}{'candidate':>12}")
+        for title, key, unit in rows:
+            cells = [_cell(getattr(self.figures[side], key), unit) for side in ("active", "candidate")]
+            lines.append(f"  {title:<18}{cells[0]:>12}{cells[1]:>12}")
+        if self.failures:
+            lines += ["REFUSED:", *(f"  - {f}" for f in self.failures)]
+        else:
+            lines.append("PASSED: the candidate may be activated (appliance bundle activate)")
+        return "\n".join(lines)
+
+
+def _cell(value: object, unit: str) -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, bool):
+        return "yes" if value else "NO"
+    if isinstance(value, float):
+        return f"{value:.3f}" if not unit else f"{value:.0f}{unit}"
+    return f"{value}{unit}"
+
+
+def evaluate(settings: Settings, version: str, *, set_dir: Path | None = None) -> Evaluation:
+    """The candidate ``version`` against the active one, kept as ``evaluation.json`` in its folder."""
+    store = BundleStore(settings.bundle.dir)
+    candidate, active = store.get(version), store.active_version()
+    if candidate.id == active.id:
+        raise BundleError(f"version {candidate.id} is the active one", fix="evaluate another version")
+    with tempfile.TemporaryDirectory(prefix="canary-") as scratch:
+        items, synthetic = evaluation_set(settings, active, set_dir, Path(scratch))
+        set_file = Path(scratch) / "set.json"
+        set_file.write_text(json.dumps(items), encoding="utf-8")
+        settings_file = Path(scratch) / "settings.json"
+        settings_file.write_text(settings.model_dump_json(), encoding="utf-8")
+        measured = {
+            side: summarize(run_worker(v, set_file, settings_file))
+            for side, v in (("active", active), ("candidate", candidate))
+        }
+    failures = judge(settings, measured["active"], measured["candidate"])
+    evaluation = Evaluation(candidate.id, active.id, not failures, failures, synthetic, len(items), measured)
+    atomic_write(candidate.path / EVALUATION, json.dumps(asdict(evaluation), indent=2) + "\n")
+    return evaluation
+
+
+def read_evaluation(version: BundleVersion) -> Evaluation | None:
+    try:
+        data = json.loads((version.path / EVALUATION).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    figures = {side: Figures(**values) for side, values in data.pop("figures", {}).items()}
+    return Evaluation(**data, figures=figures)
+
+
+def evaluation_set(
+    settings: Settings, active: BundleVersion, set_dir: Path | None, scratch: Path
+) -> tuple[list[dict[str, str]], bool]:
+    """(recordings with what they say, synthetic?): the site's folder, or typical questions spoken."""
+    if set_dir is not None:
+        try:
+            transcripts = json.loads((set_dir / TRANSCRIPTS).read_text(encoding="utf-8"))
+        except (OSError, ValueError) as err:
+            raise BundleError(
+                f"the evaluation set {set_dir} has no readable {TRANSCRIPTS}: {err}",
+                fix=f'put the recordings there with {TRANSCRIPTS}: {{"question-1.wav": "what is said"}}',
+            ) from err
+        missing = [name for name in transcripts if not (set_dir / name).is_file()]
+        if missing or not transcripts:
+            raise BundleError(
+                f"the evaluation set {set_dir} lists recordings it does not hold: {', '.join(missing) or 'none listed'}",
+                fix=f"copy the recordings beside {TRANSCRIPTS}, or remove their lines",
+            )
+        return [{"audio": str(set_dir / name), "text": text} for name, text in transcripts.items()], False
+    return _spoken_questions(settings, active, scratch), True
+
+
+def _spoken_questions(settings: Settings, active: BundleVersion, scratch: Path) -> list[dict[str, str]]:
+    import soundfile
+
+    from appliance.engine_set import tts_engine
+    from engines.audio import SAMPLE_RATE_HZ
+    from engines.manifest import Bundle
+
+    tts = tts_engine(settings, Bundle.open(active.path, verify=False))
+    tts.load()
+    items = []
+    try:
+        for index, question in enumerate(TYPICAL_QUESTIONS):
+            audio = np.concatenate(list(tts.synthesize(question, sample_rate_hz=SAMPLE_RATE_HZ)))
+            pause = np.zeros(SAMPLE_RATE_HZ // 2, np.float32)
+            path = scratch / f"question-{index + 1}.wav"
+            soundfile.write(path, np.concatenate([pause, audio, pause]), SAMPLE_RATE_HZ)
+            items.append({"audio": str(path), "text": question})
+    finally:
+        tts.close()
+    return items
+
+
+def run_worker(version: BundleVersion, set_file: Path, settings_file: Path) -> dict[str, Any]:
+    command = [
+        sys.executable,
+        "-m",
+        "appliance.canary_worker",
+        str(version.path),
+        str(set_file),
+        str(settings_file),
+    ]
+    try:
+        done = subprocess.run(command, capture_output=True, text=True, timeout=WORKER_TIMEOUT_S)
+    except subprocess.TimeoutExpired:
+        return {"loads": False, "error": f"no result within {WORKER_TIMEOUT_S} s"}
+    lines = [line for line in done.stdout.splitlines() if line.startswith("{")]
+    if done.returncode != 0 or not lines:
+        tail = (done.stderr.strip().splitlines() or ["no output"])[-1]
+        return {"loads": False, "error": f"the measuring process ended with status {done.returncode}: {tail}"}
+    result: dict[str, Any] = json.loads(lines[-1])
+    return result
+
+
+def summarize(result: dict[str, Any]) -> Figures:
+    from engines.asr.text import word_error_rate
+
+    if not result.get("loads"):
+        return Figures(loads=False, error=str(result.get("error", "")), peak_rss_mb=result.get("peak_rss_mb"))
+    items = result["items"]
+
+    def p(key: str, q: float) -> float:
+        return round(float(np.percentile([i[key] for i in items], q)), 1)
+
+    return Figures(
+        loads=True,
+        wer=round(word_error_rate([i["reference"] for i in items], [i["transcript"] for i in items]), 4),
+        turn_ms_p50=p("turn_ms", 50),
+        turn_ms_p95=p("turn_ms", 95),
+        asr_ms_p50=p("asr_ms", 50),
+        first_clause_ms_p50=p("first_clause_ms", 50),
+        tts_first_audio_ms_p50=p("tts_first_audio_ms", 50),
+        peak_rss_mb=result.get("peak_rss_mb"),
+        load_s=result.get("load_s"),
+    )
+
+
+def judge(settings: Settings, active: Figures, candidate: Figures) -> list[str]:
+    """The gates the candidate fails, each with its figures."""
+    gates = settings.bundle
+    if not candidate.loads:
+        return [f"it does not load: {candidate.error}"]
+    failures = []
+    wer_limit = None if active.wer is None else active.wer + gates.canary_max_wer_increase
+    if wer_limit is not None and candidate.wer is not None and candidate.wer > wer_limit:
+        failures.append(
+            f"WER {candidate.wer:.1%} against {active.wer:.1%} (bundle.canary_max_wer_increase = "
+            f"{gates.canary_max_wer_increase:.0%} points)"
+        )
+    if active.turn_ms_p95 and candidate.turn_ms_p95:
+        allowed = max(active.turn_ms_p95 * gates.canary_max_latency_ratio, float(settings.trace.budget_ms))
+        if candidate.turn_ms_p95 > allowed:
+            failures.append(
+                f"turn share p95 {candidate.turn_ms_p95:.0f} ms against {active.turn_ms_p95:.0f} ms "
+                f"(at most x{gates.canary_max_latency_ratio} or trace.budget_ms = {settings.trace.budget_ms})"
+            )
+    memory_limit = (active.peak_rss_mb or 0.0) * gates.canary_max_memory_ratio
+    if memory_limit and candidate.peak_rss_mb and candidate.peak_rss_mb > memory_limit:
+        failures.append(
+            f"peak memory {candidate.peak_rss_mb:.0f} MB against {active.peak_rss_mb:.0f} MB "
+            f"(bundle.canary_max_memory_ratio = {gates.canary_max_memory_ratio})"
+        )
+    return failures

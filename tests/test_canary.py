@@ -1,0 +1,121 @@
+"""The canary on real bundles and real engines: a candidate measured against the active bundle, each in a
+child process, on recordings from the test data; one that cannot load is refused with its figures and
+cannot be activated unless forced, and a forced one goes back with one command."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from appliance.canary import evaluate, read_evaluation
+from appliance.cli import main
+from appliance.config import Settings, load_settings, override
+from engines.bundle_store import BundleStore
+from engines.manifest import Artifact, Bundle, Manifest, sha256_of
+
+RECORDINGS = {
+    "speech/en/google_audio.wav": "how old is the Brooklyn Bridge",
+    "speech/en/cheetah_test_en.wav": "Today only platforms one and three are used.",
+    "speech/en/speechbrain_single-mic_example1.wav": "The birch canoe slid on the smooth planks",
+}
+
+
+def _linked_copy(bundle: Bundle, target: Path, release: str) -> Path:
+    """The installed bundle as hard links (no 2 GB copy), its manifest its own (another version)."""
+    subprocess.run(["cp", "-al", str(bundle.root), str(target)], check=True)
+    (target / "manifest.json").unlink()  # a link to the installed manifest: replaced, not written through
+    manifest = Manifest.read(bundle.root)
+    manifest.meta["release"] = release
+    manifest.write(target)
+    return target
+
+
+def _truncate_llm(folder: Path, name: str) -> None:
+    manifest = Manifest.read(folder)
+    art = manifest.artifacts[name]
+    model = folder / art.path
+    half = model.read_bytes()[: art.size_bytes // 2]
+    model.unlink()
+    model.write_bytes(half)
+    manifest.add(Artifact(art.name, art.path, art.kind, sha256_of(model), len(half), art.source, art.build))
+    manifest.write(folder)
+
+
+@pytest.fixture(scope="module")
+def site(
+    bundle: Bundle, data_dir: Path, tmp_path_factory: pytest.TempPathFactory
+) -> tuple[Settings, Path, dict[str, str]]:
+    work = tmp_path_factory.mktemp("canary")
+    store = BundleStore(work / "bundles")
+    versions = {}
+    for release in ("active", "candidate", "broken"):
+        folder = _linked_copy(bundle, work / release, release)
+        if release == "broken":
+            _truncate_llm(folder, "llm/gemma-270m")
+        versions[release] = store.add(folder, label=release, move=True).id
+    store.activate(versions["active"])
+    recordings = work / "recordings"
+    recordings.mkdir()
+    for relative in RECORDINGS:
+        shutil.copy(data_dir / relative, recordings / Path(relative).name)
+    (recordings / "transcripts.json").write_text(
+        json.dumps({Path(k).name: v for k, v in RECORDINGS.items()}), encoding="utf-8"
+    )
+    settings = override(
+        load_settings(None),
+        bundle={"dir": str(store.root)},
+        llm={"model": "gemma-270m", "context_tokens": 512, "max_reply_tokens": 16},
+    )
+    return settings, recordings, versions
+
+
+def test_a_candidate_like_the_active_bundle_passes_with_its_figures_side_by_side(site) -> None:
+    settings, recordings, versions = site
+    evaluation = evaluate(settings, versions["candidate"], set_dir=recordings)
+    assert evaluation.passed, evaluation.report()
+    active, candidate = evaluation.figures["active"], evaluation.figures["candidate"]
+    assert active.loads and candidate.loads and not evaluation.synthetic_audio and evaluation.recordings == 3
+    assert (
+        candidate.wer is not None and candidate.wer < 0.3 and candidate.wer == active.wer
+    )  # the same graphs
+    assert candidate.turn_ms_p95 and candidate.peak_rss_mb and candidate.peak_rss_mb > 100
+    report = evaluation.report()
+    assert "turn share p95" in report and "PASSED" in report and "recorded at the site" in report
+    stored = read_evaluation(BundleStore(settings.bundle.dir).get(versions["candidate"]))
+    assert stored is not None and stored.passed and stored.figures["candidate"].wer == candidate.wer
+
+
+def test_a_candidate_that_cannot_load_is_refused_and_activated_only_when_forced(
+    site, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    settings, recordings, versions = site
+    evaluation = evaluate(settings, versions["broken"], set_dir=recordings)
+    assert not evaluation.passed and "it does not load" in evaluation.failures[0]
+    assert evaluation.figures["active"].loads and not evaluation.figures["candidate"].loads
+    config = tmp_path / "site.toml"
+    config.write_text(
+        f'[bundle]\ndir = "{settings.bundle.dir}"\n[llm]\nmodel = "gemma-270m"\ncontext_tokens = 512\n'
+        "max_reply_tokens = 16\n",
+        encoding="utf-8",
+    )
+    store = BundleStore(settings.bundle.dir)
+    assert main(["bundle", "activate", versions["broken"], "--config", str(config)]) == 1
+    refusal = capsys.readouterr().err
+    assert "failed its evaluation" in refusal and "it does not load" in refusal and "--force" in refusal
+    assert store.state().active == versions["active"]
+    assert main(["bundle", "activate", versions["broken"], "--force", "--config", str(config)]) == 0
+    assert store.state().active == versions["broken"]
+    assert main(["bundle", "rollback", "--config", str(config)]) == 0
+    assert store.state().active == versions["active"]
+
+
+def test_without_recordings_typical_questions_are_spoken_and_the_report_says_so(site) -> None:
+    settings, _recordings, versions = site
+    evaluation = evaluate(settings, versions["candidate"])
+    assert evaluation.synthetic_audio and evaluation.recordings == 8
+    assert "synthetic" in evaluation.report()
+    assert evaluation.figures["active"].wer is not None and evaluation.figures["active"].wer < 0.3
