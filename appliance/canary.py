@@ -5,9 +5,9 @@ Both run the site's evaluation set, each in a child process of its own (``applia
 one after the other in one run: whether the engines load, the transcripts' word error rate, the
 engines' share of a turn (speech recognition + the reply's first clause + its first audio) p50/p95, and
 the process's peak memory. The candidate passes when it loads, its WER is at most
-``bundle.canary_max_wer_increase`` above the active one's, its p95 turn share within
-``bundle.canary_max_latency_ratio`` of the active one's (or under ``trace.budget_ms``), and its memory
-within ``bundle.canary_max_memory_ratio``. The verdict and the figures are kept beside the version
+``bundle.canary_max_wer_increase`` above the active one's, its p95 turn share (or under
+``trace.budget_ms``) and each stage's p50 within ``bundle.canary_max_latency_ratio`` of the active
+one's, and its memory within ``bundle.canary_max_memory_ratio``. The verdict and the figures are kept beside the version
 (``evaluation.json``), where ``appliance bundle activate`` reads them.
 
 The evaluation set is a folder a technician fills at the site: recordings and ``transcripts.json``
@@ -35,6 +35,7 @@ from engines.files import atomic_write
 EVALUATION = "evaluation.json"
 TRANSCRIPTS = "transcripts.json"
 WORKER_TIMEOUT_S = 1800
+STAGE_SLACK_MS = 50.0
 TYPICAL_QUESTIONS = (
     "What time does the canteen open?",
     "Where is the visitor car park?",
@@ -245,6 +246,19 @@ def judge(settings: Settings, active: Figures, candidate: Figures) -> list[str]:
             failures.append(
                 f"turn share p95 {candidate.turn_ms_p95:.0f} ms against {active.turn_ms_p95:.0f} ms "
                 f"(at most x{gates.canary_max_latency_ratio} or trace.budget_ms = {settings.trace.budget_ms})"
+            )
+    for title, key in (
+        ("speech recognition", "asr_ms_p50"),
+        ("the first clause", "first_clause_ms_p50"),
+        ("the first audio", "tts_first_audio_ms_p50"),
+    ):
+        before, after = getattr(active, key), getattr(candidate, key)
+        # A stage that got slower fails on its own (the turn share hides a slower Whisper behind the
+        # LLM); STAGE_SLACK_MS keeps a few milliseconds of noise on a short stage from failing it.
+        if before and after and after > max(before * gates.canary_max_latency_ratio, before + STAGE_SLACK_MS):
+            failures.append(
+                f"{title} p50 {after:.0f} ms against {before:.0f} ms "
+                f"(bundle.canary_max_latency_ratio = {gates.canary_max_latency_ratio})"
             )
     memory_limit = (active.peak_rss_mb or 0.0) * gates.canary_max_memory_ratio
     if memory_limit and candidate.peak_rss_mb and candidate.peak_rss_mb > memory_limit:

@@ -49,18 +49,18 @@ class BundleConfig(Section):
     )
 
     canary_max_wer_increase: float = Field(
-        0.05,
+        0.02,
         ge=0.0,
         le=1.0,
-        description="appliance bundle evaluate: a candidate's WER may be at most this much (0.05: five "
+        description="appliance bundle evaluate: a candidate's WER may be at most this much (0.02: two "
         "points) above the active bundle's",
     )
     canary_max_latency_ratio: float = Field(
         1.25,
         ge=1.0,
         le=10.0,
-        description="... and its engines' p95 share of a turn at most this many times the active one's "
-        "(or under trace.budget_ms)",
+        description="... and its engines' p95 share of a turn (or under trace.budget_ms) and each stage's "
+        "p50 (speech recognition, first clause, first audio) at most this many times the active one's",
     )
     canary_max_memory_ratio: float = Field(
         1.5, ge=1.0, le=10.0, description="... and its peak memory at most this many times the active one's"

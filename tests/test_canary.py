@@ -67,7 +67,9 @@ def site(
     )
     settings = override(
         load_settings(None),
-        bundle={"dir": str(store.root)},
+        # Speed is measured by the benchmark (docs/model-updates.md), not asserted on this shared machine:
+        # the latency gates are opened wide here, the others are as shipped.
+        bundle={"dir": str(store.root), "canary_max_latency_ratio": 10.0},
         llm={"model": "gemma-270m", "context_tokens": 512, "max_reply_tokens": 16},
     )
     return settings, recordings, versions
@@ -119,3 +121,20 @@ def test_without_recordings_typical_questions_are_spoken_and_the_report_says_so(
     assert evaluation.synthetic_audio and evaluation.recordings == 8
     assert "synthetic" in evaluation.report()
     assert evaluation.figures["active"].wer is not None and evaluation.figures["active"].wer < 0.3
+
+
+def test_the_gates_name_each_regression_with_its_figures() -> None:
+    from appliance.canary import Figures, judge
+
+    settings = load_settings(None)
+    active = Figures(True, wer=0.114, turn_ms_p50=1400, turn_ms_p95=1900, asr_ms_p50=210,
+                     first_clause_ms_p50=1068, tts_first_audio_ms_p50=116, peak_rss_mb=2236)  # fmt: skip
+    same = Figures(True, wer=0.114, turn_ms_p50=1420, turn_ms_p95=1850, asr_ms_p50=215,
+                   first_clause_ms_p50=1050, tts_first_audio_ms_p50=150, peak_rss_mb=2300)  # fmt: skip
+    assert judge(settings, active, same) == []  # a short stage within its 50 ms of slack
+    slower_whisper = Figures(True, wer=0.144, turn_ms_p50=1420, turn_ms_p95=1853, asr_ms_p50=268,
+                             first_clause_ms_p50=1053, tts_first_audio_ms_p50=109, peak_rss_mb=3500)  # fmt: skip
+    failures = judge(settings, active, slower_whisper)
+    assert [f.split(" ")[0] for f in failures] == ["WER", "speech", "peak"], failures
+    assert "14.4% against 11.4%" in failures[0] and "268 ms against 210 ms" in failures[1]
+    assert judge(settings, active, Figures(False, error="truncated")) == ["it does not load: truncated"]
