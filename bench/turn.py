@@ -270,23 +270,33 @@ def settings_grid(base: Any) -> list[tuple[str, str, Any]]:
     ):
         for complete, incomplete in bands:
             for unsure_s in unsure:
-                # model_copy: a sound threshold of 1.0 (never ends a turn) is outside the settings' range
-                params = base.model_copy(
-                    update={
-                        "mode": "smart_turn",
-                        "judge_words": True,
-                        "turn_complete_threshold": sound_ends,
-                        "words_complete_threshold": complete,
-                        "words_incomplete_threshold": incomplete,
-                        "words_unsure_silence_ms": round(unsure_s * 1000),
-                        "turn_check_ms": 160,
-                        "incomplete_silence_ms": 1000,
-                        "words_wait_ms": 2000,  # the reply cannot start before the words are judged anyway
-                    }
-                )
-                label = f"{mode} {complete}/{incomplete} sound {sound_ends} unsure {unsure_s * 1000:.0f}"
-                grid.append((mode, label, params))
+                # words_wait_ms 2000: the reply cannot start before the words are judged anyway
+                more = {
+                    "mode": "smart_turn",
+                    "turn_check_ms": 160,
+                    "incomplete_silence_ms": 1000,
+                    "words_wait_ms": 2000,
+                }
+                grid.append(_with_words(base, mode, sound_ends, complete, incomplete, unsure_s, **more))
     return grid
+
+
+def _with_words(
+    base: Any, row: str, sound_ends: float, complete: float, incomplete: float, unsure_s: float, **more: Any
+) -> tuple[str, str, Any]:
+    """(row's mode, label, params): ``base`` judging the words with these thresholds (and ``more`` keys)."""
+    # model_copy: a sound threshold of 1.0 (never ends a turn) is outside the settings' range
+    params = base.model_copy(
+        update={
+            "judge_words": True,
+            "turn_complete_threshold": sound_ends,
+            "words_complete_threshold": complete,
+            "words_incomplete_threshold": incomplete,
+            "words_unsure_silence_ms": round(unsure_s * 1000),
+            **more,
+        }
+    )
+    return row, f"{row} {complete}/{incomplete} sound {sound_ends} unsure {unsure_s * 1000:.0f}", params
 
 
 def frontier(rows: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
@@ -495,17 +505,7 @@ def _shipped_and_today(shipped: Any) -> list[tuple[str, str, Any]]:
         ("fused", 0.9, 0.35, 0.05, 1.0),
         ("fused", 0.9, 0.35, 0.02, 0.8),
     ):
-        params = shipped.model_copy(
-            update={
-                "judge_words": True,
-                "turn_complete_threshold": sound_ends,
-                "words_complete_threshold": complete,
-                "words_incomplete_threshold": incomplete,
-                "words_unsure_silence_ms": round(unsure_s * 1000),
-            }
-        )
-        label = f"{mode} {complete}/{incomplete} sound {sound_ends} unsure {unsure_s * 1000:.0f}"
-        rows.append((mode, label, params))
+        rows.append(_with_words(shipped, mode, sound_ends, complete, incomplete, unsure_s))
     return rows
 
 
