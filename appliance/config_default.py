@@ -4,14 +4,13 @@ description, once. ``tests/test_defaults.py`` loads it back and finds the defaul
 
 from __future__ import annotations
 
-import json
 import textwrap
-from pathlib import Path
 from typing import Any
 
 from pydantic import BaseModel
 
 from appliance.config import Settings
+from engines.files import toml_value
 
 WIDTH = 110
 HEADER = """\
@@ -43,22 +42,10 @@ def _section(name: str, section: BaseModel) -> str:
             lines += textwrap.wrap(
                 field.description, WIDTH, initial_indent="# ", subsequent_indent="# ", break_on_hyphens=False
             )
-        lines.append(f"# {key} = (unset)" if value is None else f"{key} = {_toml(value)}")
+        lines.append(f"# {key} = (unset)" if value is None else f"{key} = {toml_value(value)}")
     return "\n".join(lines) + "\n"
 
 
 def _is_table_list(value: Any, annotation: Any) -> bool:
     args = getattr(annotation, "__args__", ())
     return isinstance(value, tuple) and any(isinstance(a, type) and issubclass(a, BaseModel) for a in args)
-
-
-def _toml(value: Any) -> str:
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, int | float):
-        return repr(value)
-    if isinstance(value, str | Path):
-        return json.dumps(str(value), ensure_ascii=False)
-    if isinstance(value, tuple | list):
-        return "[" + ", ".join(_toml(item) for item in value) + "]"
-    raise TypeError(f"no TOML form for {value!r}")

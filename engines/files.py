@@ -15,13 +15,46 @@ if sys.version_info >= (3, 11):
 else:  # Python 3.10 (JetPack 6)
     import tomli as tomllib
 
-__all__ = ["TOMLDecodeError", "atomic_write", "fsync_dir", "loads_toml", "remove_stale_temporaries"]
+__all__ = [
+    "TOMLDecodeError",
+    "atomic_write",
+    "fsync_dir",
+    "loads_toml",
+    "remove_stale_temporaries",
+    "toml_string",
+    "toml_value",
+]
 
 TOMLDecodeError = tomllib.TOMLDecodeError
 
 
 def loads_toml(text: str) -> dict[str, Any]:
     return tomllib.loads(text)
+
+
+def toml_value(value: Any) -> str:
+    """A value of the settings' shapes (booleans, numbers, strings and paths, lists of them) as TOML."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int | float):
+        return repr(value)
+    if isinstance(value, str | Path):
+        return toml_string(str(value))
+    if isinstance(value, list | tuple):
+        return "[" + ", ".join(toml_value(v) for v in value) + "]"
+    raise ValueError(f"cannot write a {type(value).__name__} to TOML: {value!r}")
+
+
+_SHORT_ESCAPES = {"\b": "\\b", "\t": "\\t", "\n": "\\n", "\f": "\\f", "\r": "\\r"}
+
+
+def toml_string(text: str) -> str:
+    """A TOML basic string: quotes and backslashes escaped, control characters as escapes."""
+    escaped = text.replace("\\", "\\\\").replace('"', '\\"')
+    escaped = "".join(
+        c if c >= " " and c != "\x7f" else _SHORT_ESCAPES.get(c, f"\\u{ord(c):04x}") for c in escaped
+    )
+    return f'"{escaped}"'
 
 
 def atomic_write(path: Path, data: bytes | str, *, mode: int | None = None) -> None:

@@ -15,7 +15,7 @@ from pydantic import ValidationError
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource
 
 from appliance.config import ENV_PREFIX, ConfigError, ConfigProblem, Settings, _problems
-from engines.files import TOMLDecodeError, atomic_write, loads_toml
+from engines.files import TOMLDecodeError, atomic_write, loads_toml, toml_string, toml_value
 
 
 class _FileSettings(Settings):
@@ -122,7 +122,7 @@ def to_toml(data: dict[str, Any]) -> str:
             raise ValueError(f"top-level key {section!r} must be a section")
         lines.append(f"[{section}]")
         for key, value in values.items():
-            lines.append(f"{_toml_key(key)} = {_toml_value(value)}")
+            lines.append(f"{_toml_key(key)} = {toml_value(value)}")
         lines.append("")
     return "\n".join(lines)
 
@@ -130,25 +130,7 @@ def to_toml(data: dict[str, Any]) -> str:
 def _toml_key(key: str) -> str:
     if key and all(c.isalnum() or c in "_-" for c in key):
         return key
-    return _toml_string(key)
-
-
-def _toml_value(value: Any) -> str:
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, int | float):
-        return repr(value)
-    if isinstance(value, str | Path):
-        return _toml_string(str(value))
-    if isinstance(value, list | tuple):
-        return "[" + ", ".join(_toml_value(v) for v in value) + "]"
-    raise ValueError(f"cannot write a {type(value).__name__} to TOML: {value!r}")
-
-
-def _toml_string(text: str) -> str:
-    escaped = text.replace("\\", "\\\\").replace('"', '\\"')
-    escaped = "".join(c if c >= " " and c != "\x7f" else f"\\u{ord(c):04x}" for c in escaped)
-    return f'"{escaped}"'
+    return toml_string(key)
 
 
 def apply_changes(
