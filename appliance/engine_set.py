@@ -108,7 +108,7 @@ def llm_server_problems(settings: Settings) -> list[ConfigProblem]:
     if llm.backend != "openai":
         return []
     try:
-        check_server_url(llm.server_url, llm.allowed_hosts, llm.allow_public_server)
+        check_server_url(llm)
     except EngineError as err:
         return [ConfigProblem("llm.server_url", str(err), llm.server_url)]
     if llm.server_api_key_file is not None and not llm.server_api_key_file.is_file():

@@ -163,11 +163,14 @@ def test_hosts_the_settings_do_not_allow_are_refused_before_any_connection() -> 
     finally:
         listener.close()
     with pytest.raises(BackendUnavailable, match="not a private address") as err:
-        check_server_url("http://8.8.8.8:8000/v1", ("8.8.8.8",), allow_public=False)
+        check_server_url(LlmServerParams(server_url="http://8.8.8.8:8000/v1", allowed_hosts=("8.8.8.8",)))
     assert "allow_public_server" in (err.value.fix or "")
-    assert check_server_url("http://8.8.8.8:8000/v1", ("8.8.8.8",), allow_public=True).port == 8000
+    public = LlmServerParams(
+        server_url="http://8.8.8.8:8000/v1", allowed_hosts=("8.8.8.8",), allow_public_server=True
+    )
+    assert check_server_url(public).port == 8000
     with pytest.raises(BackendUnavailable, match="not an http:// URL"):
-        check_server_url("https://10.0.0.5/v1", ("10.0.0.5",), allow_public=False)
+        check_server_url(LlmServerParams(server_url="https://10.0.0.5/v1", allowed_hosts=("10.0.0.5",)))
 
 
 def test_the_settings_build_a_server_engine_with_the_local_model_behind_it(bundle: Bundle) -> None:

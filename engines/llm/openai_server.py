@@ -64,13 +64,11 @@ def server_rules(server: LlmServerParams) -> OutboundRules:
     )
 
 
-def check_server_url(url: str, allowed_hosts: Sequence[str], allow_public: bool) -> Destination:
+def check_server_url(server: LlmServerParams) -> Destination:
     """The server's endpoint, or the reason the settings do not allow it (nothing is resolved here)."""
-    rules = OutboundRules(
-        tuple(allowed_hosts), "llm.allowed_hosts", allow_public=allow_public, schemes=("http",)
-    )
+    url = server.server_url
     try:
-        return check_url(url, rules)
+        return check_url(url, server_rules(server))
     except OutboundError as err:
         fix = {
             "bad_url": 'set llm.server_url = "http://HOST:PORT/v1", the site server\'s OpenAI-compatible API',
@@ -103,7 +101,7 @@ class OpenAiLlm:
     ) -> None:
         self.server = server
         self.api_key = api_key
-        check_server_url(server.server_url, server.allowed_hosts, server.allow_public_server)
+        check_server_url(server)
         self.rules = server_rules(server)
         self.system_prompt = system_prompt
         self.max_reply_tokens = max_reply_tokens
