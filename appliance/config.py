@@ -23,6 +23,7 @@ from appliance.pipeline.echo_gate import EchoGateParams
 from appliance.pipeline.params import HistoryParams, PartialsParams, PrefillParams, ReplyParams
 from engines.aec.params import AecParams
 from engines.asr.params import AsrParams
+from engines.bundle_store import DEFAULT_KEEP
 from engines.files import TOMLDecodeError, loads_toml
 from engines.llm.params import LlmParams, LlmServerParams
 from engines.params import Params
@@ -41,6 +42,13 @@ class BundleConfig(Section):
     dir: Path = Field(
         Path("~/.cache/appliance/bundle"),
         description="the engine bundle, built by `python -m build_scripts bundle --out DIR`",
+    )
+    keep: int = Field(
+        DEFAULT_KEEP,
+        ge=2,
+        le=20,
+        description="bundle versions kept on disk; an import or a build removes the oldest beyond this "
+        "(never the active one nor the previous one, the rollback's target)",
     )
     verify_on_start: bool = Field(
         True,

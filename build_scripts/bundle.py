@@ -1,24 +1,29 @@
 """Assemble the engine bundle: install the packaged models, concatenate, verify, write the manifest.
 
 Each step is idempotent: an artifact already in the manifest with the same source and an intact
-file is kept, so re-running after an interruption only does what is missing.
+file is kept, so re-running after an interruption only does what is missing. Steps replace files
+(write beside, then rename), never write into one in place: a new version of a versioned root starts
+as hard links to the active version's files, which must stay as they are.
 """
 
 from __future__ import annotations
 
 import logging
+import os
 import shutil
 import subprocess
 import sys
 import tempfile
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 
 from build_scripts.context import BuildContext
 from build_scripts.packaged_models import DEFAULT_MODELS, PackagedModel
+from engines.bundle_store import DEFAULT_KEEP, BundleStore, BundleVersion
 from engines.errors import BundleError
-from engines.manifest import Manifest
+from engines.manifest import MANIFEST_NAME, Manifest
 
 log = logging.getLogger(__name__)
 
@@ -109,3 +114,78 @@ def build_bundle(
         raise BundleError("bundle incomplete after build: " + "; ".join(str(p) for p in problems))
     ctx.save()
     return manifest
+
+
+BUILDING = ".building"  # in a versioned root: the version being built, kept across interruptions
+FREE_SPACE_MARGIN_BYTES = 512 * 1024 * 1024
+
+
+@dataclass(frozen=True)
+class BuiltVersion:
+    version: BundleVersion
+    new: bool  # False: nothing changed, the build is an existing version
+    activated: bool  # the root had no active version, so this one became it
+    pruned: tuple[str, ...]
+
+
+def build_version(
+    root: Path,
+    *,
+    label: str = "",
+    keep: int = DEFAULT_KEEP,
+    force: bool = False,
+    pip_args: Sequence[str] = (),
+    only: Sequence[str] = (),
+) -> BuiltVersion:
+    """Build a new version of the versioned bundle root ``root``, starting from its active version
+    (unchanged artifacts are hard links to it), beside the others; the active one is not touched (a
+    first version becomes active). Versions beyond ``keep`` are removed, oldest first."""
+    store = BundleStore(root)
+    root.mkdir(parents=True, exist_ok=True)
+    active = store.active_version() if store.state().active else None
+    _check_space(root, active.size_bytes if (active is not None and force) else 0)
+    staging = root / BUILDING
+    if not staging.is_dir() and active is not None:
+        _link_bundle(active.path, staging)
+    manifest = build_bundle(staging, force=force, pip_args=pip_args, only=only)
+    if active is not None and manifest.artifacts == Manifest.read(active.path).artifacts:
+        shutil.rmtree(staging)
+        return BuiltVersion(active, new=False, activated=False, pruned=())
+    version = store.add(staging, label=label, source="build", move=True)
+    if staging.exists():  # the same manifest was already a version
+        shutil.rmtree(staging)
+    activated = store.state().active is None
+    if activated:
+        store.activate(version.id)
+    pruned = tuple(v.id for v in store.prune(keep))
+    return BuiltVersion(version, new=True, activated=activated, pruned=pruned)
+
+
+def _link_bundle(source: Path, target: Path) -> None:
+    """``target`` with ``source``'s manifest and the files it lists, as hard links where the file
+    system allows (copies where not); built into a hidden folder and renamed, so it is whole or absent."""
+    partial = target.with_name(target.name + ".partial")
+    if partial.exists():
+        shutil.rmtree(partial)
+    manifest = Manifest.read(source)
+    for rel in [MANIFEST_NAME, *(a.path for a in manifest.artifacts.values())]:
+        dest = partial / rel
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            os.link(source / rel, dest)
+        except OSError:
+            shutil.copy2(source / rel, dest)
+    partial.rename(target)
+
+
+def _check_space(root: Path, rebuilt_bytes: int) -> None:
+    stat = os.statvfs(root)
+    free = stat.f_bavail * stat.f_frsize
+    need = rebuilt_bytes + FREE_SPACE_MARGIN_BYTES
+    if free < need:
+        raise BundleError(
+            f"not enough disk space to build a bundle version: {free / 1e9:.1f} GB free, "
+            f"{need / 1e9:.1f} GB needed at {root}",
+            fix=f"remove an old version (appliance bundle list --dir {root}, then appliance bundle remove "
+            f"VERSION --dir {root}) or free disk space",
+        )

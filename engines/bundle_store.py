@@ -34,6 +34,7 @@ VERSIONS = "versions"
 STATE = "bundles.json"
 VERSION_INFO = "version.json"
 _PARTIAL_PREFIX = ".adding-"
+DEFAULT_KEEP = 3  # versions kept on disk: the active one, the previous one and one more
 
 
 def version_id(manifest_bytes: bytes) -> str:
@@ -198,7 +199,7 @@ class BundleStore:
         shutil.rmtree(doomed)
         return chosen
 
-    def prune(self, keep: int) -> list[BundleVersion]:
+    def prune(self, keep: int = DEFAULT_KEEP) -> list[BundleVersion]:
         """Remove the oldest versions beyond ``keep`` (never the active or the previous one)."""
         state = self.state()
         spare = [v for v in self.versions() if v.id not in (state.active, state.previous)]

@@ -3,6 +3,7 @@ replacement that survives an interruption or a power cut, and TOML on Python 3.1
 
 from __future__ import annotations
 
+import math
 import os
 import sys
 import tempfile
@@ -36,6 +37,8 @@ def toml_value(value: Any) -> str:
     """A value of the settings' shapes (booleans, numbers, strings and paths, lists of them) as TOML."""
     if isinstance(value, bool):
         return "true" if value else "false"
+    if isinstance(value, float) and not math.isfinite(value):
+        raise ValueError(f"{value} cannot be written to TOML")
     if isinstance(value, int | float):
         return repr(value)
     if isinstance(value, str | Path):

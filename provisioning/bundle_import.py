@@ -21,7 +21,7 @@ from pathlib import Path, PurePosixPath
 from cryptography.hazmat.primitives import serialization
 from tqdm import tqdm
 
-from engines.bundle_store import VERSIONS, BundleStore, version_id
+from engines.bundle_store import DEFAULT_KEEP, VERSIONS, BundleStore, version_id
 from engines.errors import BundleError
 from engines.manifest import FORMAT_VERSION, MANIFEST_NAME, Artifact, Manifest
 from provisioning.files import atomic_write_bytes, fsync_dir
@@ -60,6 +60,7 @@ class ImportResult:
     ignored_files: int  # files on the media that the manifest does not list
     version: str | None = None  # a versioned bundle root: the version the bundle is (engines.bundle_store)
     activated: bool = False  # ... and it became the active one (the root had none)
+    pruned: tuple[str, ...] = ()  # old versions removed to keep ``keep`` of them
 
 
 def manifest_from_bytes(data: bytes, where: Path) -> Manifest:
@@ -179,8 +180,10 @@ def import_bundle(
     *,
     signature_file: Path | None = None,
     progress: bool = True,
+    keep: int = DEFAULT_KEEP,
 ) -> ImportResult:
-    """Verify and install the bundle on ``media_dir`` as ``bundle_dir``; raises ImportRefused."""
+    """Verify and install the bundle on ``media_dir`` as ``bundle_dir`` (a versioned root: as a new
+    version, the oldest beyond ``keep`` removed); raises ImportRefused."""
     repaired = recover_interrupted_swap(bundle_dir)
     if repaired:
         log.warning("bundle import: %s", repaired)
@@ -221,7 +224,9 @@ def import_bundle(
 
     store = BundleStore(bundle_dir)
 
-    def result(copied: bool, where: Path = bundle_dir, activated: bool = False) -> ImportResult:
+    def result(
+        copied: bool, where: Path = bundle_dir, activated: bool = False, pruned: tuple[str, ...] = ()
+    ) -> ImportResult:
         version = version_id(manifest_bytes) if store.versioned else None
         return ImportResult(
             where,
@@ -233,6 +238,7 @@ def import_bundle(
             ignored,
             version,
             activated,
+            pruned,
         )
 
     installed = store.root / VERSIONS / version_id(manifest_bytes) if store.versioned else bundle_dir
@@ -246,7 +252,7 @@ def import_bundle(
             raise ImportRefused(
                 f"not enough disk space for the bundle: {free / 1e9:.1f} GB free, "
                 f"{(total_bytes + FREE_SPACE_MARGIN_BYTES) / 1e9:.1f} GB needed at {bundle_dir.parent}",
-                fix="free disk space on the device (or use a larger storage device) and run again",
+                fix=_space_fix(store),
             )
         _copy_verified(media_dir, staging, manifest, total_bytes, progress)
         atomic_write_bytes(staging / SIGNATURE_NAME, base64.b64encode(signature) + b"\n")
@@ -255,9 +261,21 @@ def import_bundle(
         raise
     if store.versioned:  # a version beside the others; the active one is not touched
         added = store.add(staging, label=f"imported from {media_dir}", source="import", move=True)
-        return result(copied=True, where=added.path, activated=_activate_if_none(store, added.id))
+        activated = _activate_if_none(store, added.id)
+        pruned = tuple(v.id for v in store.prune(keep))
+        return result(copied=True, where=added.path, activated=activated, pruned=pruned)
     _swap_in(staging, bundle_dir)
     return result(copied=True)
+
+
+def _space_fix(store: BundleStore) -> str:
+    fix = "free disk space on the device (or use a larger storage device) and run again"
+    state = store.state()
+    spare = [v for v in store.versions() if v.id not in (state.active, state.previous)]
+    if spare:
+        sizes = ", ".join(f"{v.id} ({v.size_bytes / 1e9:.1f} GB)" for v in spare)
+        fix += f"; old bundle versions can go: appliance bundle remove VERSION (not in use: {sizes})"
+    return fix
 
 
 def _activate_if_none(store: BundleStore, version: str) -> bool:

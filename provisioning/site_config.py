@@ -10,15 +10,13 @@ the device paths and, on a Jetson, the GPU engines (unless the site file chose o
 from __future__ import annotations
 
 import hashlib
-import json
-import math
 import platform
 import sys
 from pathlib import Path
 from typing import Any
 
 from appliance.config import ConfigError, load_settings
-from engines.files import TOMLDecodeError, loads_toml
+from engines.files import TOMLDecodeError, loads_toml, toml_value
 from provisioning.context import DEVICE_BUNDLE_DIR, DEVICE_TRACE_DB, ProvisioningContext, SiteOptions
 from provisioning.files import atomic_write_text, give_to_service_user
 from provisioning.framework import StepFailed, StepOutcome
@@ -35,22 +33,6 @@ JETSON_ENGINES: dict[str, dict[str, Any]] = {
 }
 
 
-def _toml_value(value: Any) -> str:
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, int):
-        return str(value)
-    if isinstance(value, float):
-        if not math.isfinite(value):
-            raise ValueError(f"{value} cannot be written to TOML")
-        return repr(value)
-    if isinstance(value, (str, Path)):
-        return json.dumps(str(value), ensure_ascii=False)  # JSON string escapes are valid TOML
-    if isinstance(value, (list, tuple)):
-        return "[" + ", ".join(_toml_value(v) for v in value) + "]"
-    raise ValueError(f"unsupported value {value!r} ({type(value).__name__})")
-
-
 def to_toml(data: dict[str, dict[str, Any]], header: str = "") -> str:
     """TOML for the configuration's shape: top-level sections of scalars and lists."""
     lines = [f"# {line}" for line in header.splitlines()]
@@ -58,7 +40,7 @@ def to_toml(data: dict[str, dict[str, Any]], header: str = "") -> str:
         if not isinstance(values, dict):
             raise ValueError(f"top-level key {section!r} must be a section (a table)")
         lines += ["", f"[{section}]"]
-        lines += [f"{key} = {_toml_value(value)}" for key, value in values.items() if value is not None]
+        lines += [f"{key} = {toml_value(value)}" for key, value in values.items() if value is not None]
     return "\n".join(lines).lstrip("\n") + "\n"
 
 

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from engines.bundle_store import resolve_bundle_dir
+from appliance.config import ConfigError, load_settings
+from engines.bundle_store import DEFAULT_KEEP, resolve_bundle_dir
 from engines.errors import BundleError
 from engines.manifest import Manifest
 from provisioning.admin_password import password_still_valid, run_admin_password
@@ -41,6 +42,7 @@ def run_bundle_import(ctx: ProvisioningContext) -> StepOutcome:
             ctx.trusted_key_file,
             signature_file=ctx.signature_file,
             progress=ctx.progress,
+            keep=_versions_to_keep(ctx),
         )
     except ImportRefused as err:
         raise StepFailed(err.message, fix=err.fix) from err
@@ -52,6 +54,8 @@ def run_bundle_import(ctx: ProvisioningContext) -> StepOutcome:
             if result.activated
             else f" (not active: appliance bundle activate {result.version})"
         )
+    if result.pruned:
+        how += f"; removed old version(s) {', '.join(result.pruned)}"
     outputs = {
         "media": str(ctx.media_dir),
         "bundle_dir": str(result.bundle_dir),
@@ -63,12 +67,23 @@ def run_bundle_import(ctx: ProvisioningContext) -> StepOutcome:
         "ignored_files_on_media": result.ignored_files,
         "version": result.version,
         "activated": result.activated,
+        "pruned": list(result.pruned),
     }
     summary = (
         f"{result.artifacts} artifacts ({result.total_bytes / 1e6:.0f} MB) {how}; "
         f"signature valid ({result.signer_fingerprint})"
     )
     return StepOutcome(summary, outputs)
+
+
+def _versions_to_keep(ctx: ProvisioningContext) -> int:
+    """``bundle.keep`` of the device's configuration (a first provisioning has none yet: the default)."""
+    if not ctx.config_file.is_file():
+        return DEFAULT_KEEP
+    try:
+        return load_settings(ctx.config_file).bundle.keep
+    except ConfigError:
+        return DEFAULT_KEEP
 
 
 def _keep_installed_bundle(ctx: ProvisioningContext) -> StepOutcome:

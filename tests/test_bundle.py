@@ -100,3 +100,36 @@ def test_builder_repairs_an_altered_file_and_keeps_the_rest(bundle: Bundle, tmp_
     assert manifest.verify(root) == []
     assert manifest.artifacts["vad/silero/onnx"].sha256 == bundle.manifest.artifacts["vad/silero/onnx"].sha256
     assert "tts/en_US-joe-medium/config" in manifest.artifacts
+
+
+def test_a_build_into_a_versioned_root_adds_a_version_and_leaves_the_active_one_alone(
+    bundle: Bundle, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from build_scripts.__main__ import main as build_main
+    from engines.bundle_store import BundleStore
+
+    root = tmp_path / "root"
+    store = BundleStore(root)
+    older = small_copy(bundle, tmp_path / "b")  # an older bundle: without the VAD
+    manifest = Manifest.read(older)
+    Manifest([a for a in manifest.artifacts.values() if "silero" not in a.name], manifest.meta).write(older)
+    first = store.add(older, label="first")
+    store.activate(first.id)
+    before = (first.path / "manifest.json").read_bytes()
+
+    assert build_main(["bundle", "--out", str(root), "--only", "silero", "--label", "with vad"]) == 0
+    out = capsys.readouterr().out
+    (second,) = [v for v in store.versions() if v.id != first.id]
+    assert f"new version {second.id}" in out and "not active yet" in out and second.label == "with vad"
+    assert store.state().active == first.id and (first.path / "manifest.json").read_bytes() == before
+    assert Manifest.read(first.path).verify(first.path) == []
+    built = Manifest.read(second.path)
+    assert built.verify(second.path) == [] and "vad/silero/onnx" in built.artifacts
+    voice = "tts/en_US-joe-medium.onnx.json"  # kept from the active version: the same file, linked
+    assert (second.path / voice).stat().st_ino == (first.path / voice).stat().st_ino
+    assert not (root / ".building").exists()
+
+    # Built again from the active one gives the same bundle as the second: that version, not a third.
+    store.activate(second.id)
+    assert build_main(["bundle", "--out", str(root), "--only", "silero"]) == 0
+    assert "nothing changed" in capsys.readouterr().out and len(store.versions()) == 2

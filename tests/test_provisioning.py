@@ -412,3 +412,22 @@ def test_a_versioned_bundle_root_gets_each_import_as_a_version_and_keeps_its_act
     assert resolve_bundle_dir(site.device_bundle) == first.path
     store.activate(outputs["version"])
     assert Bundle.open(site.device_bundle, full=True).manifest.meta["release"] == "newer"
+    # Two more from the factory: bundle.keep (3) versions stay, the oldest spare one goes, never the
+    # active one or the previous one.
+    for release in ("third", "fourth"):
+        manifest.meta["release"] = release
+        manifest.write(newer)
+        assert main(["sign-bundle", "--key", str(site.private_key), str(newer)]) == 0
+        args = [
+            *site.args("--only", "preflight", "--only", "bundle", "--from", "bundle"),
+            "--media",
+            str(newer),
+        ]
+        assert main(args) == 0
+    kept = {v.id: Manifest.read(v.path).meta.get("release") for v in store.versions()}
+    assert sorted(kept.values(), key=str) == sorted([None, "newer", "fourth"], key=str)
+    assert (
+        site.steps()["bundle"]["outputs"]["pruned"]
+        and "removed old version" in site.steps()["bundle"]["summary"]
+    )
+    assert store.state().active in kept and store.state().previous == first.id
