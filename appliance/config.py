@@ -56,6 +56,21 @@ class BundleConfig(Section):
         "as the other commands always do; `appliance bundle verify` re-hashes on demand)",
     )
 
+    rollback_after_crashes: int = Field(
+        3,
+        ge=0,
+        le=4,
+        description="a bundle version whose daemon ended this many times in a crash or a missed watchdog "
+        "ping within crash_window_min is rolled back at the next start (0: never); under appliance.service's "
+        "StartLimitBurst (5), so that systemd still starts the daemon that rolls back",
+    )
+    crash_window_min: float = Field(
+        10.0,
+        gt=0.0,
+        le=1440.0,
+        description="... within this many minutes of each other (see rollback_after_crashes)",
+    )
+
     canary_max_wer_increase: float = Field(
         0.02,
         ge=0.0,

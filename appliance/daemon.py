@@ -201,9 +201,13 @@ def load_with_fallback(plan: StartPlan, *, config_path: Path | None) -> Daemon:
     that started (``appliance.last_good``), loudly. A plan already on that configuration (its notice
     says so) gets no second fallback. The microphone probed for the plan is kept."""
     from appliance import last_good
+    from appliance.crash_guard import CrashGuard
     from engines.errors import EngineError
 
+    crashed = CrashGuard.of(plan.settings.bundle).check()
+
     def started(chosen: Settings, why: str | None) -> Daemon:
+        CrashGuard.of(chosen.bundle).started()
         daemon = load(
             chosen,
             microphone=plan.microphone,
@@ -217,7 +221,7 @@ def load_with_fallback(plan: StartPlan, *, config_path: Path | None) -> Daemon:
         return daemon
 
     try:
-        return started(plan.settings, plan.notice)
+        daemon = started(plan.settings, _joined(plan.notice, crashed.notice if crashed else None))
     except EngineError as err:
         rolled = _roll_back_bundle(plan.settings, err)
         if rolled is not None:
@@ -235,6 +239,13 @@ def load_with_fallback(plan: StartPlan, *, config_path: Path | None) -> Daemon:
             return started(*kept)
         except EngineError:
             raise err from None  # the kept configuration fails too: the file's own problem is the news
+    if crashed is not None:
+        daemon.bundle = daemon.bundle.model_copy(update={"rolled_back_from": crashed.failed})
+    return daemon
+
+
+def _joined(*notices: str | None) -> str | None:
+    return "; ".join(n for n in notices if n) or None
 
 
 @dataclasses.dataclass(frozen=True)

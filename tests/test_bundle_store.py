@@ -231,3 +231,79 @@ def test_a_version_that_cannot_load_is_rolled_back_at_the_daemons_start(
         assert daemon.bundle.version == good.id and daemon.bundle.rolled_back_from == bad.id
     finally:
         appliance_daemon.close(daemon)
+
+
+def test_a_version_that_keeps_crashing_the_daemon_is_rolled_back_at_its_next_start(
+    bundle: Bundle, tmp_path: Path
+) -> None:
+    """``appliance run`` killed (-9) three times while starting on a new version: the fourth start runs
+    the previous version, says so, and its clean stop is not counted as a crash."""
+    import json
+    import os
+    import signal
+    import sys
+    import time
+
+    from tests.test_service import FakeSystemd
+
+    store = BundleStore(tmp_path / "root")
+    old_copy, new_copy = tmp_path / "old", tmp_path / "new"
+    for copy, release in ((old_copy, "old"), (new_copy, "new")):
+        subprocess.run(["cp", "-al", str(bundle.root), str(copy)], check=True)
+        manifest = Manifest.read(copy)
+        manifest.meta["release"] = release
+        (copy / "manifest.json").unlink()  # a hard link to the installed manifest: replaced, not written through
+        manifest.write(copy)
+    old = store.add(old_copy, move=True)
+    new = store.add(new_copy, move=True)
+    store.activate(old.id)
+    store.activate(new.id)
+    env = {
+        **os.environ,
+        "APPLIANCE_BUNDLE__DIR": str(store.root),
+        "APPLIANCE_BUNDLE__VERIFY_ON_START": "false",
+        "APPLIANCE_AUDIO__INPUT": "none",
+        "APPLIANCE_LLM__MODEL": "gemma-270m",
+        "APPLIANCE_TRACE__DB_PATH": str(tmp_path / "turns.sqlite3"),
+    }
+    env.pop("JOURNAL_STREAM", None)
+    command = [str(Path(sys.prefix) / "bin" / "appliance"), "run"]
+    starts = store.root / "starts.json"
+
+    def recorded(pid: int) -> list[dict[str, object]]:
+        try:
+            return [s for s in json.loads(starts.read_text())["starts"] if s["pid"] == pid]
+        except (OSError, ValueError):
+            return []
+
+    for _ in range(3):
+        with subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL) as proc:
+            deadline = time.monotonic() + 120
+            while not recorded(proc.pid) and proc.poll() is None and time.monotonic() < deadline:
+                time.sleep(0.05)
+            proc.send_signal(signal.SIGKILL)
+        assert [s["version"] for s in recorded(proc.pid)] == [new.id]
+    assert store.state().active == new.id
+
+    fake = FakeSystemd(str(tmp_path / "notify.sock"))
+    try:
+        with subprocess.Popen(
+            command,
+            env={**env, "NOTIFY_SOCKET": fake.address},
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        ) as proc:
+            try:
+                fake.wait_for("READY=1", timeout_s=300)
+                proc.send_signal(signal.SIGTERM)
+                output, _ = proc.communicate(timeout=60)
+            finally:
+                proc.kill()
+    finally:
+        fake.close()
+    assert proc.returncode == 0, output
+    assert store.state().active == old.id and store.state().previous == new.id
+    assert f"version {new.id} brought the daemon down 3 times" in output
+    assert any("degraded" in m and "rolled back" in m for m in fake.messages), fake.messages
+    assert recorded(proc.pid) == []  # stopped as asked: not a crash

@@ -15,7 +15,7 @@ import argparse
 import logging
 import sys
 
-from appliance.commands.common import EXIT_CONFIG, add_config_option
+from appliance.commands.common import EXIT_CONFIG, EXIT_OK, add_config_option
 from appliance.config import ConfigError
 
 
@@ -27,6 +27,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def handle(args: argparse.Namespace) -> int:
     from appliance import daemon
+    from appliance.crash_guard import CrashGuard
     from appliance.service import configure_logging, run_service
     from appliance.service.airgap import guard_name_lookups
     from appliance.start_plan import plan_start
@@ -39,7 +40,13 @@ def handle(args: argparse.Namespace) -> int:
         print(f"error: {err}", file=sys.stderr)
         return EXIT_CONFIG
 
-    def load() -> daemon.Daemon:
-        return daemon.load_with_fallback(plan, config_path=args.config)
+    loaded: list[daemon.Daemon] = []
 
-    return run_service(load, daemon.serve, daemon.close)
+    def load() -> daemon.Daemon:
+        loaded.append(daemon.load_with_fallback(plan, config_path=args.config))
+        return loaded[-1]
+
+    code = run_service(load, daemon.serve, daemon.close)
+    if code == EXIT_OK and loaded:  # a clean stop is no crash of the bundle's (appliance.crash_guard)
+        CrashGuard.of(loaded[-1].settings.bundle).ended_cleanly()
+    return code
