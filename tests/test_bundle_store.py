@@ -252,7 +252,7 @@ def test_a_version_that_keeps_crashing_the_daemon_is_rolled_back_at_its_next_sta
         subprocess.run(["cp", "-al", str(bundle.root), str(copy)], check=True)
         manifest = Manifest.read(copy)
         manifest.meta["release"] = release
-        (copy / "manifest.json").unlink()  # a hard link to the installed manifest: replaced, not written through
+        (copy / "manifest.json").unlink()  # a hard link to the installed one: replaced, not written through
         manifest.write(copy)
     old = store.add(old_copy, move=True)
     new = store.add(new_copy, move=True)
