@@ -277,12 +277,14 @@ def test_a_version_that_keeps_crashing_the_daemon_is_rolled_back_at_its_next_sta
             return []
 
     for _ in range(3):
-        with subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL) as proc:
+        with subprocess.Popen(
+            command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+        ) as starting:
             deadline = time.monotonic() + 120
-            while not recorded(proc.pid) and proc.poll() is None and time.monotonic() < deadline:
+            while not recorded(starting.pid) and starting.poll() is None and time.monotonic() < deadline:
                 time.sleep(0.05)
-            proc.send_signal(signal.SIGKILL)
-        assert [s["version"] for s in recorded(proc.pid)] == [new.id]
+            starting.send_signal(signal.SIGKILL)
+        assert [s["version"] for s in recorded(starting.pid)] == [new.id]
     assert store.state().active == new.id
 
     fake = FakeSystemd(str(tmp_path / "notify.sock"))
