@@ -80,7 +80,7 @@ def test_real_length_encoding_keeps_short_sentences(
     assert word_error_rate([JFK_TEXT], [jfk.text]) <= 0.05
 
 
-def test_same_text_as_faster_whisper_on_the_same_weights(
+def test_same_text_and_confidence_as_faster_whisper_on_the_same_weights(
     asr_fp32: AsrEngine, faster_whisper_fp32: object, data_dir: Path
 ) -> None:
     # Files where padding the 30 s window with anything but faster-whisper's zeros changes the text.
@@ -96,8 +96,18 @@ def test_same_text_as_faster_whisper_on_the_same_weights(
         segments, _ = faster_whisper_fp32.transcribe(  # type: ignore[attr-defined]
             audio, language="en", beam_size=1, temperature=0.0, without_timestamps=True, vad_filter=False
         )
-        theirs = " ".join(s.text.strip() for s in segments)
-        assert asr_fp32.transcribe(audio).text == theirs, name
+        segments = list(segments)
+        ours = asr_fp32.transcribe(audio)
+        assert ours.text == " ".join(s.text.strip() for s in segments), name
+        # Whisper's own confidence, as faster-whisper reads it (one segment: each file is under 30 s).
+        (segment,) = segments
+        assert ours.avg_logprob == pytest.approx(segment.avg_logprob, abs=0.01), name
+        assert ours.no_speech_p == pytest.approx(segment.no_speech_prob, abs=0.002), name
+        assert ours.compression_ratio == pytest.approx(segment.compression_ratio, abs=0.01), name
+    # Noise: the no-speech probability is high and the few words guessed are unsure ones.
+    noise = asr_fp32.transcribe(np.random.default_rng(0).normal(0.0, 0.01, 3 * 16000).astype(np.float32))
+    assert noise.no_speech_p is not None and noise.no_speech_p > 0.6
+    assert noise.avg_logprob is not None and noise.avg_logprob < -1.0
 
 
 def test_any_rate_and_channel_count(asr_int8: AsrEngine, data_dir: Path, tmp_path: Path) -> None:

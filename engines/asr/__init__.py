@@ -19,6 +19,11 @@ class Transcript:
     audio_s: float
     asr_s: float
     tokens: tuple[int, ...] = ()
+    # Whisper's own confidence, the signals its decoder falls back on: the average log probability of
+    # the tokens chosen, the probability that no one speaks (first window), the text's gzip ratio.
+    avg_logprob: float | None = None
+    no_speech_p: float | None = None
+    compression_ratio: float | None = None
 
 
 class AsrEngine(Protocol):

@@ -16,6 +16,9 @@ from engines.asr.runner import GraphRunner
 class Decoded:
     tokens: tuple[int, ...]  # generated tokens, without the prompt and the end-of-text token
     hit_token_limit: bool
+    logprob_sum: float = 0.0  # log probability of each token chosen, end-of-text included
+    scored: int = 0  # ... how many tokens that sums
+    no_speech_p: float | None = None  # the model's probability that no one speaks (Whisper's own)
 
 
 class GreedyDecoder:
@@ -53,29 +56,53 @@ class GreedyDecoder:
         *,
         stop_on_loop: bool = False,
         cancel: threading.Event | None = None,
+        no_speech: int | None = None,
     ) -> Decoded:
         """``cross``: the encoder's outputs (cross_k_i / cross_v_i) for one utterance.
 
         ``stop_on_loop``: give up as soon as the text repeats itself (``repeating_tail``), reported like
         reaching the token limit, so a caller with a fallback does not pay for 224 looping steps.
+        ``no_speech``: the no-speech token's id; the start-of-transcript token is then run on its own
+        (one more decoder step) to read the probability of it following, as Whisper does.
         """
         limit = min(max_new_tokens, self.n_text_ctx - len(prompt))
         caches = self.empty_cache()
+        no_speech_p = None
+        if no_speech is not None and len(prompt) > 1:
+            outputs = self.decoder.run(
+                {"tokens": np.asarray([prompt[:1]], dtype=np.int64), **caches, **cross}, cancel
+            )
+            no_speech_p = float(np.exp(_log_softmax_at(outputs["logits"][0].astype(np.float32), no_speech)))
+            caches = {name: outputs[f"new_{name}"] for name in caches}
+            prompt = prompt[1:]
         step_tokens = np.asarray([prompt], dtype=np.int64)
         generated: list[int] = []
+        logprob_sum = 0.0
+
+        def done(hit_limit: bool) -> Decoded:
+            scored = len(generated) + (0 if hit_limit else 1)
+            return Decoded(tuple(generated), hit_limit, logprob_sum, scored, no_speech_p)
+
         while len(generated) < limit:
             outputs = self.decoder.run({"tokens": step_tokens, **caches, **cross}, cancel)
-            logits = outputs["logits"][0]
+            logits = outputs["logits"][0].astype(np.float32, copy=False)
             mask = self._suppress_begin if not generated else self._suppress_always
-            token = int(np.argmax(np.where(mask, -np.inf, logits)))
+            masked = np.where(mask, -np.inf, logits)
+            token = int(np.argmax(masked))
+            logprob_sum += _log_softmax_at(masked, token)
             if token == self.eot:
-                return Decoded(tuple(generated), hit_token_limit=False)
+                return done(hit_limit=False)
             generated.append(token)
             if stop_on_loop and repeating_tail(generated):
-                return Decoded(tuple(generated), hit_token_limit=True)
+                return done(hit_limit=True)
             caches = {name: outputs[f"new_{name}"] for name in caches}
             step_tokens = np.asarray([[token]], dtype=np.int64)
-        return Decoded(tuple(generated), hit_token_limit=True)
+        return done(hit_limit=True)
+
+
+def _log_softmax_at(logits: np.ndarray, index: int) -> float:
+    top = float(np.max(logits))
+    return float(logits[index]) - top - float(np.log(np.sum(np.exp(logits - top))))
 
 
 def compression_ratio(text: str) -> float:

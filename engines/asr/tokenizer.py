@@ -29,5 +29,13 @@ class WhisperTokenizer:
         """Text of the ordinary tokens; special and timestamp tokens (ids >= end-of-text) are dropped."""
         return str(self._tokenizer.decode([t for t in tokens if t < self.eot], skip_special_tokens=True))
 
+    def no_speech_id(self) -> int | None:
+        """The no-speech token (``<|nocaptions|>`` in the first checkpoints, ``<|nospeech|>`` later)."""
+        for text in ("<|nospeech|>", "<|nocaptions|>"):
+            found = self._tokenizer.token_to_id(text)
+            if found is not None:
+                return int(found)
+        return None
+
     def encode(self, text: str) -> list[int]:
         return list(self._tokenizer.encode(text, add_special_tokens=False).ids)

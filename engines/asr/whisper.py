@@ -87,6 +87,7 @@ class WhisperEngine:
         self._greedy: GreedyDecoder | None = None
         self._tokenizer: WhisperTokenizer | None = None
         self._prompt: list[int] = []
+        self._no_speech: int | None = None
         self._n_mels = 80
 
     def load(self) -> None:
@@ -100,6 +101,7 @@ class WhisperEngine:
         self._prompt = _prompt(config, self.language)
         self._n_mels = config.dims["n_mels"]
         self._tokenizer = WhisperTokenizer(self.files.tokenizer, eot=int(config.special["eot"]))
+        self._no_speech = self._tokenizer.no_speech_id()
         self._encoder = self._runner_factory(self.files.encoder)
         self._decoder = self._runner_factory(self.files.decoder)
         self._greedy = GreedyDecoder(config, self._decoder)
@@ -117,19 +119,20 @@ class WhisperEngine:
     def transcribe(self, audio: np.ndarray, *, cancel: threading.Event | None = None) -> Transcript:
         audio = _checked_audio(audio)
         started = time.perf_counter()
-        tokens: list[int] = []
-        texts: list[str] = []
+        windows: list[tuple[Decoded, str]] = []
         for start in range(0, len(audio), CHUNK_SAMPLES):
-            window_tokens, text = self._transcribe_window(audio[start : start + CHUNK_SAMPLES], cancel=cancel)
-            tokens += window_tokens
-            if text:
-                texts.append(text)
+            windows.append(self._transcribe_window(audio[start : start + CHUNK_SAMPLES], cancel=cancel))
+        text = " ".join(t for _, t in windows if t)
+        scored = sum(d.scored for d, _ in windows)
         return Transcript(
-            text=" ".join(texts),
+            text=text,
             language=self.language,
             audio_s=len(audio) / SAMPLE_RATE_HZ,
             asr_s=time.perf_counter() - started,
-            tokens=tuple(tokens),
+            tokens=tuple(t for d, _ in windows for t in d.tokens),
+            avg_logprob=sum(d.logprob_sum for d, _ in windows) / scored if scored else None,
+            no_speech_p=windows[0][0].no_speech_p if windows else None,
+            compression_ratio=compression_ratio(text) if text else None,
         )
 
     def encode(self, features: np.ndarray, cancel: threading.Event | None = None) -> dict[str, np.ndarray]:
@@ -143,7 +146,7 @@ class WhisperEngine:
         audio: np.ndarray,
         max_new_tokens: int | None = None,
         cancel: threading.Event | None = None,
-    ) -> tuple[list[int], str]:
+    ) -> tuple[Decoded, str]:
         mel = log_mel(audio, self._n_mels)
         limit = max_new_tokens or self.policy.max_new_tokens
         frames = self.policy.frames_for(mel.frames)
@@ -156,7 +159,7 @@ class WhisperEngine:
             )
             decoded = self._decode(mel, CHUNK_FRAMES, limit, cancel)
             text = _loaded(self._tokenizer).decode(decoded.tokens).strip()
-        return list(decoded.tokens), text
+        return decoded, text
 
     def _decode(
         self, mel: LogMel, frames: int, max_new_tokens: int, cancel: threading.Event | None
@@ -165,7 +168,12 @@ class WhisperEngine:
         cross = self.encode(pad_frames(mel, frames, fill), cancel)
         stop_on_loop = frames < CHUNK_FRAMES and self.policy.fallback
         return _loaded(self._greedy).decode(
-            cross, self._prompt, max_new_tokens, stop_on_loop=stop_on_loop, cancel=cancel
+            cross,
+            self._prompt,
+            max_new_tokens,
+            stop_on_loop=stop_on_loop,
+            cancel=cancel,
+            no_speech=self._no_speech,
         )
 
     def _degenerate(self, decoded: Decoded, text: str) -> bool:
