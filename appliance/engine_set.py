@@ -22,6 +22,7 @@ from appliance.pipeline.turn import TurnConfig
 from engines.aec import EchoCanceller
 from engines.asr import AsrEngine
 from engines.asr.params import AsrParams
+from engines.bundle_store import version_of
 from engines.errors import EngineError
 from engines.llm import LlmEngine
 from engines.manifest import Bundle
@@ -371,6 +372,7 @@ def build_engines(settings: Settings, bundle: Bundle, *, microphone: bool = Fals
         llm_threads=llm_worker_threads(settings),
         tools=tool_box(settings),
         aec=echo_canceller(settings, microphone=microphone),
+        bundle_version=version_of(bundle.root) or "",
     )
 
 

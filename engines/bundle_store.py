@@ -58,6 +58,11 @@ class StoreState:
     previous: str | None = None
 
 
+def version_of(folder: Path) -> str | None:
+    """The version id of a bundle folder inside a versioned root; None for an unversioned one."""
+    return folder.name if folder.parent.name == VERSIONS else None
+
+
 def resolve_bundle_dir(root: Path) -> Path:
     """The folder of the bundle to use: ``root`` itself when it is an unversioned bundle, else its
     active version's (a root with versions and none active names the problem)."""

@@ -600,3 +600,37 @@ def test_a_change_the_machine_cannot_honour_is_refused_before_it_is_written(
         headers={"X-CSRF-Token": token},
     )
     assert fine.status_code == 200, fine.text
+
+
+def test_output_quality_is_counted_per_bundle_version_on_metrics_and_the_latency_report(
+    admin_env: AdminEnv,
+) -> None:
+    """Turns answered by two bundle versions: the newer one unsure and repeated at, the older one not."""
+    client = admin_env.client()
+    admin_env.login(client)
+    for index in range(4):
+        old = recorded_turn(transcript=f"what time do you open on day {index}")
+        old.bundle_version, old.asr_avg_logprob, old.asr_no_speech_p = "17d81a", -0.3, 0.01
+        admin_env.store.add(old)
+    for index in range(2):
+        new = recorded_turn(transcript="where is the loading dock")
+        new.bundle_version, new.asr_avg_logprob, new.asr_no_speech_p = "3fa9c2", -1.4, 0.2
+        new.repeated = index == 1
+        admin_env.store.add(new)
+    quality = {q["version"]: q for q in client.get("/api/latency").json()["quality"]}
+    assert quality["3fa9c2"]["turns"] == 2 and quality["3fa9c2"]["avg_logprob"] == -1.4
+    assert quality["3fa9c2"]["signals"] == {
+        "unsure": 2,
+        "repeated": 1,
+        "barge_in": 0,
+        "tool_failed": 0,
+        "fallback": 0,
+        "empty": 0,
+    }
+    assert quality["17d81a"]["turns"] == 4 and sum(quality["17d81a"]["signals"].values()) == 0
+    metrics = client.get("/metrics").text
+    assert 'appliance_turns_heard_total{version="3fa9c2"} 2.0' in metrics
+    assert 'appliance_turns_heard_total{version="17d81a"} 4.0' in metrics
+    assert 'appliance_turn_quality_signals_total{signal="unsure",version="3fa9c2"} 2.0' in metrics
+    assert 'appliance_turn_quality_signals_total{signal="repeated",version="3fa9c2"} 1.0' in metrics
+    assert 'appliance_asr_avg_logprob_count{version="17d81a"} 4.0' in metrics

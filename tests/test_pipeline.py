@@ -19,6 +19,7 @@ from appliance.pipeline.params import ReplyParams
 from appliance.pipeline.played import played_text
 from appliance.pipeline.session import Session, SessionEngines
 from appliance.pipeline.turn import TurnConfig
+from appliance.quality import signals as quality_signals
 from appliance.trace import TIMESTAMPS, TraceStore
 from engines.llm import Message
 from engines.vad.endpointer import EndpointerParams
@@ -158,6 +159,9 @@ def test_barge_in_stops_playback_and_keeps_only_what_was_played() -> None:
     assert session.barge_ins == 1
     first = session.traces[0]
     assert first.cancelled
+    # Its quality signals: the reply cut by barge-in; the fake hears the same words again next.
+    assert quality_signals(first) == ["barge_in"] and not first.repeated
+    assert session.traces[1].repeated and "repeated" in quality_signals(session.traces[1])
     full_s = len(REPLY.split()) * fakes.tts.word_s
     # Speech was injected 0.6 s into playback; the VAD needs ~0.1 s to call it speech: about 0.7 s
     # was heard, the rest (about 3.1 s) never reached the sink.

@@ -42,6 +42,10 @@ def test_a_spoken_question_gets_a_spoken_english_answer(
     assert trace.error is None and not trace.cancelled
     assert "brooklyn bridge" in trace.transcript.lower()
     assert english_words(trace.reply), trace.reply
+    # Whisper was sure of what it heard, and said so.
+    assert trace.asr_avg_logprob is not None and -1.0 < trace.asr_avg_logprob < 0.0
+    assert trace.asr_no_speech_p is not None and trace.asr_no_speech_p < 0.5
+    assert trace.asr_compression_ratio is not None and trace.bundle_version == real_engines.bundle_version
     # Every timestamp is there and in order; ASR started at the first silent frame, before the
     # endpoint decision (speculative start), so the 0.5 s endpoint silence overlapped with ASR.
     assert all(getattr(trace, name) is not None for name in TIMESTAMPS), trace

@@ -17,6 +17,7 @@ from prometheus_client.registry import Collector
 from appliance.admin.backend import AdminBackend
 from appliance.admin.schemas import StatusReport
 from appliance.admin.views import BUDGET_STAGE
+from appliance.quality import signals as quality_signals
 from appliance.trace import STAGES, TurnTrace
 
 # 25 ms .. 30 s: a GPU turn is ~0.15 s, a CPU turn several seconds.
@@ -106,7 +107,8 @@ def _device_gauges(status: StatusReport) -> Iterator[GaugeMetricFamily]:
     yield bundle
     yield GaugeMetricFamily(
         "appliance_bundle_rolled_back",
-        "1 when the active bundle version failed to load at this start and the previous one runs instead",
+        "1 when the active bundle version failed to load or kept bringing the daemon down, and the "
+        "previous one runs instead",
         value=int(status.bundle.rolled_back_from is not None),
     )
     host = status.host
@@ -142,6 +144,8 @@ def _device_gauges(status: StatusReport) -> Iterator[GaugeMetricFamily]:
 
 
 PROBABILITY_BUCKETS = (0.001, 0.01, 0.05, 0.1, 0.25, 0.5, 0.75, 0.9, 0.95, 0.99)
+LOGPROB_BUCKETS = (-3.0, -2.0, -1.5, -1.0, -0.75, -0.5, -0.3, -0.2, -0.1, 0.0)
+COMPRESSION_BUCKETS = (0.5, 1.0, 1.5, 2.0, 2.4, 3.0, 4.0)
 
 
 class TraceMetrics:
@@ -178,6 +182,40 @@ class TraceMetrics:
             buckets=PROBABILITY_BUCKETS,
             registry=self.registry,
         )
+        self.heard = Counter(
+            "appliance_turns_heard",
+            "turns with words heard, by the bundle version that answered them",
+            ["version"],
+            registry=self.registry,
+        )
+        self.quality = Counter(
+            "appliance_turn_quality_signals",
+            "turns with words heard that show a quality signal (appliance.quality: unsure, repeated, "
+            "barge_in, tool_failed, fallback, empty), by the bundle version that answered them",
+            ["signal", "version"],
+            registry=self.registry,
+        )
+        self.asr_logprob = Histogram(
+            "appliance_asr_avg_logprob",
+            "Whisper's average log probability of each transcript's tokens (under -1: unsure)",
+            ["version"],
+            buckets=LOGPROB_BUCKETS,
+            registry=self.registry,
+        )
+        self.asr_no_speech = Histogram(
+            "appliance_asr_no_speech_probability",
+            "Whisper's probability that no one spoke, per transcript",
+            ["version"],
+            buckets=PROBABILITY_BUCKETS,
+            registry=self.registry,
+        )
+        self.asr_compression = Histogram(
+            "appliance_asr_compression_ratio",
+            "each transcript's gzip compression ratio (over 2.4: a repetition loop)",
+            ["version"],
+            buckets=COMPRESSION_BUCKETS,
+            registry=self.registry,
+        )
         for verdict in ("checked", "unfinished", "failed"):
             self.turn_checks.labels(verdict=verdict)
         for by in (
@@ -212,6 +250,7 @@ class TraceMetrics:
         for judge, probability in (("sound", trace.turn_complete_p), ("words", trace.words_complete_p)):
             if probability is not None:
                 self.verdicts.labels(judge=judge).observe(probability)
+        self._observe_quality(trace)
         if outcome != "ok":
             return
         for stage in STAGES:
@@ -221,6 +260,21 @@ class TraceMetrics:
         latency = trace.stage_s(BUDGET_STAGE)
         if latency is not None and latency * 1000.0 > self.backend.budget_ms():
             self.over_budget.inc()
+
+    def _observe_quality(self, trace: TurnTrace) -> None:
+        if not trace.transcript:
+            return
+        version = trace.bundle_version or "unversioned"
+        self.heard.labels(version=version).inc()
+        for signal in quality_signals(trace):
+            self.quality.labels(signal=signal, version=version).inc()
+        for histogram, value in (
+            (self.asr_logprob, trace.asr_avg_logprob),
+            (self.asr_no_speech, trace.asr_no_speech_p),
+            (self.asr_compression, trace.asr_compression_ratio),
+        ):
+            if value is not None:
+                histogram.labels(version=version).observe(value)
 
     def take_new_turns(self) -> int:
         """Observe the stored turns not seen before; returns how many."""

@@ -179,6 +179,18 @@ class StageLatency(Body):
     p95_over_budget: bool | None = None
 
 
+class VersionQualityView(Body):
+    version: str = Field(description='the bundle version that answered ("" for an unversioned bundle)')
+    turns: int = Field(description="turns with words heard")
+    avg_logprob: float | None = Field(
+        None, description="Whisper's mean average log probability (under -1: unsure)"
+    )
+    no_speech_p: float | None = Field(None, description="Whisper's mean no-speech probability")
+    signals: dict[str, int] = Field(
+        description="turns showing each quality signal: unsure, repeated, barge_in, tool_failed, fallback, empty"
+    )
+
+
 class LatencyReport(Body):
     turns: int = Field(description="turns looked at (newest first)")
     budget_ms: float = Field(description="turn latency budget (trace.budget_ms)")
@@ -187,6 +199,9 @@ class LatencyReport(Body):
     turn_checks: int = Field(0, description="end-of-turn model verdicts in these turns")
     turn_incomplete: int = Field(0, description="... that did not hear the utterance as finished")
     endings: dict[str, int] = Field(default_factory=dict, description="turns by what ended them")
+    quality: list[VersionQualityView] = Field(
+        default_factory=list, description="output quality of these turns, per bundle version, newest first"
+    )
 
 
 class ConfigView(Body):

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from collections import Counter
 
-from appliance.admin.schemas import LatencyReport, StageLatency, TurnView
+from appliance.admin.schemas import LatencyReport, StageLatency, TurnView, VersionQualityView
+from appliance.quality import by_version
 from appliance.trace import STAGES, TurnTrace, summarize
 
 # The stage whose duration is compared with ``trace.budget_ms``.
@@ -86,4 +87,14 @@ def latency_report(traces: list[TurnTrace], budget_ms: float) -> LatencyReport:
         turn_checks=sum(t.turn_checks for t in traces),
         turn_incomplete=sum(t.turn_incomplete for t in traces),
         endings=dict(Counter(t.endpoint_by for t in traces if t.endpoint_by)),
+        quality=[
+            VersionQualityView(
+                version=q.version,
+                turns=q.turns,
+                avg_logprob=q.avg_logprob,
+                no_speech_p=q.no_speech_p,
+                signals=dict(q.counts),
+            )
+            for q in by_version(traces)
+        ],
     )

@@ -43,6 +43,7 @@ from appliance.pipeline.partials import Partials, PartialsConfig, PartialsRecord
 from appliance.pipeline.playback import Player
 from appliance.pipeline.turn import Turn, TurnConfig, TurnEngines
 from appliance.pipeline.workers import EngineWorker
+from appliance.quality import said_again
 from appliance.tools import ToolBox
 from appliance.trace.record import TurnTrace, new_turn_id
 from appliance.trace.store import TraceStore
@@ -78,6 +79,7 @@ class SessionEngines(TurnEngines):
     tools: ToolBox | None = None  # agent.tools, run off the event loop by the turn
     aec: EchoCanceller | None = None  # audio.echo_cancellation; each session that uses it has a stream
     aec_worker: EngineWorker | None = None
+    bundle_version: str = ""  # the bundle version the engines were loaded from ("": unversioned)
 
     @classmethod
     def create(
@@ -92,6 +94,7 @@ class SessionEngines(TurnEngines):
         llm_threads: int = 1,
         tools: ToolBox | None = None,
         aec: EchoCanceller | None = None,
+        bundle_version: str = "",
     ) -> SessionEngines:
         """``llm_threads``: sessions whose replies can reach the LLM at once (it batches them)."""
         return cls(
@@ -109,6 +112,7 @@ class SessionEngines(TurnEngines):
             tools=tools,
             aec=aec,
             aec_worker=None if aec is None else EngineWorker("aec"),
+            bundle_version=bundle_version,
         )
 
     def pairs(self) -> dict[str, tuple[Any, EngineWorker]]:
@@ -191,6 +195,7 @@ class Session:
         self.traces: deque[TurnTrace] = deque(maxlen=self.config.keep_traces)
         self.dropped_speculative = 0
         self.barge_ins = 0
+        self._last_transcript = ""
         self.turns_done = 0
         self.endpointer = Endpointer(self.config.endpointer, threshold=self.config.echo.threshold)
         self._frames: deque[tuple[np.ndarray, float]] = deque(
@@ -395,7 +400,12 @@ class Session:
         self.partials.stop()
         end_s = event.speech_end_s if event.speech_end_s is not None else event.time_s
         audio = self._audio_between(event.utterance_start_s, event.time_s)
-        trace = TurnTrace(turn_id=new_turn_id(), session_id=self.session_id, speculative=not confirmed)
+        trace = TurnTrace(
+            turn_id=new_turn_id(),
+            session_id=self.session_id,
+            speculative=not confirmed,
+            bundle_version=self.engines.bundle_version,
+        )
         trace.speech_start = self._speech_start_mono
         trace.speech_end = self._monotonic_at(end_s, now)
         turn = Turn(
@@ -466,6 +476,9 @@ class Session:
         if turn.dropped:
             log.debug("session %s: speculative turn %s dropped", self.session_id, trace.turn_id)
             return
+        if turn.transcript:
+            trace.repeated = said_again(turn.transcript, self._last_transcript)
+            self._last_transcript = turn.transcript
         if trace.error is None and turn.transcript:
             self.conversation.commit(turn.transcript, turn.played_text)
         self.turns_done += 1

@@ -159,6 +159,9 @@ class Turn:
             raise TurnFailed(Stage.ASR, err) from err
         self.trace.mark("asr_done")
         self.transcript = self.trace.transcript = result.text.strip()
+        self.trace.asr_avg_logprob = _rounded(result.avg_logprob)
+        self.trace.asr_no_speech_p = _rounded(result.no_speech_p)
+        self.trace.asr_compression_ratio = _rounded(result.compression_ratio)
         if not self.transcript:
             log.info("turn %s: no words recognised; no reply", self.trace.turn_id)
             return
@@ -388,6 +391,10 @@ class Turn:
             await self.player.drain()
         except Exception:
             log.exception("turn %s: the fallback reply could not be spoken either", self.trace.turn_id)
+
+
+def _rounded(value: float | None) -> float | None:
+    return None if value is None else round(value, 4)
 
 
 async def _run_together(*steps: Awaitable[None]) -> None:

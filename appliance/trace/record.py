@@ -95,6 +95,13 @@ class TurnTrace:
     tool_calls: list[str] = field(default_factory=list)  # tools called (name, or name:why it failed)
     tool_ms: float = 0.0  # time the tools took, summed
     preamble_audio: bool = False  # agent.tool_preamble was said while a tool ran
+    # Output quality (appliance.quality): Whisper's confidence in the transcript, the person saying
+    # again what they said the turn before, and the bundle version whose engines answered.
+    asr_avg_logprob: float | None = None
+    asr_no_speech_p: float | None = None
+    asr_compression_ratio: float | None = None
+    repeated: bool = False
+    bundle_version: str = ""
 
     def mark(self, name: str, at: float | None = None) -> None:
         """Set timestamp ``name`` to now (or ``at``) unless it is already set."""

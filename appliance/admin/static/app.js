@@ -98,6 +98,21 @@ function showStatus(status) {
   });
 }
 
+const QUALITY_SIGNALS = ["unsure", "repeated", "barge_in", "tool_failed", "fallback", "empty"];
+
+function showQuality(quality, running) {
+  fillTable("quality-table", quality, (row, q) => {
+    cell(row, `${q.version || "unversioned"}${q.version === (running || "") ? " (running)" : ""}`);
+    cell(row, q.turns, "num");
+    cell(row, q.avg_logprob == null ? "–" : q.avg_logprob.toFixed(2), q.avg_logprob != null && q.avg_logprob < -1 ? "num over" : "num");
+    for (const signal of QUALITY_SIGNALS) {
+      const count = q.signals[signal] || 0;
+      const share = q.turns ? count / q.turns : 0;
+      cell(row, count ? `${count} (${Math.round(share * 100)} %)` : "0", share >= 0.2 ? "num over" : "num");
+    }
+  });
+}
+
 const ENDED_BY = {
   smart_turn: "sounded finished", fused: "sound and words finished", text: "words finished",
   silence: "silence", incomplete_silence: "long silence", max_length: "too long", stream_end: "audio ended",
@@ -162,6 +177,7 @@ async function refresh() {
     showStatus(status);
     showSessions(sessions);
     showLatency(latency, turns);
+    showQuality(latency.quality, status.bundle.version);
     text("updated", new Date().toLocaleTimeString());
   } catch (err) {
     if (err instanceof LoggedOut) { location.assign("/login"); return; }
