@@ -98,6 +98,13 @@ class CrashGuard:
         kept = [s for s in self._starts() if s.get("at", 0) >= now - _KEPT_S]
         self._write([*kept, {"version": active, "at": now, "pid": os.getpid()}])
 
+    def now_running(self, version: str) -> None:
+        """This process switched to ``version`` while running: a crash from now on is that version's."""
+        if not self.path.is_file():
+            return
+        pid = os.getpid()
+        self._write([{**s, "version": version} if s.get("pid") == pid else s for s in self._starts()])
+
     def ended_cleanly(self) -> None:
         """This process stops as asked: its starts do not count."""
         if not self.path.is_file():

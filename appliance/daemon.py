@@ -106,6 +106,7 @@ class Daemon:
     config_path: Path | None = None
     notice: str | None = None  # running degraded or on the last configuration that started, and why
     local_problem: str | None = None  # the local audio session does not run, and why
+    sessions: set[Session] = dataclasses.field(default_factory=set)  # open now (appliance.bundle_switch)
 
 
 def open_store(settings: Settings) -> TraceStore | None:
@@ -149,7 +150,7 @@ def load(
         asyncio.run(engines.close())
         raise
     if engines.tools is not None:
-        engines.tools.device_status = functools.partial(_device_status, engines)
+        engines.tools.device_status = functools.partial(device_status, engines)
     return Daemon(
         settings=settings,
         engines=engines,
@@ -186,7 +187,7 @@ async def _load_refusing_calls(settings: Settings, engines: SessionEngines) -> d
             await placeholder.stop()
 
 
-def _device_status(engines: SessionEngines) -> dict[str, object]:
+def device_status(engines: SessionEngines) -> dict[str, object]:
     """What the device tool adds to the clock: the engines are up, and how busy the LLM is."""
     now = engines.llm.occupancy()
     return {
@@ -322,13 +323,16 @@ async def run_session(
         store=daemon.store,
         session_id=session_id,
         on_turn=turn_done,
+        engines_offered=lambda: daemon.engines,
     )
     registry.open_session(
         session_id, kind, peer, state_of=lambda: session.state, heard_of=lambda: session.heard
     )
+    daemon.sessions.add(session)
     try:
         await session.run(max_turns=max_turns)
     finally:
+        daemon.sessions.discard(session)
         registry.close_session(session_id)
     return session
 
@@ -343,6 +347,7 @@ async def serve(daemon: Daemon, control: ServiceControl) -> None:
         control.status(f"degraded: {daemon.notice}")
     config = session_config(settings)
     registry, background, listening = _start_listeners(daemon, config)
+    switching = _watch_bundle(daemon, registry, control)
     try:
         await _remember_if_whole(daemon, listening, control)
         if daemon.local_problem is not None:
@@ -357,9 +362,40 @@ async def serve(daemon: Daemon, control: ServiceControl) -> None:
         else:
             await _local_session(daemon, registry, config, control)
     finally:
-        for task in background:
+        for task in [*background, *switching]:
             task.cancel()
-        await asyncio.gather(*background, return_exceptions=True)
+        await asyncio.gather(*background, *switching, return_exceptions=True)
+
+
+def _watch_bundle(
+    daemon: Daemon, registry: SessionRegistry, control: ServiceControl
+) -> list[asyncio.Task[None]]:
+    """With a versioned bundle root: a version activated while running is switched to
+    (``appliance.bundle_switch``), and the admin page and systemd's STATUS say so."""
+    from appliance.admin.backend import LiveRegistry
+    from appliance.bundle_switch import Switched, watch_bundle
+
+    if daemon.bundle.version is None:
+        return []
+
+    def announce(result: Switched) -> None:
+        if isinstance(registry, LiveRegistry):
+            if result.how == "failed":
+                registry.add_notice(result.problem)
+            registry.set_bundle(daemon.bundle)
+            from appliance.admin import engine_states
+
+            for state in engine_states(daemon.settings, daemon.load_seconds):
+                registry.set_engine(state)
+        if result.how == "failed":
+            control.status(f"degraded: {result.problem}")
+        elif result.how == "restart":
+            control.status(f"restarting on bundle version {result.version} (no room to load it beside)")
+        else:
+            control.status(f"ready: on bundle version {result.version} (switched in service)")
+
+    work = _logged(watch_bundle(daemon, control, announce), "bundle switch")
+    return [asyncio.create_task(work, name="bundle-switch")]
 
 
 async def _remember_if_whole(
@@ -402,8 +438,7 @@ def _start_listeners(
         live = LiveRegistry()
         for state in engine_states(settings, daemon.load_seconds):
             live.set_engine(state)
-        llm = daemon.engines.llm
-        live.watch_llm(lambda: llm_load(llm.occupancy()))
+        live.watch_llm(lambda: llm_load(daemon.engines.llm.occupancy()))  # the engines of the moment
         registry = live
         page = run_admin_page(
             settings,

@@ -14,6 +14,7 @@ from collections.abc import Callable
 from typing import Any, Protocol
 
 from appliance.admin.schemas import (
+    BundleSummary,
     ConfigUpdate,
     ConfigView,
     EngineState,
@@ -77,6 +78,24 @@ class LiveRegistry:
         self._state_of: dict[str, Callable[[], str]] = {}
         self._heard_of: dict[str, Callable[[], str]] = {}
         self._llm_load: Callable[[], LlmLoad] | None = None
+        self._bundle: BundleSummary | None = None
+        self._notices: list[str] = []
+
+    def set_bundle(self, bundle: BundleSummary) -> None:
+        """The bundle the engines run from now (a bundle version activated while running)."""
+        self._bundle = bundle
+
+    def bundle(self) -> BundleSummary | None:
+        return self._bundle
+
+    def add_notice(self, text: str) -> None:
+        """Something the operator must know that happened while running (shown in the banner)."""
+        with self._lock:
+            self._notices.append(text)
+
+    def notices(self) -> list[str]:
+        with self._lock:
+            return list(self._notices)
 
     def watch_llm(self, read: Callable[[], LlmLoad]) -> None:
         """Where the LLM's slots and queue are read when shown."""

@@ -126,7 +126,7 @@ class LocalBackend:
             ready=readiness.ready,
             engines=readiness.engines,
             runtimes=self._runtimes,
-            bundle=self._bundle,
+            bundle=self.registry.bundle() or self._bundle,
             host=self._probe.read(),
             notice=self._notices(),
             turns_not_stored=self.store.failed_writes,
@@ -135,6 +135,7 @@ class LocalBackend:
 
     def _notices(self) -> str | None:
         notices = [self._notice] if self._notice else []
+        notices += self.registry.notices()
         if self.store.failed_writes:
             notices.append(
                 f"{self.store.failed_writes} turn(s) could not be stored in {self.store.db_path} "

@@ -48,7 +48,10 @@ def handle_verify(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-RESTART_HINT = "the daemon uses it from its next start: systemctl restart appliance"
+SWITCH_HINT = (
+    "a running daemon switches to it between turns (journalctl -u appliance says when), or restarts on it "
+    "once no call is in progress when there is no memory for both"
+)
 
 
 def register_versions(actions: argparse._SubParsersAction) -> None:
@@ -109,7 +112,7 @@ def handle_list(args: argparse.Namespace) -> int:
 
 def _switched(store: BundleStore, what: str) -> str:
     state = store.state()
-    return f"{what}: active {state.active}, previous {state.previous or 'none'}; {RESTART_HINT}"
+    return f"{what}: active {state.active}, previous {state.previous or 'none'}; {SWITCH_HINT}"
 
 
 def _changing(args: argparse.Namespace, change: Callable[[BundleStore], str]) -> int:

@@ -30,6 +30,7 @@ def handle(args: argparse.Namespace) -> int:
     from appliance.crash_guard import CrashGuard
     from appliance.service import configure_logging, run_service
     from appliance.service.airgap import guard_name_lookups
+    from appliance.service.runner import EXIT_RESTART
     from appliance.start_plan import plan_start
 
     configure_logging(logging.getLogger().level)
@@ -47,6 +48,6 @@ def handle(args: argparse.Namespace) -> int:
         return loaded[-1]
 
     code = run_service(load, daemon.serve, daemon.close)
-    if code == EXIT_OK and loaded:  # a clean stop is no crash of the bundle's (appliance.crash_guard)
+    if code in (EXIT_OK, EXIT_RESTART) and loaded:  # no crash of the bundle's (appliance.crash_guard)
         CrashGuard.of(loaded[-1].settings.bundle).ended_cleanly()
     return code

@@ -29,7 +29,7 @@ import logging
 import math
 import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -144,8 +144,12 @@ class SessionEngines(TurnEngines):
             await asyncio.to_thread(self.tools.load)  # the facts files, read and indexed
         return dict(zip(names, seconds, strict=True))
 
-    async def close(self) -> None:
+    async def close(self, *, keep: Collection[object] = ()) -> None:
+        """Close every engine and stop its worker, except the engines in ``keep`` (shared with the set
+        that replaces this one: the echo canceller)."""
         for engine, worker in self.pairs().values():
+            if any(engine is kept for kept in keep):
+                continue
             try:
                 await worker.call(engine.close)
             except Exception:
@@ -183,8 +187,13 @@ class Session:
         store: TraceStore | None = None,
         session_id: str | None = None,
         on_turn: Callable[[TurnTrace], None] | None = None,
+        engines_offered: Callable[[], SessionEngines] | None = None,
     ) -> None:
+        """``engines_offered``: the engines new turns should run on (the daemon's, which a bundle
+        activation replaces); the session moves to them between turns, when nobody is speaking."""
         self.engines = engines
+        self._engines_offered = engines_offered
+        self._vad_stream: Any = None
         self.source = source
         self.sink = sink
         self.config = config or SessionConfig()
@@ -210,12 +219,15 @@ class Session:
         self._checks = _UtteranceChecks()
         self._check_tasks: set[asyncio.Task[None]] = set()
         self._words_due: asyncio.Event | None = None  # a file source waits for the words' verdict
-        self.partials = Partials(
+        self.partials = self._partials_on(engines)
+
+    def _partials_on(self, engines: SessionEngines) -> Partials:
+        return Partials(
             engines,
             self.config.partials,
             self.conversation.with_user,
             asr=engines.partial_asr,
-            wait=not source.realtime,
+            wait=not self.source.realtime,
             conversation=self.session_id,
         )
 
@@ -231,17 +243,27 @@ class Session:
         return "thinking" if self._active is not None else "listening"
 
     @property
+    def idle(self) -> bool:
+        """No turn running and nobody speaking."""
+        return self._active is None and not self.endpointer.in_speech
+
+    @property
+    def on_call(self) -> bool:
+        """The audio is a call's (it ends when the caller hangs up)."""
+        return self.source.ends_with_listener
+
+    @property
     def heard(self) -> str:
         """The latest partial transcript of the utterance in progress ("" when none)."""
         return self.partials.record.latest if self.endpointer.in_speech else ""
 
     async def run(self, *, stop: asyncio.Event | None = None, max_turns: int | None = None) -> None:
         """Listen until the source ends, ``stop`` is set, or ``max_turns`` turns have finished."""
-        vad_stream = await self.engines.vad_worker.call(self.engines.vad.stream)
+        self._vad_stream = await self.engines.vad_worker.call(self.engines.vad.stream)
         stopped_early = False
         try:
             async for frame in self.source.frames():
-                await self._on_frame(frame, vad_stream)
+                await self._on_frame(frame)
                 if not self.source.realtime:
                     # A file fed faster than real time: answer each turn before listening on, as a
                     # person would wait for the answer (no barge-in without a clock); and a pause's
@@ -249,6 +271,7 @@ class Session:
                     await self._wait_for_words()
                     await self._wait_for_confirmed_turn()
                 await self._reap()
+                await self._move_to_offered_engines()
                 if stop is not None and stop.is_set():
                     stopped_early = True
                     break
@@ -272,14 +295,39 @@ class Session:
             )
             self.engines.llm.end_conversation(self.session_id)
 
-    async def _on_frame(self, heard: np.ndarray | HeardFrame, vad_stream: Any) -> None:
+    async def _move_to_offered_engines(self) -> None:
+        """Between turns, with nobody speaking and nothing being judged: go on with the engines
+        offered (a new bundle version's). The conversation's history is text and stays; the VAD
+        stream starts afresh in silence; the old LLM forgets this conversation."""
+        offered = self._engines_offered() if self._engines_offered is not None else self.engines
+        if (
+            offered is self.engines
+            or self._active is not None
+            or self.endpointer.in_speech
+            or self._check_tasks
+        ):
+            return
+        old = self.engines
+        await self.partials.close()
+        old.llm.end_conversation(self.session_id)
+        self._vad_stream = await offered.vad_worker.call(offered.vad.stream)
+        self.engines = offered
+        self.partials = self._partials_on(offered)
+        log.info(
+            "session %s: now on the engines of bundle version %s (was %s)",
+            self.session_id,
+            offered.bundle_version or "unversioned",
+            old.bundle_version or "unversioned",
+        )
+
+    async def _on_frame(self, heard: np.ndarray | HeardFrame) -> None:
         frame, transcribed = split_frame(heard)
         if len(frame) != FRAME_SAMPLES or len(transcribed) != FRAME_SAMPLES:
             raise ValueError(f"frames must have {FRAME_SAMPLES} samples, got {len(frame)}")
         now = time.monotonic()
         self._frames.append((transcribed, now))  # the utterance's audio: ASR, partials, the turn model
         self._frame_count += 1
-        probability = float(await self.engines.vad_worker.call(vad_stream.probability, frame))
+        probability = float(await self.engines.vad_worker.call(self._vad_stream.probability, frame))
         playing = self.speaking
         self.endpointer.threshold = self.config.echo.threshold_for(playing)
         probability = self.config.echo.probability_for(probability, playing)

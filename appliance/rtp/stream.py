@@ -63,6 +63,7 @@ class StreamStats:
     unknown_payload: int = 0
     frames_dropped: int = 0
     digits: list[str] = field(default_factory=list)
+    longest_send_gap_s: float = 0.0  # between two packets sent (20 ms when the event loop keeps time)
 
 
 class RtpStream(asyncio.DatagramProtocol):
@@ -290,9 +291,12 @@ class RtpStream(asyncio.DatagramProtocol):
 
     async def _send_loop(self) -> None:
         loop = asyncio.get_running_loop()
-        next_s = loop.time()
+        next_s = last_sent = loop.time()
         while not self._closed:
             self._send_one()
+            sent = loop.time()
+            self.stats.longest_send_gap_s = max(self.stats.longest_send_gap_s, sent - last_sent)
+            last_sent = sent
             idle_s = loop.time() - (self.last_received_s or 0.0)
             if self._jitter.held and idle_s > (self._jitter.depth_packets + 1) * PACKET_S:
                 self._on_payloads(self._jitter.flush())

@@ -33,6 +33,9 @@ EXIT_FAILED = 1
 # sysexits' EX_CONFIG: the engines cannot load and a restart will not change that (a damaged bundle,
 # a llama.cpp build this processor cannot run). The unit's RestartPreventExitStatus= names it.
 EXIT_CANNOT_LOAD = 78
+# sysexits' EX_TEMPFAIL: the daemon stopped cleanly to be started again (a bundle version activated that
+# does not fit in memory beside the running one); Restart=on-failure starts it again.
+EXIT_RESTART = 75
 
 
 @dataclass
@@ -41,6 +44,7 @@ class ServiceControl:
 
     notifier: Notifier
     stop_requested: asyncio.Event = field(default_factory=asyncio.Event)
+    restart_requested: bool = False
 
     def status(self, text: str) -> None:
         """One line for ``systemctl status`` (e.g. "ready: 2 sessions, last turn 0.61 s")."""
@@ -48,6 +52,11 @@ class ServiceControl:
         self.notifier.status(text)
 
     def request_stop(self) -> None:
+        self.stop_requested.set()
+
+    def request_restart(self) -> None:
+        """Stop cleanly and exit with EXIT_RESTART, for systemd to start the daemon again."""
+        self.restart_requested = True
         self.stop_requested.set()
 
 
@@ -110,7 +119,7 @@ class Service(Generic[T]):
             if not done:
                 log.error("the daemon did not stop within %.1f s", self.stop_timeout_s)
                 return EXIT_FAILED
-            return EXIT_OK
+            return EXIT_RESTART if control.restart_requested else EXIT_OK
         if serving.cancelled():
             self.notifier.stopping("stopping")
             return EXIT_OK

@@ -353,7 +353,10 @@ class SipServer(asyncio.DatagramProtocol):
 
 def _stream_summary(call: Call) -> str:
     s = call.stream.stats
-    return f"rtp in {s.packets_received}, out {s.packets_sent}, bad {s.bad_packets}, dtmf {''.join(s.digits) or '-'}"
+    return (
+        f"rtp in {s.packets_received}, out {s.packets_sent} (longest gap {s.longest_send_gap_s * 1000:.0f} ms), "
+        f"bad {s.bad_packets}, dtmf {''.join(s.digits) or '-'}"
+    )
 
 
 async def _cancel_after(task: asyncio.Task[None], grace_s: float) -> None:
