@@ -4,6 +4,7 @@ dropped; a version that cannot load leaves the running one serving."""
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import os
 import re
@@ -169,3 +170,40 @@ def test_a_version_that_cannot_load_leaves_the_running_one_serving_and_active(
         assert store.state().active == running.id
     finally:
         appliance_daemon.close(loaded)
+
+
+def test_without_room_for_both_the_daemon_restarts_cleanly_once_no_call_is_in_progress(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """No memory for a second engine set: the switch waits for the call to end, then the service stops
+    with EXIT_RESTART (systemd's Restart=on-failure starts it on the new version)."""
+    import types
+
+    from appliance import bundle_switch
+    from appliance.service.runner import EXIT_RESTART, Service, ServiceControl
+
+    monkeypatch.setattr(bundle_switch, "room_for_both", lambda *_: False)
+
+    @dataclasses.dataclass(eq=False)
+    class Call:  # what the switch reads of a session
+        on_call: bool = True
+        idle: bool = True
+
+    daemon = types.SimpleNamespace(sessions={Call()}, bundle=types.SimpleNamespace(version="a"))
+    results: list[bundle_switch.Switched] = []
+
+    async def serve(_: object, control: ServiceControl) -> None:
+        async def hang_up_later() -> None:
+            await asyncio.sleep(0.5)
+            daemon.sessions.clear()
+
+        hanging_up = asyncio.ensure_future(hang_up_later())
+        started = time.monotonic()
+        results.append(await bundle_switch.switch_bundle(daemon, control, BundleStore(tmp_path), "b"))  # type: ignore[arg-type]
+        results.append(bundle_switch.Switched("waited", "", time.monotonic() - started))
+        await hanging_up
+        await asyncio.Event().wait()
+
+    code = asyncio.run(Service(load=lambda: None, serve=serve, watchdog=None).run())
+    assert code == EXIT_RESTART
+    assert results[0].how == "restart" and results[1].load_s >= 0.5  # not before the call ended
