@@ -11,8 +11,10 @@ one's, and its memory within ``bundle.canary_max_memory_ratio``. The verdict and
 (``evaluation.json``), where ``appliance bundle activate`` reads them.
 
 The evaluation set is a folder a technician fills at the site: recordings and ``transcripts.json``
-(``{"file.wav": "what is said"}``). Without one, typical questions are spoken with the active bundle's
-voice, and the report says the audio was synthetic.
+(``{"file.wav": "what is said"}``, or ``{"file.wav": {"text": ..., "facts": [...], "tool": ...}}`` for a
+question whose answer must hold those facts, through that tool). Without one, questions about the site's
+own facts (or typical questions) are spoken with the active bundle's voice, and the report says the
+audio was synthetic.
 """
 
 from __future__ import annotations
@@ -60,6 +62,8 @@ class Figures:
     tts_first_audio_ms_p50: float | None = None
     peak_rss_mb: float | None = None
     load_s: float | None = None
+    answer_checks: int = 0  # expected facts and tool calls in the set
+    answer_accuracy: float | None = None  # ... the share of them the answers had
 
 
 @dataclass(frozen=True)
@@ -79,12 +83,13 @@ class Evaluation:
         ]
         rows = (
             ("loads", "loads", ""),
-            ("WER", "wer", ""),
+            ("WER", "wer", "share"),
             ("turn share p50", "turn_ms_p50", " ms"),
             ("turn share p95", "turn_ms_p95", " ms"),
             ("ASR p50", "asr_ms_p50", " ms"),
             ("first clause p50", "first_clause_ms_p50", " ms"),
             ("first audio p50", "tts_first_audio_ms_p50", " ms"),
+            ("answers right", "answer_accuracy", "share"),
             ("peak memory", "peak_rss_mb", " MB"),
             ("load time", "load_s", " s"),
         )
@@ -105,7 +110,7 @@ def _cell(value: object, unit: str) -> str:
     if isinstance(value, bool):
         return "yes" if value else "NO"
     if isinstance(value, float):
-        return f"{value:.3f}" if not unit else f"{value:.0f}{unit}"
+        return f"{value:.1%}" if unit == "share" else f"{value:.0f}{unit}"
     return f"{value}{unit}"
 
 
@@ -142,7 +147,7 @@ def read_evaluation(version: BundleVersion) -> Evaluation | None:
 
 def evaluation_set(
     settings: Settings, active: BundleVersion, set_dir: Path | None, scratch: Path
-) -> tuple[list[dict[str, str]], bool]:
+) -> tuple[list[dict[str, Any]], bool]:
     """(recordings with what they say, synthetic?): the site's folder, or typical questions spoken."""
     if set_dir is not None:
         try:
@@ -158,11 +163,61 @@ def evaluation_set(
                 f"the evaluation set {set_dir} lists recordings it does not hold: {', '.join(missing) or 'none listed'}",
                 fix=f"copy the recordings beside {TRANSCRIPTS}, or remove their lines",
             )
-        return [{"audio": str(set_dir / name), "text": text} for name, text in transcripts.items()], False
+        return [_set_item(set_dir, name, entry) for name, entry in transcripts.items()], False
     return _spoken_questions(settings, active, scratch), True
 
 
-def _spoken_questions(settings: Settings, active: BundleVersion, scratch: Path) -> list[dict[str, str]]:
+def _set_item(set_dir: Path, name: str, entry: object) -> dict[str, Any]:
+    """One line of transcripts.json: ``"what is said"``, or ``{"text": ..., "facts": [...], "tool": ...}``."""
+    if isinstance(entry, str):
+        return {"audio": str(set_dir / name), "text": entry}
+    facts = entry.get("facts", []) if isinstance(entry, dict) else None
+    if (
+        not isinstance(entry, dict)
+        or not isinstance(entry.get("text"), str)
+        or not isinstance(facts, list)
+        or not all(isinstance(f, str) for f in facts)
+        or not isinstance(entry.get("tool", ""), str)
+    ):
+        raise BundleError(
+            f"{set_dir / TRANSCRIPTS}: the line of {name} is neither what is said nor "
+            '{"text": ..., "facts": [...], "tool": ...}',
+            fix=f'write it as "{name}": "what is said", or "{name}": {{"text": "what is said", '
+            '"facts": ["7 am"], "tool": "site_facts"}',
+        )
+    return {
+        "audio": str(set_dir / name),
+        "text": entry["text"],
+        "facts": facts,
+        "tool": entry.get("tool", ""),
+    }
+
+
+def site_questions(settings: Settings) -> list[dict[str, Any]]:
+    """Questions about the site's own facts (the first facts tool's file), each expecting that tool to
+    be called and, where the fact has a figure or a time, that figure in the answer; the typical
+    questions when the site has no facts."""
+    from appliance.tools.facts import FactsFileError, read_facts
+
+    tool = next((t for t in settings.agent.tools if t.kind == "facts" and t.file is not None), None)
+    facts = []
+    if tool is not None and tool.file is not None:
+        try:
+            facts = read_facts(tool.file)[: len(TYPICAL_QUESTIONS)]
+        except FactsFileError:
+            facts = []
+    if tool is None or not facts:
+        return [{"text": question} for question in TYPICAL_QUESTIONS]
+    questions = []
+    for fact in facts:
+        title = fact.title.strip()
+        text = title if title.endswith("?") else f"Can you tell me about {title.rstrip('.').lower()}?"
+        figures = [w.strip(".,;") for w in fact.text.split() if any(c.isdigit() for c in w)][:1]
+        questions.append({"text": text, "facts": figures, "tool": tool.name})
+    return questions
+
+
+def _spoken_questions(settings: Settings, active: BundleVersion, scratch: Path) -> list[dict[str, Any]]:
     import soundfile
 
     from appliance.engine_set import tts_engine
@@ -173,12 +228,12 @@ def _spoken_questions(settings: Settings, active: BundleVersion, scratch: Path) 
     tts.load()
     items = []
     try:
-        for index, question in enumerate(TYPICAL_QUESTIONS):
-            audio = np.concatenate(list(tts.synthesize(question, sample_rate_hz=SAMPLE_RATE_HZ)))
+        for index, question in enumerate(site_questions(settings)):
+            audio = np.concatenate(list(tts.synthesize(question["text"], sample_rate_hz=SAMPLE_RATE_HZ)))
             pause = np.zeros(SAMPLE_RATE_HZ // 2, np.float32)
             path = scratch / f"question-{index + 1}.wav"
             soundfile.write(path, np.concatenate([pause, audio, pause]), SAMPLE_RATE_HZ)
-            items.append({"audio": str(path), "text": question})
+            items.append({**question, "audio": str(path)})
     finally:
         tts.close()
     return items
@@ -215,8 +270,12 @@ def summarize(result: dict[str, Any]) -> Figures:
     def p(key: str, q: float) -> float:
         return round(float(np.percentile([i[key] for i in items], q)), 1)
 
+    checks = sum(i.get("facts_expected", 0) + int(i.get("tool_expected", False)) for i in items)
+    right = sum(i.get("facts_found", 0) + int(i.get("tool_called", False)) for i in items)
     return Figures(
         loads=True,
+        answer_checks=checks,
+        answer_accuracy=round(right / checks, 4) if checks else None,
         wer=round(word_error_rate([i["reference"] for i in items], [i["transcript"] for i in items]), 4),
         turn_ms_p50=p("turn_ms", 50),
         turn_ms_p95=p("turn_ms", 95),
@@ -260,6 +319,12 @@ def judge(settings: Settings, active: Figures, candidate: Figures) -> list[str]:
                 f"{title} p50 {after:.0f} ms against {before:.0f} ms "
                 f"(bundle.canary_max_latency_ratio = {gates.canary_max_latency_ratio})"
             )
+    before, after = active.answer_accuracy, candidate.answer_accuracy
+    if before is not None and after is not None and after < before - gates.canary_max_answer_drop:
+        failures.append(
+            f"answers right {after:.0%} against {before:.0%} of {candidate.answer_checks} expected facts "
+            f"and tool calls (bundle.canary_max_answer_drop = {gates.canary_max_answer_drop:.0%} points)"
+        )
     memory_limit = (active.peak_rss_mb or 0.0) * gates.canary_max_memory_ratio
     if memory_limit and candidate.peak_rss_mb and candidate.peak_rss_mb > memory_limit:
         failures.append(

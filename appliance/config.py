@@ -85,6 +85,13 @@ class BundleConfig(Section):
         description="... and its engines' p95 share of a turn (or under trace.budget_ms) and each stage's "
         "p50 (speech recognition, first clause, first audio) at most this many times the active one's",
     )
+    canary_max_answer_drop: float = Field(
+        0.1,
+        ge=0.0,
+        le=1.0,
+        description="... and the share of the facts and tool calls the set expects that its answers have at "
+        "most this much (0.1: ten points) below the active one's",
+    )
     canary_max_memory_ratio: float = Field(
         1.5, ge=1.0, le=10.0, description="... and its peak memory at most this many times the active one's"
     )

@@ -17,6 +17,8 @@ from appliance.config import Settings, load_settings, override
 from engines.bundle_store import BundleStore
 from engines.manifest import Artifact, Bundle, Manifest, sha256_of
 
+QUESTION = "speech/en/google_audio.wav"
+FACTS = "# Brooklyn Bridge\nThe Brooklyn Bridge opened in 1883.\n\n# Canteen\nThe canteen opens at 7:30.\n"
 RECORDINGS = {
     "speech/en/google_audio.wav": "how old is the Brooklyn Bridge",
     "speech/en/cheetah_test_en.wav": "Today only platforms one and three are used.",
@@ -62,15 +64,23 @@ def site(
     recordings.mkdir()
     for relative in RECORDINGS:
         shutil.copy(data_dir / relative, recordings / Path(relative).name)
-    (recordings / "transcripts.json").write_text(
-        json.dumps({Path(k).name: v for k, v in RECORDINGS.items()}), encoding="utf-8"
-    )
+    lines: dict[str, object] = {Path(k).name: v for k, v in RECORDINGS.items()}
+    # A question whose answer must hold a fact, found with the site's facts tool.
+    lines["google_audio.wav"] = {"text": RECORDINGS[QUESTION], "facts": ["1883"], "tool": "site_facts"}
+    (recordings / "transcripts.json").write_text(json.dumps(lines), encoding="utf-8")
+    facts = work / "facts.md"
+    facts.write_text(FACTS, encoding="utf-8")
     settings = override(
         load_settings(None),
         # Speed is measured by the benchmark (docs/model-updates.md), not asserted on this shared machine:
         # the latency gates are opened wide here, the others are as shipped.
         bundle={"dir": str(store.root), "canary_max_latency_ratio": 10.0},
         llm={"model": "gemma-270m", "context_tokens": 512, "max_reply_tokens": 16},
+        agent={
+            "tools": [
+                {"name": "site_facts", "kind": "facts", "file": str(facts), "description": "the site's facts"}
+            ]
+        },
     )
     return settings, recordings, versions
 
@@ -85,6 +95,9 @@ def test_a_candidate_like_the_active_bundle_passes_with_its_figures_side_by_side
         candidate.wer is not None and candidate.wer < 0.3 and candidate.wer == active.wer
     )  # the same graphs
     assert candidate.turn_ms_p95 and candidate.peak_rss_mb and candidate.peak_rss_mb > 100
+    # The question with a fact and a tool expected was answered as in service, by both alike.
+    assert active.answer_checks == candidate.answer_checks == 2
+    assert active.answer_accuracy is not None and candidate.answer_accuracy == active.answer_accuracy
     report = evaluation.report()
     assert "turn share p95" in report and "PASSED" in report and "recorded at the site" in report
     stored = read_evaluation(BundleStore(settings.bundle.dir).get(versions["candidate"]))
@@ -115,11 +128,14 @@ def test_a_candidate_that_cannot_load_is_refused_and_activated_only_when_forced(
     assert store.state().active == versions["active"]
 
 
-def test_without_recordings_typical_questions_are_spoken_and_the_report_says_so(site) -> None:
+def test_without_recordings_the_sites_facts_are_asked_and_the_report_says_the_audio_is_synthetic(
+    site,
+) -> None:
     settings, _recordings, versions = site
     evaluation = evaluate(settings, versions["candidate"])
-    assert evaluation.synthetic_audio and evaluation.recordings == 8
-    assert "synthetic" in evaluation.report()
+    assert evaluation.synthetic_audio and evaluation.recordings == 2  # one question per fact
+    assert evaluation.figures["candidate"].answer_checks == 4  # a figure and the tool, each
+    assert "synthetic" in evaluation.report() and "answers right" in evaluation.report()
     assert evaluation.figures["active"].wer is not None and evaluation.figures["active"].wer < 0.3
 
 
@@ -138,3 +154,30 @@ def test_the_gates_name_each_regression_with_its_figures() -> None:
     assert [f.split(" ")[0] for f in failures] == ["WER", "speech", "peak"], failures
     assert "14.4% against 11.4%" in failures[0] and "268 ms against 210 ms" in failures[1]
     assert judge(settings, active, Figures(False, error="truncated")) == ["it does not load: truncated"]
+    fewer_facts = Figures(**{**vars(same), "answer_checks": 10, "answer_accuracy": 0.6})
+    told = Figures(**{**vars(active), "answer_checks": 10, "answer_accuracy": 0.8})
+    (failure,) = judge(settings, told, fewer_facts)
+    assert failure.startswith("answers right 60% against 80% of 10 expected facts and tool calls")
+
+
+def test_without_a_set_the_questions_come_from_the_sites_facts(site) -> None:
+    from appliance.canary import TYPICAL_QUESTIONS, site_questions
+
+    settings, _recordings, _versions = site
+    assert site_questions(settings) == [
+        {"text": "Can you tell me about brooklyn bridge?", "facts": ["1883"], "tool": "site_facts"},
+        {"text": "Can you tell me about canteen?", "facts": ["7:30"], "tool": "site_facts"},
+    ]
+    no_facts = override(settings, agent={"tools": []})
+    assert [q["text"] for q in site_questions(no_facts)] == list(TYPICAL_QUESTIONS)
+
+
+def test_a_set_line_of_the_wrong_shape_is_named_with_the_fix(tmp_path: Path) -> None:
+    from appliance.canary import evaluation_set
+    from engines.errors import BundleError
+
+    (tmp_path / "a.wav").write_bytes(b"")
+    (tmp_path / "transcripts.json").write_text(json.dumps({"a.wav": {"text": "hi", "facts": "7 am"}}))
+    with pytest.raises(BundleError) as caught:
+        evaluation_set(load_settings(None), None, tmp_path, tmp_path)  # type: ignore[arg-type]
+    assert "the line of a.wav" in str(caught.value) and '"facts": ["7 am"]' in caught.value.fix
