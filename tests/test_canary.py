@@ -180,4 +180,4 @@ def test_a_set_line_of_the_wrong_shape_is_named_with_the_fix(tmp_path: Path) -> 
     (tmp_path / "transcripts.json").write_text(json.dumps({"a.wav": {"text": "hi", "facts": "7 am"}}))
     with pytest.raises(BundleError) as caught:
         evaluation_set(load_settings(None), None, tmp_path, tmp_path)  # type: ignore[arg-type]
-    assert "the line of a.wav" in str(caught.value) and '"facts": ["7 am"]' in caught.value.fix
+    assert "the line of a.wav" in str(caught.value) and '"facts": ["7 am"]' in str(caught.value.fix)
