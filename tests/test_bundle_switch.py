@@ -88,7 +88,7 @@ def test_a_call_in_progress_keeps_its_audio_and_turns_while_a_bundle_version_is_
     bundle: Bundle, tmp_path: Path, data_dir: Path
 ) -> None:
     """`appliance run` answering a SIPp call; `appliance bundle activate` during the first reply: the
-    first turn is answered by the running version, the second (asked 30 s in) by the new one, the call's
+    first turn is answered by the running version, the second (asked 20 s in) by the new one, the call's
     RTP never stops, and the daemon says what the switch took."""
     from appliance.cli import main
 
@@ -106,9 +106,9 @@ def test_a_call_in_progress_keeps_its_audio_and_turns_while_a_bundle_version_is_
                     data_dir,
                     config.sip_port,
                     scenario="call.xml",
-                    pause_ms=45000,
-                    again_at_s=30.0,
-                    wait_for_bye_s=60,
+                    pause_ms=32000,
+                    again_at_s=20.0,
+                    wait_for_bye_s=45,
                 )
             )
         )

@@ -236,7 +236,7 @@ def test_every_configuration_the_admin_page_accepts_starts(
     summary = summarize_bundle(bundle)
 
     @hypothesis_settings(
-        max_examples=40,
+        max_examples=25,
         deadline=None,
         derandomize=True,
         database=None,
