@@ -1,0 +1,122 @@
+"""HTTP digest authentication as SIP uses it (RFC 3261 section 22, RFC 8760 for SHA-256): the answer
+to a registrar's or proxy's 401/407 challenge, as an Authorization or Proxy-Authorization header."""
+
+from __future__ import annotations
+
+import hashlib
+import re
+import secrets
+from dataclasses import dataclass
+
+ALGORITHMS = {"MD5": hashlib.md5, "SHA-256": hashlib.sha256}
+_PARAM = re.compile(r'\s*([A-Za-z0-9_-]+)\s*=\s*("(?:[^"\\]|\\.)*"|[^,\s]+)\s*(?:,|$)')
+
+
+class ChallengeError(ValueError):
+    """A challenge this client cannot answer (another scheme, an unknown algorithm, no nonce)."""
+
+
+@dataclass(frozen=True)
+class Challenge:
+    realm: str
+    nonce: str
+    algorithm: str = "MD5"
+    opaque: str | None = None
+    qop: tuple[str, ...] = ()
+    stale: bool = False
+
+
+def parse_challenge(header: str) -> Challenge:
+    """A ``WWW-Authenticate`` / ``Proxy-Authenticate`` value, e.g. ``Digest realm="pbx", nonce="..."``."""
+    scheme, _, rest = header.strip().partition(" ")
+    if scheme.lower() != "digest":
+        raise ChallengeError(f"the challenge is {scheme or 'empty'}, not Digest")
+    params: dict[str, str] = {}
+    position = 0
+    while position < len(rest):
+        found = _PARAM.match(rest, position)
+        if found is None:
+            raise ChallengeError(f"unreadable challenge parameters: {rest[position : position + 40]!r}")
+        value = found[2]
+        if value.startswith('"'):
+            value = re.sub(r"\\(.)", r"\1", value[1:-1])
+        params[found[1].lower()] = value
+        position = found.end()
+    if "realm" not in params or "nonce" not in params:
+        raise ChallengeError("the challenge has no realm or no nonce")
+    algorithm = params.get("algorithm", "MD5").upper()
+    if algorithm not in ALGORITHMS:
+        raise ChallengeError(f"digest algorithm {algorithm} is not supported (MD5 and SHA-256 are)")
+    qop = tuple(q.strip() for q in params.get("qop", "").split(",") if q.strip())
+    if qop and "auth" not in qop:
+        raise ChallengeError(f"only qop=auth is supported, the challenge offers {','.join(qop)}")
+    return Challenge(
+        realm=params["realm"],
+        nonce=params["nonce"],
+        algorithm=algorithm,
+        opaque=params.get("opaque"),
+        qop=qop,
+        stale=params.get("stale", "").lower() == "true",
+    )
+
+
+def _hex(algorithm: str, text: str) -> str:
+    return ALGORITHMS[algorithm](text.encode("utf-8")).hexdigest()
+
+
+def digest_response(
+    challenge: Challenge,
+    *,
+    method: str,
+    uri: str,
+    username: str,
+    password: str,
+    cnonce: str,
+    nonce_count: int = 1,
+) -> str:
+    """The ``response`` value (RFC 7616 section 3.4.1)."""
+    ha1 = _hex(challenge.algorithm, f"{username}:{challenge.realm}:{password}")
+    ha2 = _hex(challenge.algorithm, f"{method}:{uri}")
+    if challenge.qop:
+        return _hex(challenge.algorithm, f"{ha1}:{challenge.nonce}:{nonce_count:08x}:{cnonce}:auth:{ha2}")
+    return _hex(challenge.algorithm, f"{ha1}:{challenge.nonce}:{ha2}")
+
+
+def authorization(
+    challenge: Challenge,
+    *,
+    method: str,
+    uri: str,
+    username: str,
+    password: str,
+    nonce_count: int = 1,
+    cnonce: str | None = None,
+) -> str:
+    """The Authorization (or Proxy-Authorization) header value answering ``challenge``."""
+    cnonce = cnonce or secrets.token_hex(8)
+    response = digest_response(
+        challenge,
+        method=method,
+        uri=uri,
+        username=username,
+        password=password,
+        cnonce=cnonce,
+        nonce_count=nonce_count,
+    )
+    fields = [
+        f'username="{_quoted(username)}"',
+        f'realm="{_quoted(challenge.realm)}"',
+        f'nonce="{_quoted(challenge.nonce)}"',
+        f'uri="{_quoted(uri)}"',
+        f'response="{response}"',
+        f"algorithm={challenge.algorithm}",
+    ]
+    if challenge.opaque is not None:
+        fields.append(f'opaque="{_quoted(challenge.opaque)}"')
+    if challenge.qop:
+        fields += ["qop=auth", f"nc={nonce_count:08x}", f'cnonce="{cnonce}"']
+    return "Digest " + ", ".join(fields)
+
+
+def _quoted(text: str) -> str:
+    return text.replace("\\", "\\\\").replace('"', '\\"')
