@@ -298,6 +298,67 @@ class SipConfig(Section):
     )
     tcp_max_per_source: int = Field(8, ge=1, le=1024, description="TCP connections at once from one address")
     user_agent: str = Field("voice-appliance", description="the User-Agent and Server header")
+    registrar: str = Field(
+        "",
+        description="register as an extension with the site's phone system at this address, IP[:port] "
+        '(never a name: no lookups at run time); "" registers nowhere',
+    )
+    register_user: str = Field("", description="the extension's user name (the number callers dial)")
+    register_auth_user: str = Field("", description="the digest authentication user, when not register_user")
+    register_domain: str = Field(
+        "", description="the SIP domain of the extension (default: the registrar's address)"
+    )
+    register_password_file: Path | None = Field(
+        None, description="a file holding the extension's password, readable by the service only (mode 600)"
+    )
+    register_expires_s: int = Field(
+        300,
+        ge=30,
+        le=86400,
+        description="the registration's lifetime asked for; renewed at 80% of what is granted",
+    )
+    register_retry_max_s: float = Field(
+        300.0,
+        ge=5.0,
+        le=3600.0,
+        description="a failing registration is retried after 5 s, doubling up to this",
+    )
+
+    @field_validator("registrar")
+    @classmethod
+    def _registrar_is_address(cls, value: str) -> str:
+        if not value:
+            return value
+        host, _, port = value.rpartition(":") if value.count(":") == 1 else (value, "", "")
+        if port and not (port.isdigit() and 0 < int(port) < 65536):
+            raise ValueError(f"{value!r}: the port must be 1-65535")
+        _ip_address(host)
+        return value
+
+    @field_validator("register_user")
+    @classmethod
+    def _user_with_registrar(cls, value: str, info: Any) -> str:
+        if info.data.get("registrar") and not value:
+            raise ValueError(
+                "set the extension's user name (sip.register_user) to register with sip.registrar"
+            )
+        if any(c in value for c in ' <>@:;"'):
+            raise ValueError(f'{value!r} is not a SIP user name (no spaces or < > @ : ; ")')
+        return value
+
+    @field_validator("register_password_file")
+    @classmethod
+    def _password_file(cls, value: Path | None, info: Any) -> Path | None:
+        if value is None:
+            return None
+        value = value.expanduser()
+        try:
+            mode = value.stat().st_mode
+        except OSError as err:
+            raise ValueError(f"cannot read {value}: {err.strerror}") from err
+        if mode & 0o077:
+            raise ValueError(f"{value} can be read by other users (mode {mode & 0o777:o}); chmod 600 it")
+        return value
 
     @field_validator("bind_host")
     @classmethod

@@ -24,6 +24,7 @@ from appliance.sip.dialog import make_response
 from appliance.sip.indialog import DialogFlow
 from appliance.sip.invite import InviteFlow
 from appliance.sip.message import SipRequest, SipResponse, SipSyntaxError, parse_message
+from appliance.sip.register import Registration, read_password, registrar_address
 from appliance.sip.stats import ServerStats
 from appliance.sip.tcp import SipTcpConnection, TcpLimits
 from appliance.sip.transactions import ResponseCache
@@ -49,6 +50,9 @@ class SipServer(asyncio.DatagramProtocol):
         self.stats = ServerStats()
         self._noisy = ThrottledLog(log)  # what the network can make happen thousands of times a second
         self._allowed = [ipaddress.ip_network(net, strict=False) for net in config.allow_from]
+        if config.registrar:  # the site's phone system sends the extension's calls from there
+            self._allowed.append(ipaddress.ip_network(registrar_address(config.registrar)[0]))
+        self.registration: Registration | None = None
         self._tasks: set[asyncio.Task[None]] = set()
         self._tcp_server: asyncio.AbstractServer | None = None
         self._watcher: asyncio.Task[None] | None = None
@@ -113,6 +117,8 @@ class SipServer(asyncio.DatagramProtocol):
             except OSError as err:
                 log.warning("SIP over TCP not available on port %d (%s); UDP only", self.local_port, err)
         self._watcher = loop.create_task(self._watch_calls(), name="sip-watch")
+        if self.config.registrar and self.accepting:
+            self._start_registration()
         log.info(
             "SIP listening on %s:%d (UDP%s, max %d calls)",
             self.config.bind_host,
@@ -120,6 +126,15 @@ class SipServer(asyncio.DatagramProtocol):
             ", TCP" if self._tcp_server is not None else "",
             self.config.max_calls,
         )
+
+    def _start_registration(self) -> None:
+        try:
+            password = read_password(self.config.register_password_file)
+        except OSError as err:
+            password = None
+            log.error("SIP: cannot read sip.register_password_file: %s", err)
+        self.registration = Registration(self.config, self.transport.send, self.local_port, password)
+        self.registration.start()
 
     async def stop(self) -> None:
         # The calls' sessions stop first, while the rest of the daemon (the trace store) is still
@@ -144,6 +159,8 @@ class SipServer(asyncio.DatagramProtocol):
         await asyncio.gather(
             *self._tasks, *([self._watcher] if self._watcher else []), return_exceptions=True
         )
+        if self.registration is not None:
+            await self.registration.stop()
         if self._tcp_server is not None:
             self._tcp_server.close()
             for connection in list(self.transport.tcp.values()):
@@ -179,7 +196,8 @@ class SipServer(asyncio.DatagramProtocol):
                 self._on_malformed(err, source)
                 return
             if isinstance(message, SipResponse):
-                self.dialogs.on_response(message)
+                if self.registration is None or not self.registration.on_response(message):
+                    self.dialogs.on_response(message)
                 return
             request = message
             await self._on_request(request, source)
@@ -264,6 +282,9 @@ class SipServer(asyncio.DatagramProtocol):
             ("X-Appliance-State", state),
             ("X-Appliance-Calls", f"{occupied}/{limit}"),
         ]
+        if self.registration is not None:
+            status = self.registration.status
+            headers.append(("X-Appliance-Registration", f"{status.state} {status.user}@{status.registrar}"))
         if state != "ready":
             headers.append(("Retry-After", str(self.config.retry_after_s)))
             self.transport.respond(request, source, 503, headers=headers)

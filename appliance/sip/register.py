@@ -1,0 +1,287 @@
+"""Registration with the site's phone system as an extension (RFC 3261 section 10): REGISTER with
+digest authentication, renewed at 80% of the lifetime granted, retried with back-off when it fails,
+removed (Expires: 0) when the daemon stops. The INVITEs the registrar then sends to the extension are
+answered like any other call (``sip.registrar`` is allowed as a peer).
+
+The password is read from ``sip.register_password_file`` and goes nowhere but into the digest: not
+into logs, traces, the admin page or /metrics.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import re
+import secrets
+import socket
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Literal
+
+from appliance.config import SipConfig
+from appliance.sip.digest import ChallengeError, authorization, parse_challenge
+from appliance.sip.headers import parse_via
+from appliance.sip.message import SipRequest, SipResponse
+from appliance.sip.transactions import T1_S, Retransmitter
+
+log = logging.getLogger(__name__)
+
+Address = tuple[str, int]
+State = Literal["off", "registering", "registered", "failing"]
+RETRY_FIRST_S = 5.0
+RENEW_AT = 0.8  # of the lifetime granted
+UNREGISTER_WAIT_S = 2.0
+
+
+class RegistrationFailed(Exception):
+    def __init__(self, reason: str, *, retry_after_s: float | None = None) -> None:
+        super().__init__(reason)
+        self.reason = reason
+        self.retry_after_s = retry_after_s
+
+
+@dataclass(frozen=True)
+class RegistrationStatus:
+    state: State = "off"
+    detail: str = ""  # why it fails, or what it waits for
+    registrar: str = ""
+    user: str = ""
+    since: float | None = None  # Unix time of the last change of state
+    expires_s: int | None = None  # granted by the registrar
+    last_register_ms: float | None = None  # the last REGISTER transaction, challenge included
+    renewals: int = 0
+    failures: int = 0
+    auth: str = ""  # how the registrar was answered: "digest SHA-256", "digest MD5", "none"
+
+
+def registrar_address(value: str) -> Address:
+    host, _, port = value.rpartition(":") if value.count(":") == 1 else (value, "", "")
+    return host, int(port) if port else 5060
+
+
+def read_password(path: Path | None) -> str | None:
+    """The password in ``path`` (its first line), or None without a file."""
+    if path is None:
+        return None
+    text = path.read_text(encoding="utf-8")
+    return text.splitlines()[0] if text.strip() else ""
+
+
+def local_address_towards(peer: Address) -> str:
+    """The address of this machine's interface that reaches ``peer`` (a UDP connect sends nothing)."""
+    family = socket.AF_INET6 if ":" in peer[0] else socket.AF_INET
+    with socket.socket(family, socket.SOCK_DGRAM) as probe:
+        probe.connect(peer)
+        return str(probe.getsockname()[0])
+
+
+@dataclass
+class _Pending:
+    future: asyncio.Future[SipResponse]
+    retx: Retransmitter | None = None
+
+
+@dataclass
+class Registration:
+    """One extension's registration over the SIP server's socket (``send``)."""
+
+    config: SipConfig
+    send: Callable[[bytes, Address], None]
+    local_port: int
+    password: str | None = None
+    clock: Callable[[], float] = time.time
+    status: RegistrationStatus = field(init=False)
+    _pending: dict[str, _Pending] = field(default_factory=dict, init=False)
+    _task: asyncio.Task[None] | None = field(default=None, init=False)
+
+    def __post_init__(self) -> None:
+        self.registrar = registrar_address(self.config.registrar)
+        self.user = self.config.register_user
+        self.auth_user = self.config.register_auth_user or self.user
+        self.domain = self.config.register_domain or self.registrar[0]
+        advertised = self.config.advertise_host or self.config.bind_host
+        self.local_host = (
+            local_address_towards(self.registrar) if advertised in ("0.0.0.0", "::") else advertised
+        )
+        self.call_id = f"{secrets.token_hex(10)}@{self.local_host}"
+        self.from_tag = secrets.token_hex(6)
+        self.cseq = 0
+        self.status = RegistrationStatus(registrar=self.config.registrar, user=self.user)
+
+    @property
+    def aor(self) -> str:
+        return f"sip:{self.user}@{self.domain}"
+
+    @property
+    def contact(self) -> str:
+        return f"<sip:{self.user}@{self.local_host}:{self.local_port}>"
+
+    def start(self) -> None:
+        self._task = asyncio.get_running_loop().create_task(self._keep_registered(), name="sip-register")
+
+    async def stop(self) -> None:
+        """Stop renewing; remove the binding when there is one (waits at most UNREGISTER_WAIT_S)."""
+        if self._task is not None:
+            self._task.cancel()
+            await asyncio.gather(self._task, return_exceptions=True)
+        if self.status.state == "registered":
+            with contextlib.suppress(RegistrationFailed, asyncio.TimeoutError):
+                await asyncio.wait_for(self.register(0), UNREGISTER_WAIT_S)
+            log.info("SIP: %s unregistered from %s", self.aor, self.config.registrar)
+        for pending in self._pending.values():
+            if pending.retx is not None:
+                pending.retx.stop()
+        self._set("off", "stopped")
+
+    def on_response(self, response: SipResponse) -> bool:
+        """A response to one of our REGISTERs (True), or not ours (False)."""
+        hops = response.get_list("Via")
+        try:
+            branch = parse_via(hops[0]).branch if hops else None
+        except ValueError:
+            return False
+        pending = self._pending.get(branch or "")
+        if pending is None or response.get("Call-ID") != self.call_id:
+            return False
+        if response.status >= 200 and not pending.future.done():
+            pending.future.set_result(response)
+        elif pending.retx is not None and response.status < 200:
+            pending.retx.stop()  # provisional: the registrar has it (RFC 3261 17.1.2.2 keeps T2 repeats)
+        return True
+
+    async def _keep_registered(self) -> None:
+        backoff = RETRY_FIRST_S
+        while True:
+            self._set("registering", "")
+            try:
+                granted = await self.register(self.config.register_expires_s)
+            except RegistrationFailed as err:
+                wait = err.retry_after_s or backoff
+                self.status = replace(self.status, failures=self.status.failures + 1)
+                self._set("failing", f"{err.reason}; trying again in {wait:.0f} s")
+                log.error(
+                    "SIP: registration of %s with %s failed: %s", self.aor, self.config.registrar, err.reason
+                )
+                await asyncio.sleep(wait)
+                backoff = min(backoff * 2, self.config.register_retry_max_s)
+                continue
+            backoff = RETRY_FIRST_S
+            renew_in = max(1.0, granted * RENEW_AT)
+            self._set("registered", f"renewed in {renew_in:.0f} s", expires_s=granted)
+            await asyncio.sleep(renew_in)
+            self.status = replace(self.status, renewals=self.status.renewals + 1)
+
+    async def register(self, expires_s: int) -> int:
+        """One REGISTER (answering a challenge once); the lifetime granted. Raises RegistrationFailed."""
+        started = time.monotonic()
+        credentials: tuple[str, str] | None = None
+        self.status = replace(self.status, auth="none")
+        for _ in range(3):  # a challenge, and a second one when the first nonce went stale
+            response = await self._transaction(self._request(expires_s, credentials))
+            if 200 <= response.status < 300:
+                self.status = replace(
+                    self.status, last_register_ms=round((time.monotonic() - started) * 1000, 1)
+                )
+                return self._granted(response, expires_s)
+            if response.status in (401, 407):
+                credentials = self._answer(response, stale_only=credentials is not None)
+                continue
+            least = (response.get("Min-Expires") or "").strip()
+            if response.status == 423 and least.isdigit():
+                expires_s = int(least)
+                continue
+            retry = (response.get("Retry-After") or "").split(";")[0].strip()
+            raise RegistrationFailed(
+                f"the registrar answered {response.status} {response.reason}",
+                retry_after_s=float(retry) if retry.isdigit() else None,
+            )
+        raise RegistrationFailed("the registrar kept challenging the answers")
+
+    def _answer(self, response: SipResponse, *, stale_only: bool) -> tuple[str, str]:
+        header_name = "WWW-Authenticate" if response.status == 401 else "Proxy-Authenticate"
+        try:
+            challenge = parse_challenge(response.get(header_name) or "")
+        except ChallengeError as err:
+            raise RegistrationFailed(f"cannot answer the registrar's challenge: {err}") from err
+        if stale_only and not challenge.stale:
+            raise RegistrationFailed(
+                f"the registrar refused the password of {self.auth_user} (fix: the password in "
+                "sip.register_password_file, or sip.register_auth_user)"
+            )
+        if self.password is None:
+            raise RegistrationFailed("the registrar asks for a password: set sip.register_password_file")
+        answer = authorization(
+            challenge, method="REGISTER", uri=self._uri, username=self.auth_user, password=self.password
+        )
+        self.status = replace(self.status, auth=f"digest {challenge.algorithm}")
+        return ("Authorization" if response.status == 401 else "Proxy-Authorization", answer)
+
+    @property
+    def _uri(self) -> str:
+        host, port = self.registrar
+        return f"sip:{self.domain}" if self.config.register_domain else f"sip:{host}:{port}"
+
+    def _request(self, expires_s: int, credentials: tuple[str, str] | None) -> SipRequest:
+        self.cseq += 1
+        request = SipRequest(method="REGISTER", uri=self._uri)
+        branch = f"z9hG4bK{secrets.token_hex(8)}"
+        request.add("Via", f"SIP/2.0/UDP {self.local_host}:{self.local_port};branch={branch};rport")
+        request.add("Max-Forwards", "70")
+        request.add("From", f"<{self.aor}>;tag={self.from_tag}")
+        request.add("To", f"<{self.aor}>")
+        request.add("Call-ID", self.call_id)
+        request.add("CSeq", f"{self.cseq} REGISTER")
+        request.add("Contact", self.contact)
+        request.add("Expires", str(expires_s))
+        request.add("User-Agent", self.config.user_agent)
+        if credentials is not None:
+            request.add(*credentials)
+        return request
+
+    async def _transaction(self, request: SipRequest) -> SipResponse:
+        branch = parse_via(request.get("Via") or "").branch or ""
+        future: asyncio.Future[SipResponse] = asyncio.get_running_loop().create_future()
+        pending = _Pending(future)
+        self._pending[branch] = pending
+        data = request.to_bytes()
+
+        def timed_out() -> None:
+            if not future.done():
+                future.set_exception(
+                    RegistrationFailed(
+                        f"no answer from the registrar {self.config.registrar} (is it reachable?)"
+                    )
+                )
+
+        t1 = self.config.t1_ms / 1000.0 if self.config.t1_ms else T1_S
+        pending.retx = Retransmitter(lambda: self.send(data, self.registrar), timed_out, t1_s=t1)
+        try:
+            return await future
+        finally:
+            pending.retx.stop()
+            self._pending.pop(branch, None)
+
+    def _granted(self, response: SipResponse, asked_s: int) -> int:
+        """The lifetime of our Contact in the answer: its expires parameter, else Expires, else asked."""
+        for contact in response.get_list("Contact"):
+            if f"@{self.local_host}:{self.local_port}" in contact:
+                found = re.search(r";\s*expires\s*=\s*(\d+)", contact, re.IGNORECASE)
+                if found:
+                    return int(found[1])
+        expires = (response.get("Expires") or "").strip()
+        return int(expires) if expires.isdigit() else asked_s
+
+    def _set(self, state: State, detail: str, *, expires_s: int | None = None) -> None:
+        changed = state != self.status.state
+        self.status = replace(
+            self.status,
+            state=state,
+            detail=detail,
+            since=self.clock() if changed else self.status.since,
+            expires_s=expires_s if state == "registered" else None,
+        )
+        if changed and state == "registered":
+            log.info("SIP: registered %s with %s (%s)", self.aor, self.config.registrar, detail)

