@@ -15,7 +15,7 @@ import functools
 import logging
 from collections.abc import Awaitable, Callable
 from pathlib import Path
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 import numpy as np
 import numpy.typing as npt
@@ -46,6 +46,9 @@ from engines.audio import SAMPLE_RATE_HZ, resample
 from engines.bundle_store import VERSIONS, BundleStore, BundleVersion
 from engines.errors import BundleError
 from engines.manifest import Bundle
+
+if TYPE_CHECKING:
+    from appliance.sip.server import SipServer
 
 log = logging.getLogger(__name__)
 
@@ -500,12 +503,24 @@ async def _answer_calls(
 
     server = SipServer(daemon.settings.sip, handle_call)
     await server.start()
+    _show_registration(server, registry)
     if server.tcp_listening or not daemon.settings.sip.tcp:
         listening.set()
     try:
         await asyncio.Event().wait()
     finally:
         await server.stop()
+
+
+def _show_registration(server: SipServer, registry: SessionRegistry) -> None:
+    """The extension's registration on the admin page and /metrics (with sip.registrar)."""
+    from appliance.admin.backend import LiveRegistry
+    from appliance.admin.schemas import SipRegistrationView
+
+    registration = server.registration
+    if registration is None or not isinstance(registry, LiveRegistry):
+        return
+    registry.watch_registration(lambda: SipRegistrationView(**dataclasses.asdict(registration.status)))
 
 
 async def _local_session(

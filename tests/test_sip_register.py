@@ -6,6 +6,7 @@ stop; and a call to the extension routed to the appliance and answered with spee
 from __future__ import annotations
 
 import asyncio
+import os
 import shutil
 import subprocess
 import time
@@ -28,8 +29,8 @@ EXTENSION, PASSWORD = "kiosk", "s3cret-ext-42"
 
 
 class Registrar:
-    def __init__(self, workdir: Path, *, algorithm: str = "MD5") -> None:
-        self.workdir, self.algorithm = workdir, algorithm
+    def __init__(self, workdir: Path, *, algorithm: str = "MD5", extension: str = EXTENSION) -> None:
+        self.workdir, self.algorithm, self.extension = workdir, algorithm, extension
         self.port = free_udp_port()
         self.process: subprocess.Popen[str] | None = None
 
@@ -41,7 +42,7 @@ class Registrar:
     def start(self) -> None:
         command = [
             "kamailio", "-f", str(REGISTRAR_CFG), "-DD", "-E", "-l", f"udp:127.0.0.1:{self.port}",
-            "-A", f'EXTENSION="{EXTENSION}"', "-A", f'PASSWORD="{PASSWORD}"', "-A", f'ALGORITHM="{self.algorithm}"',
+            "-A", f'EXTENSION="{self.extension}"', "-A", f'PASSWORD="{PASSWORD}"', "-A", f'ALGORITHM="{self.algorithm}"',
             "-A", "MIN_EXPIRES=5", "-A", "MAX_EXPIRES=10",  # lifetimes of seconds, for the renewals
             "-w", str(self.workdir), "-P", str(self.workdir / "kamailio.pid"), "-m", "32", "-M", "8",
         ]  # fmt: skip
@@ -59,7 +60,7 @@ class Registrar:
             self.process = None
 
     def saved(self) -> int:
-        return self.log.count(f"REGISTER of {EXTENSION} from 127.0.0.1: saved")
+        return self.log.count(f"REGISTER of {self.extension} from 127.0.0.1: saved")
 
 
 @pytest.fixture
@@ -182,3 +183,60 @@ def test_after_the_registrar_restarts_the_next_renewal_registers_again(
 
     state, renewals = asyncio.run(run())
     assert state == "registered" and renewals >= 1 and registrar.saved() >= 2, registrar.log[-2000:]
+
+
+@pytest.mark.slow
+def test_a_call_to_the_extension_is_routed_by_the_registrar_and_answered_with_speech(
+    tmp_path: Path, data_dir: Path
+) -> None:
+    """`appliance run` registered as extension "appliance"; SIPp calls that extension at the registrar,
+    which sends the call to where the appliance registered: answered with speech. The admin page,
+    /metrics and the OPTIONS answer say it is registered; the password appears nowhere."""
+    import httpx
+
+    from appliance.auth.passwords import ScryptParams, write_password_file
+    from tests.fixtures.daemon_proc import DaemonConfig, DaemonProcess, free_tcp_port, place_call
+
+    registrar = Registrar(tmp_path / "registrar", extension="appliance")
+    registrar.workdir.mkdir()
+    registrar.start()
+    password_file = _password_file(tmp_path, PASSWORD)
+    config = DaemonConfig(tmp_path, free_udp_port(), free_tcp_port())
+    env = {k: v for k, v in os.environ.items() if k != "NOTIFY_SOCKET"}
+    env |= {
+        "APPLIANCE_SIP__REGISTRAR": f"127.0.0.1:{registrar.port}",
+        "APPLIANCE_SIP__REGISTER_USER": "appliance",
+        "APPLIANCE_SIP__REGISTER_PASSWORD_FILE": str(password_file),
+    }
+    write_password_file(tmp_path / "admin-password", "admin-pw-for-the-test", ScryptParams(log2_n=10))
+    daemon = DaemonProcess(config, env=env)
+    try:
+        daemon.wait_ready()
+        with httpx.Client(base_url=daemon.base_url, timeout=5) as admin:
+            login = {"username": "admin", "password": "admin-pw-for-the-test"}
+            assert admin.post("/api/login", json=login).status_code == 200
+            deadline = time.monotonic() + 20
+            while time.monotonic() < deadline:
+                shown = admin.get("/api/status").json()["sip_registration"]
+                if shown and shown["state"] == "registered":
+                    break
+                time.sleep(0.2)
+            metrics = admin.get("/metrics").text
+        answered, output = place_call(tmp_path, data_dir, registrar.port, scenario="call.xml", pause_ms=12000)
+        for _attempt in range(40):
+            if daemon.stored_turns():
+                break
+            time.sleep(0.5)
+    finally:
+        log = daemon.stop()
+        registrar.stop()
+    assert shown["state"] == "registered" and shown["auth"] == "digest MD5", shown
+    print(f"registered in {shown['last_register_ms']} ms")
+    assert (
+        f'appliance_sip_registered{{registrar="127.0.0.1:{registrar.port}",user="appliance"}} 1.0' in metrics
+    )
+    assert answered == 0, output
+    (turn,) = daemon.stored_turns()
+    assert "brooklyn" in turn["transcript"].lower() and turn["played_reply"], turn
+    assert "REGISTER of appliance from 127.0.0.1: saved (0 s)" in registrar.log  # unregistered on the way out
+    assert PASSWORD not in log and PASSWORD not in metrics and PASSWORD not in str(shown)

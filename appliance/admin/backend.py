@@ -22,6 +22,7 @@ from appliance.admin.schemas import (
     LiveSession,
     LlmLoad,
     Readiness,
+    SipRegistrationView,
     StatusReport,
 )
 from appliance.trace import TurnTrace
@@ -79,7 +80,16 @@ class LiveRegistry:
         self._heard_of: dict[str, Callable[[], str]] = {}
         self._llm_load: Callable[[], LlmLoad] | None = None
         self._bundle: BundleSummary | None = None
+        self._registration: Callable[[], SipRegistrationView | None] | None = None
         self._notices: list[str] = []
+
+    def watch_registration(self, read: Callable[[], SipRegistrationView | None]) -> None:
+        """Where the SIP registration's state is read when shown."""
+        self._registration = read
+
+    def registration(self) -> SipRegistrationView | None:
+        read = self._registration
+        return None if read is None else read()
 
     def set_bundle(self, bundle: BundleSummary) -> None:
         """The bundle the engines run from now (a bundle version activated while running)."""

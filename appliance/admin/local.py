@@ -131,6 +131,7 @@ class LocalBackend:
             notice=self._notices(),
             turns_not_stored=self.store.failed_writes,
             llm=self.llm_load(),
+            sip_registration=self.registry.registration(),
         )
 
     def _notices(self) -> str | None:

@@ -92,7 +92,7 @@ class _LiveGauges(Collector):
             )
 
 
-def _device_gauges(status: StatusReport) -> Iterator[GaugeMetricFamily]:
+def _device_gauges(status: StatusReport) -> Iterator[GaugeMetricFamily | CounterMetricFamily]:
     """Which device this is (a fleet's scrape configuration labels it too, so that its alerts keep the
     labels while it is down), its disk, memory, temperatures and GPUs."""
     info = GaugeMetricFamily(
@@ -111,6 +111,23 @@ def _device_gauges(status: StatusReport) -> Iterator[GaugeMetricFamily]:
         "previous one runs instead",
         value=int(status.bundle.rolled_back_from is not None),
     )
+    registration = status.sip_registration
+    if registration is not None:
+        labels = [registration.user, registration.registrar]
+        registered = GaugeMetricFamily(
+            "appliance_sip_registered",
+            "1 while the extension is registered with the site's phone system (sip.registrar)",
+            labels=["user", "registrar"],
+        )
+        registered.add_metric(labels, int(registration.state == "registered"))
+        yield registered
+        failures = CounterMetricFamily(
+            "appliance_sip_registration_failures",
+            "registrations that failed (refused, unanswered) since the start",
+            labels=["user", "registrar"],
+        )
+        failures.add_metric(labels, registration.failures)
+        yield failures
     host = status.host
     for name, text, value in (
         ("appliance_disk_total_bytes", "size of the disk holding the turn store", host.disk_total_bytes),

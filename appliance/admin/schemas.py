@@ -94,6 +94,21 @@ class BundleSummary(Body):
     error: str | None = None
 
 
+class SipRegistrationView(Body):
+    state: Literal["off", "registering", "registered", "failing"]
+    detail: str = Field("", description="why it fails, or when it is renewed")
+    registrar: str
+    user: str
+    since: float | None = Field(None, description="Unix time of the last change of state")
+    expires_s: int | None = Field(None, description="the lifetime the registrar granted")
+    last_register_ms: float | None = Field(None, description="the last REGISTER, a challenge included")
+    renewals: int = 0
+    failures: int = 0
+    auth: str = Field(
+        "", description='how the registrar was answered: "digest SHA-256", "digest MD5", "none"'
+    )
+
+
 class StatusReport(Body):
     version: str
     site_name: str
@@ -108,6 +123,9 @@ class StatusReport(Body):
     notice: str | None = Field(None, description="what the operator must know, e.g. a configuration fallback")
     turns_not_stored: int = Field(0, description="turns the trace store could not keep since the start")
     llm: LlmLoad | None = Field(None, description="the LLM's slots and queue (None before it is loaded)")
+    sip_registration: SipRegistrationView | None = Field(
+        None, description="the extension's registration with the site's phone system (sip.registrar)"
+    )
 
 
 class LiveSession(Body):

@@ -84,6 +84,14 @@ function showStatus(status) {
       + (llm.mean_batch ? ` · ${llm.mean_batch} per step` : "")
     : "not loaded";
   load.className = llm && llm.waiting > llm.max_queue ? "over" : "";
+  const registration = status.sip_registration;
+  const extension = document.getElementById("sip-registration");
+  extension.textContent = registration
+    ? `${registration.state} · ${registration.user}@${registration.registrar}`
+      + (registration.auth && registration.auth !== "none" ? ` · ${registration.auth}` : "")
+      + (registration.detail ? ` · ${registration.detail}` : "")
+    : "not registering (sip.registrar)";
+  extension.className = registration && registration.state === "failing" ? "over" : "";
   fillTable("engines-table", status.engines, (row, e) => {
     cell(row, e.name); cell(row, e.backend); cell(row, e.model); cell(row, e.runtime_version);
     cell(row, e.error ? `error: ${e.error}` : e.loaded && e.warm ? "ready" : e.loaded ? "warming up" : "not loaded",
