@@ -240,3 +240,109 @@ def test_a_call_to_the_extension_is_routed_by_the_registrar_and_answered_with_sp
     assert "brooklyn" in turn["transcript"].lower() and turn["played_reply"], turn
     assert "REGISTER of appliance from 127.0.0.1: saved (0 s)" in registrar.log  # unregistered on the way out
     assert PASSWORD not in log and PASSWORD not in metrics and PASSWORD not in str(shown)
+
+
+def test_doctor_registers_once_from_a_port_of_its_own_and_removes_that_binding(
+    registrar: Registrar, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from appliance.cli import main
+
+    def doctor(password: str) -> tuple[int, str]:
+        config = tmp_path / "site.toml"
+        config.write_text(
+            f'[sip]\nenabled = true\nregistrar = "127.0.0.1:{registrar.port}"\nregister_user = "{EXTENSION}"\n'
+            f'register_password_file = "{_password_file(tmp_path, password)}"\n'
+        )
+        code = main(["doctor", "--config", str(config)])
+        return code, capsys.readouterr().out
+
+    code, out = doctor(PASSWORD)
+    assert code == 0 and f"ok  sip registration: sip:{EXTENSION}@127.0.0.1 registered with" in out, out
+    assert "that test binding was removed again" in out and registrar.saved() == 2  # added, removed
+    code, out = doctor("wrong")
+    assert code == 1 and "FAIL  sip registration: the registrar refused the password of kiosk" in out, out
+
+
+@pytest.mark.parametrize(
+    ("answer", "reported"),
+    [
+        ('401 Unauthorized\r\nWWW-Authenticate: Basic realm="pbx"', "the challenge is Basic, not Digest"),
+        ("401 Unauthorized", "the challenge is empty, not Digest"),
+        (
+            '407 Proxy Authentication Required\r\nProxy-Authenticate: Digest realm="p", nonce="n", '
+            "algorithm=SHA-512-256",
+            "SHA-512-256 is not supported",
+        ),
+        ('401 Unauthorized\r\nWWW-Authenticate: Digest realm="p", nonce', "unreadable challenge parameters"),
+        ("403 Forbidden", "the registrar answered 403 Forbidden; trying again in 5 s"),
+        (
+            "503 Service Unavailable\r\nRetry-After: 30",
+            "answered 503 Service Unavailable; trying again in 30 s",
+        ),
+        (None, "no answer from the registrar"),
+    ],
+)
+def test_a_registrar_answering_what_cannot_be_used_is_reported_and_nothing_breaks(
+    tmp_path: Path, answer: str | None, reported: str
+) -> None:
+    """A registrar (a socket answering each REGISTER with ``answer``, or never) that cannot be
+    registered with: the state says why; the server keeps answering OPTIONS."""
+    import socket
+
+    from appliance.sip.message import SipRequest, parse_message
+
+    async def run() -> tuple[RegistrationStatus, str]:
+        registrar = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        registrar.bind(("127.0.0.1", 0))
+        registrar.setblocking(False)
+        loop = asyncio.get_running_loop()
+
+        async def answer_each() -> None:
+            while True:
+                data, peer = await loop.sock_recvfrom(registrar, 65535)
+                request = parse_message(data)
+                assert isinstance(request, SipRequest) and request.method == "REGISTER"
+                if answer is None:
+                    continue
+                copied = "".join(
+                    f"{n}: {request.get(n)}\r\n" for n in ("Via", "From", "To", "Call-ID", "CSeq")
+                )
+                await loop.sock_sendto(
+                    registrar, f"SIP/2.0 {answer}\r\n{copied}Content-Length: 0\r\n\r\n".encode(), peer
+                )
+
+        answering = asyncio.ensure_future(answer_each())
+        config = SipConfig(
+            enabled=True,
+            port=0,
+            t1_ms=50,
+            registrar=f"127.0.0.1:{registrar.getsockname()[1]}",
+            register_user=EXTENSION,
+            register_password_file=_password_file(tmp_path, PASSWORD),
+        )
+        server = SipServer(config, _nothing)
+        await server.start()
+        try:
+            registration = server.registration
+            assert registration is not None
+            await _until(lambda: registration.status.state == "failing", 10)
+            status = registration.status
+            probe = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+            probe.setblocking(False)
+            probe.sendto(
+                b"OPTIONS sip:a@127.0.0.1 SIP/2.0\r\nVia: SIP/2.0/UDP 127.0.0.1:9;branch=z9hG4bKx\r\n"
+                b"From: <sip:p@127.0.0.1>;tag=1\r\nTo: <sip:a@127.0.0.1>\r\nCall-ID: o1\r\nCSeq: 1 OPTIONS\r\n"
+                b"Content-Length: 0\r\n\r\n",
+                ("127.0.0.1", server.local_port),
+            )
+            reply, _ = await asyncio.wait_for(loop.sock_recvfrom(probe, 65535), 5)
+            probe.close()
+            return status, reply.decode()
+        finally:
+            await server.stop()
+            answering.cancel()
+            registrar.close()
+
+    status, options = asyncio.run(run())
+    assert status.state == "failing" and reported in status.detail, status
+    assert options.startswith("SIP/2.0 200") and f"X-Appliance-Registration: failing {EXTENSION}@" in options

@@ -6,7 +6,7 @@ import argparse
 from dataclasses import dataclass
 
 from appliance.commands.common import EXIT_FAILED, EXIT_OK, add_config_option
-from appliance.config import ConfigError, load_settings
+from appliance.config import ConfigError, SipConfig, load_settings
 
 
 @dataclass(frozen=True)
@@ -31,6 +31,8 @@ def diagnose(args: argparse.Namespace) -> list[Finding]:
     except ConfigError as err:
         return [Finding("config", False, str(err), "correct the file: appliance config check FILE")]
     findings = [Finding("config", True, str(args.config or "the default configuration"))]
+    if settings.sip.enabled and settings.sip.registrar:
+        findings.append(_registration(settings.sip))
 
     from engines.bundle_store import resolve_bundle_dir
     from engines.errors import BundleError
@@ -68,3 +70,17 @@ def handle(args: argparse.Namespace) -> int:
         if finding.fix:
             print(f"      fix: {finding.fix}")
     return EXIT_OK if all(f.ok for f in findings) else EXIT_FAILED
+
+
+def _registration(config: SipConfig) -> Finding:
+    import asyncio
+
+    from appliance.sip.register import try_registration
+
+    ok, detail = asyncio.run(try_registration(config))
+    fix = (
+        ""
+        if ok
+        else "check sip.registrar, sip.register_user and the password file against the PBX's extension"
+    )
+    return Finding("sip registration", ok, detail, fix)

@@ -285,3 +285,44 @@ class Registration:
         )
         if changed and state == "registered":
             log.info("SIP: registered %s with %s (%s)", self.aor, self.config.registrar, detail)
+
+
+async def try_registration(config: SipConfig, *, timeout_s: float = 10.0) -> tuple[bool, str]:
+    """Register once from a port of its own and remove that binding at once (``appliance doctor``:
+    the credentials and the registrar checked without touching the daemon's own registration)."""
+    from appliance.sip.message import SipSyntaxError, parse_message
+
+    loop = asyncio.get_running_loop()
+    holder: list[Registration] = []
+
+    class _Socket(asyncio.DatagramProtocol):
+        def datagram_received(self, data: bytes, addr: tuple[str | int, ...]) -> None:
+            with contextlib.suppress(SipSyntaxError):
+                message = parse_message(data)
+                if isinstance(message, SipResponse) and holder:
+                    holder[0].on_response(message)
+
+    bind = "0.0.0.0" if config.bind_host in ("0.0.0.0", "::") else config.bind_host
+    transport, _ = await loop.create_datagram_endpoint(_Socket, local_addr=(bind, 0))
+    try:
+        port = int(transport.get_extra_info("sockname")[1])
+        try:
+            password = read_password(config.register_password_file)
+        except OSError as err:
+            return False, f"cannot read sip.register_password_file: {err}"
+        registration = Registration(config, lambda data, addr: transport.sendto(data, addr), port, password)
+        holder.append(registration)
+        try:
+            await asyncio.wait_for(registration.register(config.register_expires_s), timeout_s)
+            took = registration.status.last_register_ms
+            await asyncio.wait_for(registration.register(0), timeout_s)
+        except RegistrationFailed as err:
+            return False, err.reason
+        except asyncio.TimeoutError:
+            return False, f"no answer from the registrar {config.registrar} within {timeout_s:.0f} s"
+        return True, (
+            f"{registration.aor} registered with {config.registrar} in {took} ms ({registration.status.auth}); "
+            "that test binding was removed again"
+        )
+    finally:
+        transport.close()
