@@ -287,36 +287,38 @@ def test_a_registrar_answering_what_cannot_be_used_is_reported_and_nothing_break
 ) -> None:
     """A registrar (a socket answering each REGISTER with ``answer``, or never) that cannot be
     registered with: the state says why; the server keeps answering OPTIONS."""
-    import socket
-
     from appliance.sip.message import SipRequest, parse_message
 
-    async def run() -> tuple[RegistrationStatus, str]:
-        registrar = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-        registrar.bind(("127.0.0.1", 0))
-        registrar.setblocking(False)
-        loop = asyncio.get_running_loop()
+    class Answering(asyncio.DatagramProtocol):
+        """Each datagram: a REGISTER, answered with ``answer`` (or not at all); an OPTIONS' answer."""
 
-        async def answer_each() -> None:
-            while True:
-                data, peer = await loop.sock_recvfrom(registrar, 65535)
-                request = parse_message(data)
-                assert isinstance(request, SipRequest) and request.method == "REGISTER"
-                if answer is None:
-                    continue
+        def __init__(self) -> None:
+            self.replies: asyncio.Queue[str] = asyncio.Queue()
+
+        def connection_made(self, transport: asyncio.BaseTransport) -> None:
+            self.transport = transport
+
+        def datagram_received(self, data: bytes, addr: tuple[str | int, ...]) -> None:
+            message = parse_message(data)
+            if not isinstance(message, SipRequest):
+                self.replies.put_nowait(data.decode())
+                return
+            assert message.method == "REGISTER"
+            if answer is not None:
                 copied = "".join(
-                    f"{n}: {request.get(n)}\r\n" for n in ("Via", "From", "To", "Call-ID", "CSeq")
+                    f"{n}: {message.get(n)}\r\n" for n in ("Via", "From", "To", "Call-ID", "CSeq")
                 )
-                await loop.sock_sendto(
-                    registrar, f"SIP/2.0 {answer}\r\n{copied}Content-Length: 0\r\n\r\n".encode(), peer
-                )
+                reply = f"SIP/2.0 {answer}\r\n{copied}Content-Length: 0\r\n\r\n".encode()
+                self.transport.sendto(reply, addr)  # type: ignore[attr-defined]
 
-        answering = asyncio.ensure_future(answer_each())
+    async def run() -> tuple[RegistrationStatus, str]:
+        loop = asyncio.get_running_loop()
+        registrar, peer = await loop.create_datagram_endpoint(Answering, local_addr=("127.0.0.1", 0))
         config = SipConfig(
             enabled=True,
             port=0,
             t1_ms=50,
-            registrar=f"127.0.0.1:{registrar.getsockname()[1]}",
+            registrar=f"127.0.0.1:{registrar.get_extra_info('sockname')[1]}",
             register_user=EXTENSION,
             register_password_file=_password_file(tmp_path, PASSWORD),
         )
@@ -326,21 +328,15 @@ def test_a_registrar_answering_what_cannot_be_used_is_reported_and_nothing_break
             registration = server.registration
             assert registration is not None
             await _until(lambda: registration.status.state == "failing", 10)
-            status = registration.status
-            probe = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-            probe.setblocking(False)
-            probe.sendto(
-                b"OPTIONS sip:a@127.0.0.1 SIP/2.0\r\nVia: SIP/2.0/UDP 127.0.0.1:9;branch=z9hG4bKx\r\n"
+            registrar.sendto(
+                b"OPTIONS sip:a@127.0.0.1 SIP/2.0\r\nVia: SIP/2.0/UDP 127.0.0.1:9;branch=z9hG4bKx;rport\r\n"
                 b"From: <sip:p@127.0.0.1>;tag=1\r\nTo: <sip:a@127.0.0.1>\r\nCall-ID: o1\r\nCSeq: 1 OPTIONS\r\n"
                 b"Content-Length: 0\r\n\r\n",
                 ("127.0.0.1", server.local_port),
             )
-            reply, _ = await asyncio.wait_for(loop.sock_recvfrom(probe, 65535), 5)
-            probe.close()
-            return status, reply.decode()
+            return registration.status, await asyncio.wait_for(peer.replies.get(), 5)
         finally:
             await server.stop()
-            answering.cancel()
             registrar.close()
 
     status, options = asyncio.run(run())
