@@ -20,7 +20,7 @@ from pydantic import (
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
 from appliance.pipeline.echo_gate import EchoGateParams
-from appliance.pipeline.params import HistoryParams, PartialsParams, PrefillParams, ReplyParams
+from appliance.pipeline.params import HistoryParams, KeypadParams, PartialsParams, PrefillParams, ReplyParams
 from engines.aec.params import AecParams
 from engines.asr.params import AsrParams
 from engines.bundle_store import DEFAULT_KEEP
@@ -252,7 +252,7 @@ def _ip_address(value: str) -> str:
     return value
 
 
-class SipConfig(Section):
+class SipConfig(KeypadParams, Section):
     enabled: bool = Field(False, description="answer SIP calls")
     bind_host: str = Field(
         "127.0.0.1", description="the address SIP listens on (0.0.0.0: every interface, with advertise_host)"

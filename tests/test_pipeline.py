@@ -15,7 +15,7 @@ import pytest
 from appliance.agent import Conversation
 from appliance.audio import ArraySource, MemorySink
 from appliance.pipeline.echo_gate import EchoGate
-from appliance.pipeline.params import ReplyParams
+from appliance.pipeline.params import KeypadParams, ReplyParams
 from appliance.pipeline.played import played_text
 from appliance.pipeline.session import Session, SessionEngines
 from appliance.pipeline.turn import TurnConfig
@@ -569,3 +569,48 @@ def test_with_the_llm_busy_or_not_judging_the_sound_decides_alone_and_nothing_wa
         (trace,) = session.traces
         assert trace.endpoint_by == "smart_turn" and trace.words_complete_p is None, (busy, trace)
         assert (trace.stage_s("endpoint_wait") or 9.0) < 0.5  # not held for the slow first token
+
+
+class _KeypadSource(ArraySource):
+    """Audio fed in real time; once the session speaks for ``after_s``, ``keys`` are pressed on the
+    keypad, one each ``gap_s`` (a caller typing while the reply plays)."""
+
+    def __init__(self, audio: np.ndarray, keys: str, *, after_s: float, gap_s: float = 0.1) -> None:
+        super().__init__(audio, realtime=True)
+        self.keys, self.after_s, self.gap_s = keys, after_s, gap_s
+        self.session: Session | None = None
+        self.started: float | None = None
+        self.first_key_at: float | None = None
+
+    def keypad(self) -> list[str]:
+        assert self.session is not None
+        now = time.monotonic()
+        if self.started is None and self.session.speaking:
+            self.started = now
+        if self.started is None or now - self.started < self.after_s or not self.keys:
+            return []
+        if self.first_key_at is None:
+            self.first_key_at = now
+        pressed = self.keys[: 1 + int((now - self.first_key_at) / self.gap_s)]
+        due, self.keys = pressed, self.keys[len(pressed) :]
+        return list(due)
+
+
+@pytest.mark.parametrize(("keys", "ended_by"), [("4719#", "#"), ("4719", "the pause")])
+def test_keys_typed_during_a_reply_cut_it_and_are_answered_as_a_turn(keys: str, ended_by: str) -> None:
+    fakes = make_fakes(REPLY)
+    source = _KeypadSource(np.concatenate([tone(0.6), silence(5.0)]), keys, after_s=0.3)
+    config = dataclasses.replace(SILENCE_ONLY, keypad=KeypadParams(keypad_timeout_ms=800))
+    session = Session(
+        engines=fakes.engines, source=source, sink=MemorySink(16000, realtime=True), config=config
+    )
+    source.session = session
+    _run(session.run(max_turns=2))
+
+    spoken, typed = session.traces
+    assert spoken.cancelled and session.barge_ins == 1  # the first key cut the reply
+    assert typed.transcript == "Typed on the phone's keypad: 4719" and typed.endpoint_by == "keypad"
+    assert typed.reply == REPLY and not typed.cancelled and len(fakes.asr.calls) == 1  # no ASR for keys
+    waited = typed.stage_s("turn_latency")
+    assert waited is not None  # from the # (or the end of the pause) to the reply's first audio
+    assert session.conversation.messages[-2].content == "Typed on the phone's keypad: 4719"

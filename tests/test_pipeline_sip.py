@@ -153,3 +153,41 @@ def test_two_simultaneous_calls_are_both_answered_by_the_one_llm(
     for _, _, reply_8k in outcomes:
         heard = real_engines.asr.transcribe(resample(reply_8k, 8000, 16000)).text
         assert len(english_words(heard)) >= 2, heard
+
+
+def test_a_number_typed_on_the_keypad_is_answered_as_a_turn(
+    tmp_path: Path, data_dir: Path, real_engines: SessionEngines
+) -> None:
+    """SIPp asks the question, then types 4719# as RFC 4733 telephone-events: the keys are a turn of
+    their own, answered with speech (and a reply still playing is cut by the first key)."""
+    audio, rate = load_audio(data_dir / QUESTION_WAV)
+    question_8k = resample(audio, rate, 8000)
+    question_8k = question_8k / float(np.abs(question_8k).max()) * 0.5
+    typed_at = 0.5 + len(question_8k) / 8000 + 4.0
+    pcap = write_rtp_pcap(
+        tmp_path / "keys.pcap",
+        np.concatenate(
+            [np.zeros(4000, np.float32), question_8k, np.zeros(int(TRAILING_SILENCE_S * 8000), np.float32)]
+        ),
+        keys=tuple((typed_at + 0.25 * i, key) for i, key in enumerate("4719#")),
+    )
+    sessions: list[Session] = []
+
+    async def answer(call: CallAudio) -> None:
+        session = Session(
+            engines=real_engines, config=session_config(load_settings(None)), **call_session_kwargs(call)
+        )
+        sessions.append(session)
+        await session.run(max_turns=2)
+        await call.drain()
+        await call.hangup()
+
+    ((returncode, output, _reply_8k),) = asyncio.run(_calls(tmp_path, [pcap], answer))
+    assert returncode == 0, output
+    (session,) = sessions
+    spoken, typed = session.traces
+    assert "brooklyn" in spoken.transcript.lower(), spoken.transcript
+    assert typed.transcript == "Typed on the phone's keypad: 4719" and typed.endpoint_by == "keypad"
+    assert english_words(typed.reply) and typed.played_reply, typed.reply
+    latency = typed.stage_s("turn_latency")
+    print(f"keypad: # to the reply's first audio {latency:.3f} s; the spoken reply cut: {spoken.cancelled}")

@@ -22,6 +22,7 @@ import pytest
 
 from appliance.config import SipConfig
 from appliance.rtp import g711
+from appliance.rtp.dtmf import EVENT_NAMES, TelephoneEvent
 from appliance.rtp.packet import RtpPacket, parse_rtp
 from appliance.sip import CallHandler, SipServer
 
@@ -144,28 +145,43 @@ def write_rtp_pcap(
     src_port: int = 6000,
     dst_port: int = 7000,
     ssrc: int = 0x1234ABCD,
+    keys: tuple[tuple[float, str], ...] = (),
 ) -> Path:
-    """An Ethernet/IPv4/UDP capture of 20 ms G.711 RTP packets of ``audio_8k``, for SIPp to play."""
+    """An Ethernet/IPv4/UDP capture of 20 ms G.711 RTP packets of ``audio_8k``, for SIPp to play;
+    ``keys``: (seconds, key) pressed on the keypad, as RFC 4733 telephone-events (payload type 101,
+    three 20 ms updates, then the end packet three times) in the same stream."""
     samples = np.concatenate([audio_8k, np.zeros((-len(audio_8k)) % 160, dtype=np.float32)])
+    timed: list[tuple[int, int, int, bytes, bool]] = []  # (micros, payload type, timestamp, payload, marker)
+    for index in range(len(samples) // 160):
+        payload = g711.encode(samples[index * 160 : (index + 1) * 160], codec)
+        timed.append((index * 20_000, payload_type, 160 * index, payload, index == 0))
+    for at_s, key in keys:
+        start = round(at_s * 50) * 160  # the press's RTP timestamp, on a packet boundary
+        code = EVENT_NAMES.index(key)
+        for step in range(6):
+            end = step >= 3
+            event = TelephoneEvent(code, end, 10, 160 * min(step + 1, 4))
+            micros = round(at_s * 1_000_000) + min(step, 3) * 20_000 + step  # the end copies at once
+            timed.append((micros, 101, start, event.to_bytes(), step == 0))
+    timed.sort(key=lambda item: item[0])
     records = [struct.pack("<IHHiIII", 0xA1B2C3D4, 2, 4, 0, 0, 65535, 1)]
     source, destination = socket.inet_aton(LOOPBACK), socket.inet_aton(LOOPBACK)
-    for index in range(len(samples) // 160):
+    for index, (micros, kind, timestamp, payload, marker) in enumerate(timed):
         rtp = RtpPacket(
-            payload_type=payload_type,
+            payload_type=kind,
             sequence=1000 + index,
-            timestamp=160 * index,
+            timestamp=timestamp,
             ssrc=ssrc,
-            payload=g711.encode(samples[index * 160 : (index + 1) * 160], codec),
-            marker=index == 0,
+            payload=payload,
+            marker=marker,
         ).to_bytes()
         udp = struct.pack("!HHHH", src_port, dst_port, 8 + len(rtp), 0) + rtp
         ip_header = struct.pack(
-            "!BBHHHBBH4s4s", 0x45, 0, 20 + len(udp), index, 0, 64, 17, 0, source, destination
+            "!BBHHHBBH4s4s", 0x45, 0, 20 + len(udp), index & 0xFFFF, 0, 64, 17, 0, source, destination
         )
         checksum = _ip_checksum(ip_header)
         ip_header = ip_header[:10] + struct.pack("!H", checksum) + ip_header[12:]
         frame = b"\x00" * 12 + b"\x08\x00" + ip_header + udp
-        micros = index * 20_000
         records.append(struct.pack("<IIII", micros // 1_000_000, micros % 1_000_000, len(frame), len(frame)))
         records.append(frame)
     path.write_bytes(b"".join(records))

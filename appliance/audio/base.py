@@ -54,6 +54,10 @@ class AudioSource(Protocol):
 
     def frames(self) -> AsyncIterator[np.ndarray | HeardFrame]: ...
 
+    def keypad(self) -> list[str]:
+        """The keys pressed on a phone's keypad since the last time asked (a call's; none elsewhere)."""
+        ...
+
     async def close(self) -> None: ...
 
 
@@ -67,6 +71,9 @@ class SourceBase:
     @property
     def echo_converged(self) -> bool:
         return True
+
+    def keypad(self) -> list[str]:
+        return []
 
 
 class AudioSink(Protocol):

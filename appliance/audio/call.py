@@ -21,6 +21,11 @@ class CallAudioLike(Protocol):
 
     def flush(self) -> float: ...
 
+    @property
+    def keys_pressed(self) -> list[str]:
+        """Every keypad key of the call so far (RFC 4733 events and SIP INFO)."""
+        ...
+
 
 class CallSource(SourceBase):
     realtime = True  # RTP arrives at the caller's pace
@@ -31,6 +36,12 @@ class CallSource(SourceBase):
     def __init__(self, call: CallAudioLike) -> None:
         self.call = call
         self.name = f"call:{call.call_id}"
+        self._keys_taken = 0
+
+    def keypad(self) -> list[str]:
+        pressed = self.call.keys_pressed
+        new, self._keys_taken = pressed[self._keys_taken :], len(pressed)
+        return new
 
     async def frames(self) -> AsyncIterator[np.ndarray]:
         async for frame in self.call.frames():

@@ -53,3 +53,19 @@ class HistoryParams(Params):
     max_history_messages: int = Field(
         16, ge=2, le=256, description="messages of conversation kept per session (older ones are dropped)"
     )
+
+
+class KeypadParams(Params):
+    """In ``[sip]``: numbers typed on a caller's keypad, taken as a turn (``appliance.pipeline.session``)."""
+
+    keypad_timeout_ms: int = Field(
+        3000,
+        ge=500,
+        le=30000,
+        description="keys typed on a caller's keypad are one turn, ended by # or after this long without a "
+        "key (the first key cuts a reply that is playing)",
+    )
+
+    @property
+    def keypad_timeout_s(self) -> float:
+        return ms_to_s(self.keypad_timeout_ms)

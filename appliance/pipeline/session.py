@@ -38,7 +38,7 @@ import numpy as np
 from appliance.agent import Conversation
 from appliance.audio.base import FRAME_S, FRAME_SAMPLES, AudioSink, AudioSource, HeardFrame, split_frame
 from appliance.pipeline.echo_gate import EchoGate
-from appliance.pipeline.params import HistoryParams
+from appliance.pipeline.params import HistoryParams, KeypadParams
 from appliance.pipeline.partials import Partials, PartialsConfig, PartialsRecord
 from appliance.pipeline.playback import Player
 from appliance.pipeline.turn import Turn, TurnConfig, TurnEngines
@@ -63,6 +63,7 @@ class SessionConfig:
     turn: TurnConfig = field(default_factory=TurnConfig)
     partials: PartialsConfig = field(default_factory=PartialsConfig)
     history: HistoryParams = field(default_factory=HistoryParams)
+    keypad: KeypadParams = field(default_factory=KeypadParams)
     keep_traces: int = 100  # recent turns kept in memory on the session (all go to the store)
     drain_timeout_s: float = 300.0  # how long a turn may still run after the source ended
 
@@ -205,6 +206,8 @@ class Session:
         self.dropped_speculative = 0
         self.barge_ins = 0
         self._last_transcript = ""
+        self._keys: list[str] = []  # a number being typed on a caller's keypad
+        self._last_key_at = 0.0
         self.turns_done = 0
         self.endpointer = Endpointer(self.config.endpointer, threshold=self.config.echo.threshold)
         self._frames: deque[tuple[np.ndarray, float]] = deque(
@@ -264,6 +267,7 @@ class Session:
         try:
             async for frame in self.source.frames():
                 await self._on_frame(frame)
+                await self._on_keypad(time.monotonic())
                 if not self.source.realtime:
                     # A file fed faster than real time: answer each turn before listening on, as a
                     # person would wait for the answer (no barge-in without a clock); and a pause's
@@ -319,6 +323,53 @@ class Session:
             offered.bundle_version or "unversioned",
             old.bundle_version or "unversioned",
         )
+
+    async def _on_keypad(self, now: float) -> None:
+        """Keys typed on a caller's keypad are a turn of their own, ended by # or a pause
+        (``keypad_timeout_ms``); the first key cuts a reply being played, as speech does."""
+        for key in self.source.keypad():
+            if key == "#":
+                await self._typed(now)
+                continue
+            if not self._keys and self._active is not None and not self._active.task.done():
+                self.barge_ins += 1
+                log.info(
+                    "session %s: keypad barge-in on turn %s", self.session_id, self._active.turn.trace.turn_id
+                )
+                await self._close_active(cancel=True)
+            self._keys.append(key)
+            self._last_key_at = now
+        if self._keys and now - self._last_key_at >= self.config.keypad.keypad_timeout_s:
+            await self._typed(now)
+
+    async def _typed(self, now: float) -> None:
+        keys, self._keys = "".join(self._keys), []
+        if not keys:
+            return
+        if self._active is not None:
+            await self._close_active(cancel=True)
+        trace = TurnTrace(
+            turn_id=new_turn_id(),
+            session_id=self.session_id,
+            bundle_version=self.engines.bundle_version,
+            endpoint_by="keypad",
+        )
+        trace.speech_start, trace.speech_end = self._last_key_at, self._last_key_at
+        trace.mark("endpoint", now)
+        turn = Turn(
+            engines=self.engines,
+            player=Player(self.sink),
+            messages_for=self.conversation.with_user,
+            audio_16k=np.zeros(0, dtype=np.float32),
+            trace=trace,
+            config=self.config.turn,
+            tools=self.engines.tools,
+            typed=f"Typed on the phone's keypad: {keys}",
+        )
+        turn.confirm()
+        log.info("session %s: %d key(s) typed on the keypad", self.session_id, len(keys))
+        task = asyncio.create_task(turn.run(), name=f"turn-{trace.turn_id}")
+        self._active = _ActiveTurn(turn, task, PartialsRecord())
 
     async def _on_frame(self, heard: np.ndarray | HeardFrame) -> None:
         frame, transcribed = split_frame(heard)

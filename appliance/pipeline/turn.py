@@ -85,11 +85,13 @@ class Turn:
         config: TurnConfig,
         tools: ToolBox | None = None,
         on_words: Callable[[float | None], None] | None = None,
+        typed: str | None = None,
     ) -> None:
         """``on_words``: told (on the event loop, once) the language model's P(the person's words end
         their message), or None when there will be none (no words heard, a failure, a first token
         that came without it)."""
         self.engines = engines
+        self.typed = typed  # the person's words came as text (keys typed on a keypad): no ASR
         self._on_words = on_words
         self._loop: asyncio.AbstractEventLoop | None = None
         self.tools = tools
@@ -153,15 +155,11 @@ class Turn:
 
     async def _respond(self) -> None:
         self.trace.mark("asr_start")
-        try:
-            result = await self.engines.asr_worker.call(self.engines.asr.transcribe, self.audio_16k)
-        except Exception as err:
-            raise TurnFailed(Stage.ASR, err) from err
-        self.trace.mark("asr_done")
-        self.transcript = self.trace.transcript = result.text.strip()
-        self.trace.asr_avg_logprob = _rounded(result.avg_logprob)
-        self.trace.asr_no_speech_p = _rounded(result.no_speech_p)
-        self.trace.asr_compression_ratio = _rounded(result.compression_ratio)
+        if self.typed is not None:
+            self.trace.mark("asr_done")
+            self.transcript = self.trace.transcript = self.typed
+        else:
+            await self._transcribe()
         if not self.transcript:
             log.info("turn %s: no words recognised; no reply", self.trace.turn_id)
             return
@@ -173,6 +171,17 @@ class Turn:
             self._synthesize(clauses, chunks),
             self._play(chunks),
         )
+
+    async def _transcribe(self) -> None:
+        try:
+            result = await self.engines.asr_worker.call(self.engines.asr.transcribe, self.audio_16k)
+        except Exception as err:
+            raise TurnFailed(Stage.ASR, err) from err
+        self.trace.mark("asr_done")
+        self.transcript = self.trace.transcript = result.text.strip()
+        self.trace.asr_avg_logprob = _rounded(result.avg_logprob)
+        self.trace.asr_no_speech_p = _rounded(result.no_speech_p)
+        self.trace.asr_compression_ratio = _rounded(result.compression_ratio)
 
     async def _generate(self, messages: list[Message], clauses: asyncio.Queue[str | None]) -> None:
         from engines.tts.clauses import ClauseSplitter  # the TTS package's splitter (pure, cheap)

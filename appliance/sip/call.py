@@ -57,6 +57,11 @@ class CallAudio(Protocol):
     def queued_s(self) -> float: ...
 
     @property
+    def keys_pressed(self) -> list[str]:
+        """Every keypad key of the call so far (RFC 4733 telephone-events and SIP INFO)."""
+        ...
+
+    @property
     def ended(self) -> bool: ...
 
     async def hangup(self) -> None:
@@ -125,6 +130,10 @@ class Call:
     @property
     def queued_s(self) -> float:
         return self.stream.queued_s
+
+    @property
+    def keys_pressed(self) -> list[str]:
+        return self.stream.stats.digits
 
     @property
     def ended(self) -> bool:

@@ -124,6 +124,7 @@ function showQuality(quality, running) {
 const ENDED_BY = {
   smart_turn: "sounded finished", fused: "sound and words finished", text: "words finished",
   silence: "silence", incomplete_silence: "long silence", max_length: "too long", stream_end: "audio ended",
+  keypad: "typed on the keypad",
 };
 
 const OUTCOMES = {
