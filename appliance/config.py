@@ -20,7 +20,7 @@ from pydantic import (
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
 from appliance.pipeline.echo_gate import EchoGateParams
-from appliance.pipeline.params import HistoryParams, KeypadParams, PartialsParams, PrefillParams, ReplyParams
+from appliance.pipeline.params import CallParams, HistoryParams, PartialsParams, PrefillParams, ReplyParams
 from engines.aec.params import AecParams
 from engines.asr.params import AsrParams
 from engines.bundle_store import DEFAULT_KEEP
@@ -180,10 +180,11 @@ class ToolParameterConfig(Section):
 
 class ToolConfig(Section):
     """A tool the model may call (``[[agent.tools]]``): ``facts`` searches a local file, ``device``
-    answers about the appliance itself, ``http`` asks a service on the site's LAN."""
+    answers about the appliance itself, ``http`` asks a service on the site's LAN, ``end_call`` hangs
+    up a phone call after the reply (the goodbye) has been played."""
 
     name: str = Field(pattern=r"^[a-z][a-z0-9_]{0,39}$", description="what the model calls it")
-    kind: Literal["facts", "device", "http"]
+    kind: Literal["facts", "device", "http", "end_call"]
     description: str = Field(min_length=1, max_length=400, description="what the model is told it does")
     spoken_name: str = Field("", description='how a failure names it: "the maintenance system"')
     file: Path | None = Field(None, description="facts: the Markdown or question-and-answer file")
@@ -217,7 +218,7 @@ class AgentConfig(HistoryParams, ReplyParams):
         "Answer in one or two short spoken sentences, without lists or markdown.",
         description="{site_name}, {device_id}; {abilities}: what the configured tools let it do, and not",
     )
-    tools: tuple[ToolConfig, ...] = Field((), description="the tools the model may call: facts, device, http")
+    tools: tuple[ToolConfig, ...] = Field((), description="the tools the model may call: facts, device, http, end_call")
     allowed_hosts: tuple[str, ...] = Field(
         (), description="LAN hosts (names, addresses or networks) http tools may reach; nothing else"
     )
@@ -252,7 +253,7 @@ def _ip_address(value: str) -> str:
     return value
 
 
-class SipConfig(KeypadParams, Section):
+class SipConfig(CallParams, Section):
     enabled: bool = Field(False, description="answer SIP calls")
     bind_host: str = Field(
         "127.0.0.1", description="the address SIP listens on (0.0.0.0: every interface, with advertise_host)"

@@ -10,6 +10,7 @@ conversation over the shared engines, registered with the admin page while it la
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import functools
 import logging
@@ -340,6 +341,7 @@ async def run_session(
     return session
 
 
+CALL_DRAIN_S = 5.0  # the last audio of a call the appliance ends, before its BYE
 LISTENERS_START_S = 15.0  # the admin page and SIP bind in well under a second
 
 
@@ -500,6 +502,9 @@ async def _answer_calls(
             peer=str(call.caller),
             config=call_config,
         )
+        if not call.ended:  # the session ended the call (a goodbye, a silent caller): let it be heard
+            with contextlib.suppress(asyncio.TimeoutError):
+                await asyncio.wait_for(call.drain(), CALL_DRAIN_S)
 
     server = SipServer(daemon.settings.sip, handle_call)
     await server.start()

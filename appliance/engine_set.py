@@ -327,7 +327,7 @@ def session_config(settings: Settings, *, echo_cancelled: bool = False) -> Sessi
         turn=TurnConfig(replies=settings.agent, speech=settings.tts),
         partials=PartialsConfig(timing=settings.asr, llm=settings.llm),
         history=settings.agent,
-        keypad=settings.sip,
+        call=settings.sip,
     )
 
 

@@ -15,7 +15,7 @@ import pytest
 from appliance.agent import Conversation
 from appliance.audio import ArraySource, MemorySink
 from appliance.pipeline.echo_gate import EchoGate
-from appliance.pipeline.params import KeypadParams, ReplyParams
+from appliance.pipeline.params import CallParams, ReplyParams
 from appliance.pipeline.played import played_text
 from appliance.pipeline.session import Session, SessionEngines
 from appliance.pipeline.turn import TurnConfig
@@ -23,7 +23,7 @@ from appliance.quality import signals as quality_signals
 from appliance.trace import TIMESTAMPS, TraceStore
 from engines.llm import Message
 from engines.vad.endpointer import EndpointerParams
-from tests.fixtures.pipeline import SILENCE_ONLY, Fakes, ReactiveSource, make_fakes, silence, tone
+from tests.fixtures.pipeline import SILENCE_ONLY, FakeLlm, Fakes, ReactiveSource, make_fakes, silence, tone
 
 REPLY = "It is sunny and warm today, with a light breeze from the west and no rain expected at all."
 
@@ -356,6 +356,7 @@ class _FakeCall:
         self.audio = audio
         self.queued: list[np.ndarray] = []
         self.flushed_s = 0.0
+        self.keys_pressed: list[str] = []
 
     async def frames(self) -> AsyncIterator[np.ndarray]:
         async for frame in ArraySource(self.audio, realtime=True).frames():
@@ -600,7 +601,7 @@ class _KeypadSource(ArraySource):
 def test_keys_typed_during_a_reply_cut_it_and_are_answered_as_a_turn(keys: str, ended_by: str) -> None:
     fakes = make_fakes(REPLY)
     source = _KeypadSource(np.concatenate([tone(0.6), silence(5.0)]), keys, after_s=0.3)
-    config = dataclasses.replace(SILENCE_ONLY, keypad=KeypadParams(keypad_timeout_ms=800))
+    config = dataclasses.replace(SILENCE_ONLY, call=CallParams(keypad_timeout_ms=800))
     session = Session(
         engines=fakes.engines, source=source, sink=MemorySink(16000, realtime=True), config=config
     )
@@ -614,3 +615,58 @@ def test_keys_typed_during_a_reply_cut_it_and_are_answered_as_a_turn(keys: str, 
     waited = typed.stage_s("turn_latency")
     assert waited is not None  # from the # (or the end of the pause) to the reply's first audio
     assert session.conversation.messages[-2].content == "Typed on the phone's keypad: 4719"
+
+
+class _CallAudioArray(ArraySource):
+    """Audio fed in real time whose end would be the caller hanging up (a call's source)."""
+
+    ends_with_listener = True
+
+
+def test_a_silent_caller_is_asked_once_whether_they_are_there_then_the_call_ends() -> None:
+    fakes = make_fakes(REPLY)
+    source = _CallAudioArray(np.concatenate([tone(0.6), silence(30.0)]), realtime=True)
+    call = CallParams(silence_prompt_s=1.0, silence_hangup_s=1.0, silence_prompt="Hello, are you there?")
+    session = Session(
+        engines=fakes.engines,
+        source=source,
+        sink=MemorySink(16000, realtime=True),
+        config=dataclasses.replace(SILENCE_ONLY, call=call),
+    )
+    started = time.monotonic()
+    _run(session.run())  # ends by itself, long before the 30 s of silence
+    took = time.monotonic() - started
+
+    answered, prompt = session.traces
+    assert answered.reply == REPLY
+    assert prompt.endpoint_by == "silence_prompt" and prompt.reply == "Hello, are you there?"
+    assert prompt.transcript == "" and prompt.reply_audio_s > 0  # said, nothing heard
+    assert took < 15.0 and len(fakes.llm.calls) == 1  # the prompt is no model turn
+
+
+@pytest.mark.parametrize("on_call", [True, False])
+def test_the_model_ends_a_call_after_its_goodbye_and_a_kiosk_keeps_listening(on_call: bool) -> None:
+    from appliance.config import AgentConfig, ToolConfig
+    from appliance.tools import ToolBox
+
+    fakes = make_fakes("unused")
+    fakes.engines.llm = FakeLlm(
+        '<tool_call> {"name": "end_call", "arguments": {}} </tool_call>',
+        then=["Goodbye, and have a nice day."],
+        token_delay_s=0.0,
+        offers_tools=True,
+    )
+    ending = ToolConfig(name="end_call", kind="end_call", description="end the phone call after a goodbye")
+    fakes.engines.tools = ToolBox(AgentConfig(tools=(ending,)))
+    audio = np.concatenate([tone(0.6), silence(8.0)])
+    source = _CallAudioArray(audio, realtime=True) if on_call else ArraySource(audio, realtime=True)
+    session = Session(
+        engines=fakes.engines, source=source, sink=MemorySink(16000, realtime=True), config=SILENCE_ONLY
+    )
+    started = time.monotonic()
+    _run(session.run(max_turns=None if on_call else 1))
+    (trace,) = session.traces
+    assert trace.tool_calls == ["end_call"] and trace.reply.endswith("Goodbye, and have a nice day.")
+    assert not trace.cancelled and trace.reply_audio_s > 0  # the goodbye was played before the end
+    if on_call:
+        assert time.monotonic() - started < 6.0  # ended by the agent, not by the end of the audio

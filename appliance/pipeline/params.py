@@ -55,8 +55,8 @@ class HistoryParams(Params):
     )
 
 
-class KeypadParams(Params):
-    """In ``[sip]``: numbers typed on a caller's keypad, taken as a turn (``appliance.pipeline.session``)."""
+class CallParams(Params):
+    """In ``[sip]``: how a session on a phone call takes keys typed on the keypad, and silence."""
 
     keypad_timeout_ms: int = Field(
         3000,
@@ -64,6 +64,21 @@ class KeypadParams(Params):
         le=30000,
         description="keys typed on a caller's keypad are one turn, ended by # or after this long without a "
         "key (the first key cuts a reply that is playing)",
+    )
+    silence_prompt_s: float = Field(
+        20.0,
+        ge=0.0,
+        le=600.0,
+        description="a caller silent this long after the last reply is asked silence_prompt (0: never)",
+    )
+    silence_prompt: str = Field(
+        "Are you still there?", min_length=1, description="said once to a caller who stays silent"
+    )
+    silence_hangup_s: float = Field(
+        10.0,
+        gt=0.0,
+        le=600.0,
+        description="... and the call is ended when they stay silent this long after it",
     )
 
     @property

@@ -38,7 +38,7 @@ import numpy as np
 from appliance.agent import Conversation
 from appliance.audio.base import FRAME_S, FRAME_SAMPLES, AudioSink, AudioSource, HeardFrame, split_frame
 from appliance.pipeline.echo_gate import EchoGate
-from appliance.pipeline.params import HistoryParams, KeypadParams
+from appliance.pipeline.params import CallParams, HistoryParams
 from appliance.pipeline.partials import Partials, PartialsConfig, PartialsRecord
 from appliance.pipeline.playback import Player
 from appliance.pipeline.turn import Turn, TurnConfig, TurnEngines
@@ -63,7 +63,7 @@ class SessionConfig:
     turn: TurnConfig = field(default_factory=TurnConfig)
     partials: PartialsConfig = field(default_factory=PartialsConfig)
     history: HistoryParams = field(default_factory=HistoryParams)
-    keypad: KeypadParams = field(default_factory=KeypadParams)
+    call: CallParams = field(default_factory=CallParams)
     keep_traces: int = 100  # recent turns kept in memory on the session (all go to the store)
     drain_timeout_s: float = 300.0  # how long a turn may still run after the source ended
 
@@ -208,6 +208,9 @@ class Session:
         self._last_transcript = ""
         self._keys: list[str] = []  # a number being typed on a caller's keypad
         self._last_key_at = 0.0
+        self._quiet_since = time.monotonic()  # the caller's last sign of life, or our last reply's end
+        self._prompted = False  # ... and they were asked whether they are still there
+        self._hang_up: str | None = None  # why the session ends the call after the current turn
         self.turns_done = 0
         self.endpointer = Endpointer(self.config.endpointer, threshold=self.config.echo.threshold)
         self._frames: deque[tuple[np.ndarray, float]] = deque(
@@ -275,6 +278,10 @@ class Session:
                     await self._wait_for_words()
                     await self._wait_for_confirmed_turn()
                 await self._reap()
+                await self._watch_silence(time.monotonic())
+                if self._hang_up is not None and self._active is None:
+                    log.info("session %s: ending the call: %s", self.session_id, self._hang_up)
+                    break
                 await self._move_to_offered_engines()
                 if stop is not None and stop.is_set():
                     stopped_early = True
@@ -339,22 +346,30 @@ class Session:
                 await self._close_active(cancel=True)
             self._keys.append(key)
             self._last_key_at = now
-        if self._keys and now - self._last_key_at >= self.config.keypad.keypad_timeout_s:
+            self._heard_someone(now)
+        if self._keys and now - self._last_key_at >= self.config.call.keypad_timeout_s:
             await self._typed(now)
 
     async def _typed(self, now: float) -> None:
         keys, self._keys = "".join(self._keys), []
         if not keys:
             return
+        log.info("session %s: %d key(s) typed on the keypad", self.session_id, len(keys))
+        await self._start_text_turn(now, "keypad", typed=f"Typed on the phone's keypad: {keys}")
+
+    async def _start_text_turn(
+        self, now: float, by: str, *, typed: str | None = None, say: str | None = None
+    ) -> None:
+        """A turn without speech: keys typed (answered by the model), or a sentence only said."""
         if self._active is not None:
             await self._close_active(cancel=True)
         trace = TurnTrace(
             turn_id=new_turn_id(),
             session_id=self.session_id,
             bundle_version=self.engines.bundle_version,
-            endpoint_by="keypad",
+            endpoint_by=by,
         )
-        trace.speech_start, trace.speech_end = self._last_key_at, self._last_key_at
+        trace.speech_start = trace.speech_end = self._last_key_at if typed is not None else now
         trace.mark("endpoint", now)
         turn = Turn(
             engines=self.engines,
@@ -364,12 +379,35 @@ class Session:
             trace=trace,
             config=self.config.turn,
             tools=self.engines.tools,
-            typed=f"Typed on the phone's keypad: {keys}",
+            typed=typed,
+            say=say,
         )
         turn.confirm()
-        log.info("session %s: %d key(s) typed on the keypad", self.session_id, len(keys))
         task = asyncio.create_task(turn.run(), name=f"turn-{trace.turn_id}")
         self._active = _ActiveTurn(turn, task, PartialsRecord())
+
+    def _heard_someone(self, now: float) -> None:
+        self._quiet_since, self._prompted = now, False
+
+    async def _watch_silence(self, now: float) -> None:
+        """A caller silent for ``silence_prompt_s`` after the last reply is asked once whether they are
+        still there; silent ``silence_hangup_s`` more, the call is ended."""
+        params = self.config.call
+        if not self.source.ends_with_listener or params.silence_prompt_s <= 0:
+            return
+        if self._active is not None or self.endpointer.in_speech or self._keys:
+            return
+        quiet_s = now - self._quiet_since
+        if not self._prompted and quiet_s >= params.silence_prompt_s:
+            self._prompted = True
+            log.info(
+                "session %s: silent for %.0f s; asking whether anyone is there", self.session_id, quiet_s
+            )
+            await self._start_text_turn(now, "silence_prompt", say=params.silence_prompt)
+        elif self._prompted and quiet_s >= params.silence_hangup_s:
+            self._hang_up = (
+                f"nobody answered within {params.silence_hangup_s:g} s of asking whether anyone is there"
+            )
 
     async def _on_frame(self, heard: np.ndarray | HeardFrame) -> None:
         frame, transcribed = split_frame(heard)
@@ -394,6 +432,7 @@ class Session:
         if event.kind is EventKind.SPEECH_START:
             self._speech_start_mono = self._monotonic_at(event.speech_start_s, now)
             self._checks = _UtteranceChecks()
+            self._heard_someone(now)
             if self._active is not None:
                 self.barge_ins += 1
                 log.info("session %s: barge-in on turn %s", self.session_id, self._active.turn.trace.turn_id)
@@ -575,6 +614,9 @@ class Session:
         if turn.dropped:
             log.debug("session %s: speculative turn %s dropped", self.session_id, trace.turn_id)
             return
+        self._quiet_since = time.monotonic()  # silence is counted from the end of the reply
+        if turn.ends_call and self.source.ends_with_listener:
+            self._hang_up = "the agent ended the call (after its goodbye)"
         if turn.transcript:
             trace.repeated = said_again(turn.transcript, self._last_transcript)
             self._last_transcript = turn.transcript

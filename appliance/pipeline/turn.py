@@ -86,12 +86,14 @@ class Turn:
         tools: ToolBox | None = None,
         on_words: Callable[[float | None], None] | None = None,
         typed: str | None = None,
+        say: str | None = None,
     ) -> None:
         """``on_words``: told (on the event loop, once) the language model's P(the person's words end
         their message), or None when there will be none (no words heard, a failure, a first token
         that came without it)."""
         self.engines = engines
         self.typed = typed  # the person's words came as text (keys typed on a keypad): no ASR
+        self.say = say  # nothing was heard: only this is said (a prompt to a silent caller)
         self._on_words = on_words
         self._loop: asyncio.AbstractEventLoop | None = None
         self.tools = tools
@@ -154,6 +156,9 @@ class Turn:
             self.trace.mark("turn_done")
 
     async def _respond(self) -> None:
+        if self.say is not None:
+            await self._say_only(self.say)
+            return
         self.trace.mark("asr_start")
         if self.typed is not None:
             self.trace.mark("asr_done")
@@ -171,6 +176,19 @@ class Turn:
             self._synthesize(clauses, chunks),
             self._play(chunks),
         )
+
+    async def _say_only(self, text: str) -> None:
+        clauses: asyncio.Queue[str | None] = asyncio.Queue()
+        chunks: asyncio.Queue[tuple[int, np.ndarray] | None] = asyncio.Queue(self.config.max_pending_chunks)
+        self._reply_parts.append(text)
+        await self._put_clause(text, clauses)
+        await clauses.put(None)
+        await _run_together(self._synthesize(clauses, chunks), self._play(chunks))
+
+    @property
+    def ends_call(self) -> bool:
+        """The model called a tool that ends the call (its goodbye is this turn's reply)."""
+        return self.tools is not None and any(self.tools.ends_call(name) for name in self.trace.tool_calls)
 
     async def _transcribe(self) -> None:
         try:

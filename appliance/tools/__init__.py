@@ -108,6 +108,11 @@ class ToolBox:
         name = next((name for name, tool in self.tools.items() if tool.kind == "facts"), None)
         return None if name is None else ToolCall(name, {"question": question[:200]})
 
+    def ends_call(self, name: str) -> bool:
+        """``name`` (as a trace records a call that worked) is a tool of kind end_call."""
+        tool = self.tools.get(name)
+        return tool is not None and tool.kind == "end_call"
+
     def failure_sentence(self, name: str) -> str:
         tool = self.tools.get(name)
         spoken = (tool.spoken_name or tool.description) if tool is not None else "that"
@@ -182,6 +187,8 @@ class ToolBox:
             return " | ".join(f"{fact.title}: {fact.text}" if fact.title else fact.text for fact in found)
         if tool.kind == "device":
             return "; ".join(f"{key}: {value}" for key, value in self.device_facts().items())
+        if tool.kind == "end_call":
+            return END_CALL_ANSWER
         url = build_url(tool.url, arguments if tool.method == "GET" else {})
         _, answer = call_service(
             url,
@@ -203,6 +210,11 @@ _ORDERS = re.compile(
     re.IGNORECASE,
 )
 _CONTROL = re.compile(r"<\|[^|>]{0,40}\|>|</?tool_call>|</?tools>")
+
+
+# What the model is told when it ends a call: its reply is then the last thing the caller hears
+# (on a phone call; elsewhere, a kiosk, nothing ends and the goodbye is just said).
+END_CALL_ANSWER = "The call ends once your reply has been played: say a short goodbye."
 
 
 def defang(text: str) -> tuple[str, int]:
