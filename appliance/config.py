@@ -218,7 +218,9 @@ class AgentConfig(HistoryParams, ReplyParams):
         "Answer in one or two short spoken sentences, without lists or markdown.",
         description="{site_name}, {device_id}; {abilities}: what the configured tools let it do, and not",
     )
-    tools: tuple[ToolConfig, ...] = Field((), description="the tools the model may call: facts, device, http, end_call")
+    tools: tuple[ToolConfig, ...] = Field(
+        (), description="the tools the model may call: facts, device, http, end_call"
+    )
     allowed_hosts: tuple[str, ...] = Field(
         (), description="LAN hosts (names, addresses or networks) http tools may reach; nothing else"
     )
