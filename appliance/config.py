@@ -181,10 +181,11 @@ class ToolParameterConfig(Section):
 class ToolConfig(Section):
     """A tool the model may call (``[[agent.tools]]``): ``facts`` searches a local file, ``device``
     answers about the appliance itself, ``http`` asks a service on the site's LAN, ``end_call`` hangs
-    up a phone call after the reply (the goodbye) has been played."""
+    up a phone call after the reply (the goodbye) has been played, ``transfer`` puts the caller
+    through to one of ``sip.transfer_targets`` after the reply."""
 
     name: str = Field(pattern=r"^[a-z][a-z0-9_]{0,39}$", description="what the model calls it")
-    kind: Literal["facts", "device", "http", "end_call"]
+    kind: Literal["facts", "device", "http", "end_call", "transfer"]
     description: str = Field(min_length=1, max_length=400, description="what the model is told it does")
     spoken_name: str = Field("", description='how a failure names it: "the maintenance system"')
     file: Path | None = Field(None, description="facts: the Markdown or question-and-answer file")
@@ -219,7 +220,7 @@ class AgentConfig(HistoryParams, ReplyParams):
         description="{site_name}, {device_id}; {abilities}: what the configured tools let it do, and not",
     )
     tools: tuple[ToolConfig, ...] = Field(
-        (), description="the tools the model may call: facts, device, http, end_call"
+        (), description="the tools the model may call: facts, device, http, end_call, transfer"
     )
     allowed_hosts: tuple[str, ...] = Field(
         (), description="LAN hosts (names, addresses or networks) http tools may reach; nothing else"
@@ -326,6 +327,26 @@ class SipConfig(CallParams, Section):
         le=3600.0,
         description="a failing registration is retried after 5 s, doubling up to this",
     )
+
+    def transfer_domain(self) -> str:
+        return self.register_domain or (
+            self.registrar.rpartition(":")[0] if self.registrar.count(":") == 1 else self.registrar
+        )
+
+    @model_validator(mode="after")
+    def _transfers(self) -> SipConfig:
+        for name in self.transfer_targets:
+            if self.transfer_uri(name) is None:
+                raise ValueError(
+                    f"transfer target {name!r} is an extension but sip.registrar is not set: "
+                    f'give it as a SIP URI ("sip:2000@10.20.0.2") or set sip.registrar'
+                )
+        if self.operator_digit and self.operator_target not in self.transfer_targets:
+            raise ValueError(
+                f"sip.operator_target {self.operator_target!r} is not one of sip.transfer_targets "
+                f"({', '.join(self.transfer_targets) or 'none'})"
+            )
+        return self
 
     @field_validator("registrar")
     @classmethod

@@ -197,7 +197,7 @@ def tool_box(settings: Settings) -> ToolBox | None:
 
     if not settings.agent.tools:
         return None
-    return ToolBox(settings.agent)
+    return ToolBox(settings.agent, transfer_targets=tuple(settings.sip.transfer_targets))
 
 
 def llm_engine(

@@ -34,7 +34,8 @@ def loads_toml(text: str) -> dict[str, Any]:
 
 
 def toml_value(value: Any) -> str:
-    """A value of the settings' shapes (booleans, numbers, strings and paths, lists of them) as TOML."""
+    """A value of the settings' shapes (booleans, numbers, strings and paths, lists and tables of them)
+    as TOML."""
     if isinstance(value, bool):
         return "true" if value else "false"
     if isinstance(value, float) and not math.isfinite(value):
@@ -45,6 +46,8 @@ def toml_value(value: Any) -> str:
         return toml_string(str(value))
     if isinstance(value, list | tuple):
         return "[" + ", ".join(toml_value(v) for v in value) + "]"
+    if isinstance(value, dict):  # an inline table: sip.transfer_targets
+        return "{" + ", ".join(f"{toml_string(str(k))} = {toml_value(v)}" for k, v in value.items()) + "}"
     raise ValueError(f"cannot write a {type(value).__name__} to TOML: {value!r}")
 
 

@@ -670,3 +670,50 @@ def test_the_model_ends_a_call_after_its_goodbye_and_a_kiosk_keeps_listening(on_
     assert not trace.cancelled and trace.reply_audio_s > 0  # the goodbye was played before the end
     if on_call:
         assert time.monotonic() - started < 6.0  # ended by the agent, not by the end of the audio
+
+
+class _TransferringCall(_CallAudioArray):
+    """A call's source whose transfers go to ``transfers`` and answer ``why`` (None: done)."""
+
+    def __init__(self, audio: np.ndarray, why: str | None) -> None:
+        super().__init__(audio, realtime=True)
+        self.why = why
+        self.transfers: list[str] = []
+
+    async def transfer(self, target: str) -> str | None:
+        self.transfers.append(target)
+        return self.why
+
+
+@pytest.mark.parametrize("why", [None, "the phone system refused the transfer (403 Forbidden)"])
+def test_the_model_puts_the_caller_through_after_saying_so(why: str | None) -> None:
+    from appliance.config import AgentConfig, ToolConfig
+    from appliance.tools import ToolBox
+
+    fakes = make_fakes("unused")
+    fakes.engines.llm = FakeLlm(
+        '<tool_call> {"name": "transfer_call", "arguments": {"destination": "front desk"}} </tool_call>',
+        then=["I will put you through to the front desk."],
+        token_delay_s=0.0,
+        offers_tools=True,
+    )
+    transfer = ToolConfig(
+        name="transfer_call", kind="transfer", description="put the caller through to a person"
+    )
+    fakes.engines.tools = ToolBox(AgentConfig(tools=(transfer,)), transfer_targets=("front desk",))
+    source = _TransferringCall(np.concatenate([tone(0.6), silence(6.0)]), why)
+    call = CallParams(transfer_targets={"front desk": "sip:2000@10.20.0.2"})
+    session = Session(
+        engines=fakes.engines,
+        source=source,
+        sink=MemorySink(16000, realtime=True),
+        config=dataclasses.replace(SILENCE_ONLY, call=call),
+    )
+    _run(session.run(max_turns=None if why is None else 2))
+    asked = session.traces[0]
+    assert asked.tool_calls == ["transfer_call"] and asked.reply.endswith("through to the front desk.")
+    assert source.transfers == ["sip:2000@10.20.0.2"]
+    if why is None:
+        assert len(session.traces) == 1  # put through: the session ended the call
+    else:
+        assert session.traces[1].reply == "Sorry, I could not put you through to front desk just now."

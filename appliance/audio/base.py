@@ -58,6 +58,10 @@ class AudioSource(Protocol):
         """The keys pressed on a phone's keypad since the last time asked (a call's; none elsewhere)."""
         ...
 
+    async def transfer(self, target: str) -> str | None:
+        """Put the caller through to ``target`` (a SIP URI): None when done, else why not."""
+        ...
+
     async def close(self) -> None: ...
 
 
@@ -74,6 +78,9 @@ class SourceBase:
 
     def keypad(self) -> list[str]:
         return []
+
+    async def transfer(self, target: str) -> str | None:
+        return "there is no phone call to transfer here"
 
 
 class AudioSink(Protocol):

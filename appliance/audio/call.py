@@ -26,6 +26,8 @@ class CallAudioLike(Protocol):
         """Every keypad key of the call so far (RFC 4733 events and SIP INFO)."""
         ...
 
+    async def transfer(self, target: str) -> str | None: ...
+
 
 class CallSource(SourceBase):
     realtime = True  # RTP arrives at the caller's pace
@@ -37,6 +39,9 @@ class CallSource(SourceBase):
         self.call = call
         self.name = f"call:{call.call_id}"
         self._keys_taken = 0
+
+    async def transfer(self, target: str) -> str | None:
+        return await self.call.transfer(target)
 
     def keypad(self) -> list[str]:
         pressed = self.call.keys_pressed

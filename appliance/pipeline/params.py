@@ -81,6 +81,39 @@ class CallParams(Params):
         description="... and the call is ended when they stay silent this long after it",
     )
 
+    transfer_targets: dict[str, str] = Field(
+        default_factory=dict,
+        description='people a caller can be put through to, by the name said: {"front desk" = "2000"} (an '
+        'extension at sip.registrar) or {"security" = "sip:2100@10.20.0.2"}; the transfer tool offers them',
+    )
+    operator_digit: str = Field(
+        "", pattern=r"^[0-9*]?$", description="a key that puts the caller through to operator_target at once"
+    )
+    operator_target: str = Field(
+        "", description="... the transfer_targets name it puts the caller through to"
+    )
+    transfer_preamble: str = Field(
+        "I'll put you through to {target}.", min_length=1, description="said before a keypad transfer"
+    )
+    transfer_failed_reply: str = Field(
+        "Sorry, I could not put you through to {target} just now.",
+        min_length=1,
+        description="said when a transfer is refused or not answered (the call goes on)",
+    )
+
     @property
     def keypad_timeout_s(self) -> float:
         return ms_to_s(self.keypad_timeout_ms)
+
+    def transfer_uri(self, name: str) -> str | None:
+        """Where ``name`` of transfer_targets is reached (an extension at the registrar's domain)."""
+        value = self.transfer_targets.get(name)
+        if value is None:
+            return None
+        if value.startswith("sip:"):
+            return value
+        domain = self.transfer_domain()
+        return f"sip:{value}@{domain}" if domain else None
+
+    def transfer_domain(self) -> str:
+        return ""

@@ -211,6 +211,8 @@ class Session:
         self._quiet_since = time.monotonic()  # the caller's last sign of life, or our last reply's end
         self._prompted = False  # ... and they were asked whether they are still there
         self._hang_up: str | None = None  # why the session ends the call after the current turn
+        self._transfer_to: str | None = None  # a transfer target, once the current turn is over
+        self._transferring: asyncio.Task[tuple[str, str | None]] | None = None
         self.turns_done = 0
         self.endpointer = Endpointer(self.config.endpointer, threshold=self.config.echo.threshold)
         self._frames: deque[tuple[np.ndarray, float]] = deque(
@@ -279,6 +281,7 @@ class Session:
                     await self._wait_for_confirmed_turn()
                 await self._reap()
                 await self._watch_silence(time.monotonic())
+                await self._check_transfer(time.monotonic())
                 if self._hang_up is not None and self._active is None:
                     log.info("session %s: ending the call: %s", self.session_id, self._hang_up)
                     break
@@ -297,7 +300,7 @@ class Session:
             stopped_early = True  # the session itself was stopped (the daemon shutting down, a call gone)
             raise
         finally:
-            for task in list(self._check_tasks):
+            for task in [*self._check_tasks, *([self._transferring] if self._transferring else [])]:
                 task.cancel()
             await self.partials.close()
             hung_up = self._source_ended and self.source.ends_with_listener
@@ -334,7 +337,14 @@ class Session:
     async def _on_keypad(self, now: float) -> None:
         """Keys typed on a caller's keypad are a turn of their own, ended by # or a pause
         (``keypad_timeout_ms``); the first key cuts a reply being played, as speech does."""
+        params = self.config.call
         for key in self.source.keypad():
+            if key == params.operator_digit and not self._keys and self.source.ends_with_listener:
+                log.info("session %s: operator key: putting the caller through", self.session_id)
+                self._transfer_to = params.operator_target
+                preamble = params.transfer_preamble.format(target=params.operator_target)
+                await self._start_text_turn(now, "operator_key", say=preamble)
+                continue
             if key == "#":
                 await self._typed(now)
                 continue
@@ -385,6 +395,29 @@ class Session:
         turn.confirm()
         task = asyncio.create_task(turn.run(), name=f"turn-{trace.turn_id}")
         self._active = _ActiveTurn(turn, task, PartialsRecord())
+
+    async def _transfer(self, target: str) -> tuple[str, str | None]:
+        uri = self.config.call.transfer_uri(target)
+        if uri is None:
+            return target, f"{target!r} is not one of sip.transfer_targets"
+        log.info("session %s: transferring the caller to %s (%s)", self.session_id, target, uri)
+        return target, await self.source.transfer(uri)
+
+    async def _check_transfer(self, now: float) -> None:
+        """A transfer that is over: done, the call ends; refused or unanswered, the caller is told so and
+        the conversation goes on."""
+        task = self._transferring
+        if task is None or not task.done():
+            return
+        self._transferring = None
+        target, why = task.result()
+        if why is None:
+            self._hang_up = f"put through to {target}"
+            return
+        log.warning("session %s: the transfer to %s failed: %s", self.session_id, target, why)
+        await self._start_text_turn(
+            now, "transfer_failed", say=self.config.call.transfer_failed_reply.format(target=target)
+        )
 
     def _heard_someone(self, now: float) -> None:
         self._quiet_since, self._prompted = now, False
@@ -617,6 +650,11 @@ class Session:
         self._quiet_since = time.monotonic()  # silence is counted from the end of the reply
         if turn.ends_call and self.source.ends_with_listener:
             self._hang_up = "the agent ended the call (after its goodbye)"
+        target, self._transfer_to = turn.transfer_to or self._transfer_to, None
+        if target and self.source.ends_with_listener and self._transferring is None:
+            self._transferring = asyncio.create_task(
+                self._transfer(target), name=f"transfer-{self.session_id}"
+            )
         if turn.transcript:
             trace.repeated = said_again(turn.transcript, self._last_transcript)
             self._last_transcript = turn.transcript

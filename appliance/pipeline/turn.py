@@ -94,6 +94,7 @@ class Turn:
         self.engines = engines
         self.typed = typed  # the person's words came as text (keys typed on a keypad): no ASR
         self.say = say  # nothing was heard: only this is said (a prompt to a silent caller)
+        self.transfer_to: str | None = None  # the model asked to put the caller through to this target
         self._on_words = on_words
         self._loop: asyncio.AbstractEventLoop | None = None
         self.tools = tools
@@ -337,6 +338,8 @@ class Turn:
             outcome = await tools.run(call)
             self.trace.tool_ms += round(outcome.seconds * 1000.0, 1)
             self.trace.tool_calls.append(call.name if outcome.ok else f"{call.name}:{outcome.error_kind}")
+            if outcome.transfer_to is not None:
+                self.transfer_to = outcome.transfer_to
             if not outcome.ok:
                 log.error(
                     "turn %s: tool %s failed (%s): %s", turn_id, call.name, outcome.error_kind, outcome.detail

@@ -68,6 +68,11 @@ class CallAudio(Protocol):
         """End the call (BYE to the caller); frames() ends."""
         ...
 
+    async def transfer(self, target: str) -> str | None:
+        """Hand the caller to ``target`` (a SIP URI) with a blind transfer; None when the target
+        answered (the appliance then hangs up), else why not (the call goes on)."""
+        ...
+
 
 class CallHandler(Protocol):
     async def __call__(self, call: CallAudio) -> None: ...
@@ -108,6 +113,8 @@ class Call:
         self.invite: SipRequest | None = None
         self.ok_retx: Retransmitter | None = None  # 2xx to an INVITE, until its ACK
         self.awaiting_answer = False  # our offer went in a 200 OK; the answer comes in the ACK
+        self.refer_progress: asyncio.Queue[int] | None = None  # a transfer's NOTIFY statuses
+        self.transferring: Callable[[Call, str], Awaitable[str | None]] | None = None  # the server's REFER
         self._end = end
         self._ended_event = asyncio.Event()
 
@@ -141,6 +148,12 @@ class Call:
 
     async def hangup(self) -> None:
         await self._end(self, "hung up by the appliance", True)
+
+    async def transfer(self, target: str) -> str | None:
+        """Hand the caller to ``target`` (blind transfer); None when done, else why not."""
+        if self.transferring is None:
+            return "this call cannot be transferred"
+        return await self.transferring(self, target)
 
     def mark_ended(self, reason: str) -> None:
         self.state = CallState.ENDED

@@ -13,11 +13,9 @@ from dataclasses import dataclass, field
 from appliance.sip.headers import HeaderError, parse_cseq, parse_name_addr, parse_uri, parse_via
 from appliance.sip.message import SipRequest
 
-SUPPORTED_METHODS = ("INVITE", "ACK", "BYE", "CANCEL", "OPTIONS", "INFO")
+SUPPORTED_METHODS = ("INVITE", "ACK", "BYE", "CANCEL", "OPTIONS", "INFO", "NOTIFY")
 # Methods this server knows but does not serve: 405 with Allow; anything else gets 501.
-KNOWN_METHODS = frozenset(
-    {"REGISTER", "PRACK", "SUBSCRIBE", "NOTIFY", "PUBLISH", "MESSAGE", "REFER", "UPDATE"}
-)
+KNOWN_METHODS = frozenset({"REGISTER", "PRACK", "SUBSCRIBE", "PUBLISH", "MESSAGE", "REFER", "UPDATE"})
 SUPPORTED_SCHEMES = frozenset({"sip"})
 SUPPORTED_EXTENSIONS: frozenset[str] = frozenset()
 SINGLE_VALUE_HEADERS = ("To", "From", "Call-ID", "CSeq", "Max-Forwards", "Content-Type", "Content-Length")

@@ -1,8 +1,9 @@
-"""Requests inside a call (CANCEL, BYE, INFO), responses to our own requests, and the BYE the
-appliance sends: a plain class over the server's transport and call table."""
+"""Requests inside a call (CANCEL, BYE, INFO, NOTIFY), responses to our own requests, and the BYE and
+REFER the appliance sends: a plain class over the server's transport and call table."""
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import Callable
 
@@ -16,6 +17,7 @@ from engines.net import is_ip_literal
 
 log = logging.getLogger(__name__)
 
+REFER_WAIT_S = 30.0  # for the REFER's answer, then for the target to answer
 FailInvite = Callable[..., None]  # InviteFlow.send_final_failure(invite, source, status, *, to_tag=...)
 
 
@@ -36,7 +38,8 @@ class DialogFlow:
         self.fail_invite = fail_invite
         self.end_call = end_call
         self.spawn = spawn
-        self.client_retx: dict[str, Retransmitter] = {}  # our BYEs, by branch
+        self.client_retx: dict[str, Retransmitter] = {}  # our BYEs and REFERs, by branch
+        self.answers: dict[str, asyncio.Future[SipResponse]] = {}  # ... whose final response is awaited
 
     def on_cancel(self, cancel: SipRequest, source: Address) -> None:
         invite_key = transaction_key(cancel, "INVITE")
@@ -72,27 +75,85 @@ class DialogFlow:
         self.transport.respond(info, source, 200)
 
     def send_bye(self, call: Call) -> None:
+        self._send_in_dialog(call, "BYE")
+
+    async def send_refer(self, call: Call, target: str, *, timeout_s: float = REFER_WAIT_S) -> str | None:
+        """A blind transfer (RFC 3515): REFER the caller to ``target`` and follow its NOTIFYs until the
+        target answers; None when it did, else why not (the call goes on either way)."""
+        progress: asyncio.Queue[int] = asyncio.Queue()
+        call.refer_progress = progress
+        answer: asyncio.Future[SipResponse] = asyncio.get_running_loop().create_future()
+        self._send_in_dialog(
+            call,
+            "REFER",
+            headers=[("Refer-To", f"<{target}>"), ("Referred-By", self.transport.contact_for(call.peer))],
+            answer=answer,
+        )
+        try:
+            response = await asyncio.wait_for(answer, timeout_s)
+            if response.status >= 300:
+                return f"the phone system refused the transfer ({response.status} {response.reason})"
+            deadline = asyncio.get_running_loop().time() + timeout_s
+            while True:
+                status = await asyncio.wait_for(progress.get(), deadline - asyncio.get_running_loop().time())
+                if 200 <= status < 300:
+                    return None
+                if status >= 300:
+                    return f"the transfer target did not answer ({status})"
+        except asyncio.TimeoutError:
+            return f"the transfer was not confirmed within {timeout_s:.0f} s"
+        finally:
+            call.refer_progress = None
+
+    def on_notify(self, notify: SipRequest, source: Address) -> None:
+        """A transfer's progress (Event: refer, a message/sipfrag body such as "SIP/2.0 180 Ringing")."""
+        call = self.table.find(notify)
+        if call is None:
+            self.transport.respond(notify, source, 481)
+            return
+        self.transport.respond(notify, source, 200)
+        event = (notify.get("Event") or "").split(";")[0].strip().lower()
+        first = notify.body.decode("utf-8", "replace").strip().splitlines()[:1]
+        parts = first[0].split() if first else []
+        if event == "refer" and len(parts) >= 2 and parts[0].upper() == "SIP/2.0" and parts[1].isdigit():
+            log.info("call %s: transfer progress %s", call.call_id, " ".join(parts[1:]))
+            if call.refer_progress is not None:
+                call.refer_progress.put_nowait(int(parts[1]))
+
+    def _send_in_dialog(
+        self,
+        call: Call,
+        method: str,
+        *,
+        headers: list[tuple[str, str]] | None = None,
+        answer: asyncio.Future[SipResponse] | None = None,
+    ) -> None:
         over_tcp = self.transport.over_tcp(call.peer)
-        bye = call.dialog.make_request(
-            "BYE",
+        request = call.dialog.make_request(
+            method,
             via_host=self.transport.local_host,
             via_port=self.transport.local_port,
             contact=self.transport.contact_for(call.peer),
             transport="TCP" if over_tcp else "UDP",
         )
-        bye.add("User-Agent", self.user_agent)
-        data = bye.to_bytes()
+        for name, value in headers or []:
+            request.add(name, value)
+        request.add("User-Agent", self.user_agent)
+        data = request.to_bytes()
         destination = call.peer if over_tcp else self._destination(call)
-        branch = parse_via(bye.get("Via") or "").branch or ""
+        branch = parse_via(request.get("Via") or "").branch or ""
+        if answer is not None:
+            self.answers[branch] = answer
         self.client_retx[branch] = Retransmitter(
             lambda: self.transport.send(data, destination),
             lambda: self._forget_client(branch),
-            timeout_s=4.0,
+            timeout_s=4.0 if method == "BYE" else None,
             max_sends=1 if over_tcp else None,  # a stream does not lose it
         )
 
     def on_response(self, response: SipResponse) -> None:
-        """A response to one of our BYEs stops its retransmissions."""
+        """A response to one of our requests stops its retransmissions (a provisional one too); a final
+        one goes to whoever waits for it."""
         hops = response.get_list("Via")
         try:
             branch = parse_via(hops[0]).branch if hops else None
@@ -101,7 +162,12 @@ class DialogFlow:
         retx = self.client_retx.pop(branch or "", None)
         if retx is not None:
             retx.stop()
-        else:
+        answer = self.answers.get(branch or "")
+        if answer is not None and response.status >= 200:
+            self.answers.pop(branch or "", None)
+            if not answer.done():
+                answer.set_result(response)
+        if retx is None and answer is None:
             log.debug("SIP: dropped a response (%d) that matches no request of ours", response.status)
 
     def stop(self) -> None:

@@ -17,7 +17,7 @@ from typing import Any, cast
 from appliance.config import SipConfig
 from appliance.ratelog import ThrottledLog
 from appliance.rtp.stream import MediaParams, RtpStream
-from appliance.sip.call import HANDLER_GRACE_S, Call, CallHandler, CallState
+from appliance.sip.call import HANDLER_GRACE_S, Call, CallAudio, CallHandler, CallState
 from appliance.sip.calls import CallTable
 from appliance.sip.checks import SUPPORTED_METHODS, check_request
 from appliance.sip.dialog import make_response
@@ -64,7 +64,7 @@ class SipServer(asyncio.DatagramProtocol):
             self.stats,
             self.transport,
             self.table,
-            handler=handler,
+            handler=self._with_transfer(handler),
             open_stream=self.open_stream,
             end_call=self.end_call,
             spawn=self._spawn,
@@ -79,6 +79,16 @@ class SipServer(asyncio.DatagramProtocol):
             end_call=self.end_call,
             spawn=self._spawn,
         )
+
+    def _with_transfer(self, handler: CallHandler) -> CallHandler:
+        """``handler``, given calls that can be transferred with this server's REFER."""
+
+        async def run(call: CallAudio) -> None:
+            if isinstance(call, Call):
+                call.transferring = self.dialogs.send_refer
+            await handler(call)
+
+        return run
 
     @property
     def calls(self) -> dict[str, Call]:
@@ -271,6 +281,8 @@ class SipServer(asyncio.DatagramProtocol):
             self._answer_options(request, source)
         elif request.method == "INFO":
             self.dialogs.on_info(request, source)
+        elif request.method == "NOTIFY":
+            self.dialogs.on_notify(request, source)
 
     def _answer_options(self, request: SipRequest, source: Address) -> None:
         """A proxy's keepalive probe: 200 while a call can be taken, 503 with Retry-After when full or

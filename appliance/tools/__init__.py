@@ -12,7 +12,7 @@ import asyncio
 import json
 import re
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -57,13 +57,19 @@ class ToolOutcome:
     error_kind: str = ""  # refused_host, timeout, unreachable, http_status, bad_answer, not_found
     removed_instructions: int = 0  # sentences of the answer that read as orders, left out
     detail: str = ""  # what went wrong, for the log (the caller logs it with its turn id)
+    transfer_to: str | None = None  # a transfer tool's destination (a name of sip.transfer_targets)
 
 
 class ToolBox:
     def __init__(
-        self, agent: AgentConfig, *, device_status: Callable[[], Mapping[str, object]] | None = None
+        self,
+        agent: AgentConfig,
+        *,
+        device_status: Callable[[], Mapping[str, object]] | None = None,
+        transfer_targets: Sequence[str] = (),
     ) -> None:
         self.agent = agent
+        self.transfer_targets = tuple(transfer_targets)
         self.tools = {tool.name: tool for tool in agent.tools}
         # More of the device's state than the clock (calls in progress, engines), set by the daemon.
         self.device_status = device_status
@@ -132,6 +138,8 @@ class ToolBox:
             return self._failed(tool, err.kind, str(err), started)
         except (FactsFileError, OSError, ValueError) as err:
             return self._failed(tool, "bad_answer", str(err), started)
+        if tool.kind == "transfer":
+            return self._transferring(call, started)
         text, removed = defang(answer.strip() or "(nothing)")
         limit = self.agent.tool_result_chars
         if len(text) > limit:
@@ -142,6 +150,16 @@ class ToolBox:
             DATA_NOTE.format(name=call.name) + text + ANSWER_NOTE,
             time.monotonic() - started,
             removed_instructions=removed,
+        )
+
+    def _transferring(self, call: ToolCall, started: float) -> ToolOutcome:
+        destination = str(call.arguments.get("destination", ""))
+        return ToolOutcome(
+            call.name,
+            True,
+            TRANSFER_ANSWER.format(target=destination),
+            time.monotonic() - started,
+            transfer_to=destination,
         )
 
     def _failed(self, tool: ToolConfig, kind: str, detail: str, started: float) -> ToolOutcome:
@@ -171,6 +189,12 @@ class ToolBox:
     def _parameters(self, tool: ToolConfig) -> dict[str, ToolParameter]:
         if tool.kind == "facts":
             return dict(FACTS_QUERY)
+        if tool.kind == "transfer":
+            return {
+                "destination": ToolParameter(
+                    "string", "who to put the caller through to", self.transfer_targets, True
+                )
+            }
         return {
             key: ToolParameter(p.type, p.description, tuple(p.enum), p.required)
             for key, p in tool.parameters.items()
@@ -187,7 +211,7 @@ class ToolBox:
             return " | ".join(f"{fact.title}: {fact.text}" if fact.title else fact.text for fact in found)
         if tool.kind == "device":
             return "; ".join(f"{key}: {value}" for key, value in self.device_facts().items())
-        if tool.kind == "end_call":
+        if tool.kind in ("end_call", "transfer"):
             return END_CALL_ANSWER
         url = build_url(tool.url, arguments if tool.method == "GET" else {})
         _, answer = call_service(
@@ -215,6 +239,9 @@ _CONTROL = re.compile(r"<\|[^|>]{0,40}\|>|</?tool_call>|</?tools>")
 # What the model is told when it ends a call: its reply is then the last thing the caller hears
 # (on a phone call; elsewhere, a kiosk, nothing ends and the goodbye is just said).
 END_CALL_ANSWER = "The call ends once your reply has been played: say a short goodbye."
+TRANSFER_ANSWER = (
+    "The caller is put through to {target} once your reply has been played: tell them so, briefly."
+)
 
 
 def defang(text: str) -> tuple[str, int]:
