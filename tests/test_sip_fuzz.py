@@ -51,7 +51,19 @@ VALID_INVITE = (
     b"v=0\r\no=f 1 1 IN IP4 127.0.0.1\r\ns=-\r\nc=IN IP4 127.0.0.1\r\nt=0 0\r\n"
     b"m=audio 9 RTP/AVP 0 8 101\r\na=rtpmap:101 telephone-event/8000\r\na=sendrecv\r\n"
 )
-CORPUS = [VALID_INVITE, *MESSAGES.values()]
+NOTIFY_OF_A_TRANSFER = (
+    b"NOTIFY sip:appliance@127.0.0.1:5060 SIP/2.0\r\nVia: SIP/2.0/UDP 127.0.0.1:6000;branch=z9hG4bKn1\r\n"
+    b"From: <sip:sipp@127.0.0.1:6000>;tag=1\r\nTo: <sip:appliance@127.0.0.1:5060>;tag=2\r\n"
+    b"Call-ID: n1\r\nCSeq: 2 NOTIFY\r\nEvent: refer\r\nSubscription-State: active;expires=60\r\n"
+    b"Content-Type: message/sipfrag\r\nContent-Length: 22\r\n\r\nSIP/2.0 180 Ringing\r\n"
+)
+CHALLENGE_OF_A_REGISTRAR = (
+    b"SIP/2.0 401 Unauthorized\r\nVia: SIP/2.0/UDP 127.0.0.1:5060;branch=z9hG4bKr1\r\n"
+    b"From: <sip:kiosk@10.0.0.1>;tag=1\r\nTo: <sip:kiosk@10.0.0.1>;tag=2\r\nCall-ID: r1\r\n"
+    b'CSeq: 1 REGISTER\r\nWWW-Authenticate: Digest realm="10.0.0.1", nonce="Z2h0aGVy", qop="auth", '
+    b'algorithm=SHA-256, opaque="x"\r\nContent-Length: 0\r\n\r\n'
+)
+CORPUS = [VALID_INVITE, NOTIFY_OF_A_TRANSFER, CHALLENGE_OF_A_REGISTRAR, *MESSAGES.values()]
 _SPECIAL = [
     b"\r\n",
     b"\r\n ",
@@ -248,3 +260,24 @@ async def _options(port: int) -> bytes | None:
             return await asyncio.wait_for(loop.sock_recv(sock, 65535), 2.0)
         except asyncio.TimeoutError:
             return None
+
+
+def test_digest_challenges_raise_only_their_own_error_and_answers_are_always_made() -> None:
+    from appliance.sip.digest import ChallengeError, authorization, parse_challenge
+
+    rng = random.Random(7616)
+    answered = refused = 0
+    for _ in range(3000):
+        data = mutate(rng, CHALLENGE_OF_A_REGISTRAR)
+        header = data.decode("utf-8", "replace").partition("WWW-Authenticate:")[2].partition("\r\n")[0]
+        try:
+            challenge = parse_challenge(header)
+        except ChallengeError:
+            refused += 1
+            continue
+        answer = authorization(
+            challenge, method="REGISTER", uri="sip:10.0.0.1", username="kiosk", password="pw"
+        )
+        assert answer.startswith("Digest ") and "s3cr3t-Pa55" not in answer
+        answered += 1
+    assert answered > 300 and refused > 300
