@@ -46,12 +46,13 @@ class Registrar:
             "-A", "MIN_EXPIRES=5", "-A", "MAX_EXPIRES=5",  # lifetimes of seconds, for the renewals
             "-w", str(self.workdir), "-P", str(self.workdir / "kamailio.pid"), "-m", "32", "-M", "8",
         ]  # fmt: skip
+        started = self.log.count("Listening on")  # the log is appended to across restarts
         with (self.workdir / "kamailio.log").open("a") as sink:
             self.process = subprocess.Popen(command, stdout=sink, stderr=subprocess.STDOUT, text=True)
-        deadline = time.monotonic() + 20
-        while "Listening on" not in self.log and "INFO" not in self.log and time.monotonic() < deadline:
+        deadline = time.monotonic() + 30
+        while self.log.count("Listening on") == started and time.monotonic() < deadline:
             time.sleep(0.1)
-        time.sleep(0.5)
+        time.sleep(1.0)  # its workers start after it prints where it listens
 
     def stop(self) -> None:
         if self.process is not None:
@@ -176,7 +177,7 @@ def test_after_the_registrar_restarts_the_next_renewal_registers_again(
             await _until(lambda: registration.status.state == "registered", 10)
             await asyncio.to_thread(registrar.stop)
             await asyncio.to_thread(registrar.start)  # its bindings are gone
-            await _until(lambda: registrar.saved() >= 2, 20)
+            await _until(lambda: registrar.saved() >= 2, 40)
             return registration.status.state, registration.status.renewals
         finally:
             await server.stop()
