@@ -248,7 +248,7 @@ def _request(data: bytes) -> SipRequest:
 def test_methods_not_served_get_405_with_allow_or_501() -> None:
     rejection = check_request(_request(invite().replace(b"INVITE", b"REGISTER")))
     assert rejection is not None and rejection.status == 405
-    assert dict(rejection.headers)["Allow"] == "INVITE, ACK, BYE, CANCEL, OPTIONS, INFO"
+    assert dict(rejection.headers)["Allow"] == "INVITE, ACK, BYE, CANCEL, OPTIONS, INFO, NOTIFY"
     unknown = check_request(_request(invite().replace(b"INVITE", b"FROBNICATE")))
     assert unknown is not None and unknown.status == 501
 
