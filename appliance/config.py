@@ -328,10 +328,14 @@ class SipConfig(CallParams, Section):
         description="a failing registration is retried after 5 s, doubling up to this",
     )
 
+    @property
+    def registrar_address(self) -> tuple[str, int]:
+        """``registrar`` as (host, port), 5060 when it names none."""
+        host, port = _split_registrar(self.registrar)
+        return host, int(port) if port else 5060
+
     def transfer_domain(self) -> str:
-        return self.register_domain or (
-            self.registrar.rpartition(":")[0] if self.registrar.count(":") == 1 else self.registrar
-        )
+        return self.register_domain or self.registrar_address[0]
 
     @model_validator(mode="after")
     def _transfers(self) -> SipConfig:
@@ -353,7 +357,7 @@ class SipConfig(CallParams, Section):
     def _registrar_is_address(cls, value: str) -> str:
         if not value:
             return value
-        host, _, port = value.rpartition(":") if value.count(":") == 1 else (value, "", "")
+        host, port = _split_registrar(value)
         if port and not (port.isdigit() and 0 < int(port) < 65536):
             raise ValueError(f"{value!r}: the port must be 1-65535")
         _ip_address(host)
@@ -415,6 +419,12 @@ class SipConfig(CallParams, Section):
         if low is not None and value < low + 1:
             raise ValueError(f"must be above rtp_port_min ({low}): each call needs an even port")
         return value
+
+
+def _split_registrar(value: str) -> tuple[str, str]:
+    """(host, port or "") of ``IP[:port]``; an IPv6 address has more than one colon and no port here."""
+    host, _, port = value.rpartition(":") if value.count(":") == 1 else (value, "", "")
+    return host, port
 
 
 class AdminConfig(Section):

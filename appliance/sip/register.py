@@ -57,11 +57,6 @@ class RegistrationStatus:
     auth: str = ""  # how the registrar was answered: "digest SHA-256", "digest MD5", "none"
 
 
-def registrar_address(value: str) -> Address:
-    host, _, port = value.rpartition(":") if value.count(":") == 1 else (value, "", "")
-    return host, int(port) if port else 5060
-
-
 def read_password(path: Path | None) -> str | None:
     """The password in ``path`` (its first line), or None without a file."""
     if path is None:
@@ -98,7 +93,7 @@ class Registration:
     _task: asyncio.Task[None] | None = field(default=None, init=False)
 
     def __post_init__(self) -> None:
-        self.registrar = registrar_address(self.config.registrar)
+        self.registrar = self.config.registrar_address
         self.user = self.config.register_user
         self.auth_user = self.config.register_auth_user or self.user
         self.domain = self.config.register_domain or self.registrar[0]

@@ -24,7 +24,7 @@ from appliance.sip.dialog import make_response
 from appliance.sip.indialog import DialogFlow
 from appliance.sip.invite import InviteFlow
 from appliance.sip.message import SipRequest, SipResponse, SipSyntaxError, parse_message
-from appliance.sip.register import Registration, read_password, registrar_address
+from appliance.sip.register import Registration, read_password
 from appliance.sip.stats import ServerStats
 from appliance.sip.tcp import SipTcpConnection, TcpLimits
 from appliance.sip.transactions import ResponseCache
@@ -51,7 +51,7 @@ class SipServer(asyncio.DatagramProtocol):
         self._noisy = ThrottledLog(log)  # what the network can make happen thousands of times a second
         self._allowed = [ipaddress.ip_network(net, strict=False) for net in config.allow_from]
         if config.registrar:  # the site's phone system sends the extension's calls from there
-            self._allowed.append(ipaddress.ip_network(registrar_address(config.registrar)[0]))
+            self._allowed.append(ipaddress.ip_network(config.registrar_address[0]))
         self.registration: Registration | None = None
         self._tasks: set[asyncio.Task[None]] = set()
         self._tcp_server: asyncio.AbstractServer | None = None
