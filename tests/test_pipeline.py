@@ -14,12 +14,14 @@ import pytest
 
 from appliance.agent import Conversation
 from appliance.audio import ArraySource, MemorySink
+from appliance.config import AgentConfig, ToolConfig
 from appliance.pipeline.echo_gate import EchoGate
 from appliance.pipeline.params import CallParams, ReplyParams
 from appliance.pipeline.played import played_text
 from appliance.pipeline.session import Session, SessionEngines
 from appliance.pipeline.turn import TurnConfig
 from appliance.quality import signals as quality_signals
+from appliance.tools import ToolBox
 from appliance.trace import TIMESTAMPS, TraceStore
 from engines.llm import Message
 from engines.vad.endpointer import EndpointerParams
@@ -644,20 +646,25 @@ def test_a_silent_caller_is_asked_once_whether_they_are_there_then_the_call_ends
     assert took < 15.0 and len(fakes.llm.calls) == 1  # the prompt is no model turn
 
 
-@pytest.mark.parametrize("on_call", [True, False])
-def test_the_model_ends_a_call_after_its_goodbye_and_a_kiosk_keeps_listening(on_call: bool) -> None:
-    from appliance.config import AgentConfig, ToolConfig
-    from appliance.tools import ToolBox
-
+def _calling_a_tool(
+    call: str, then: str, tool: ToolConfig, *, transfer_targets: tuple[str, ...] = ()
+) -> Fakes:
+    """Fake engines whose model writes ``call`` as a tool call, then says ``then``, with ``tool`` offered."""
     fakes = make_fakes("unused")
     fakes.engines.llm = FakeLlm(
-        '<tool_call> {"name": "end_call", "arguments": {}} </tool_call>',
-        then=["Goodbye, and have a nice day."],
-        token_delay_s=0.0,
-        offers_tools=True,
+        f"<tool_call> {call} </tool_call>", then=[then], token_delay_s=0.0, offers_tools=True
     )
-    ending = ToolConfig(name="end_call", kind="end_call", description="end the phone call after a goodbye")
-    fakes.engines.tools = ToolBox(AgentConfig(tools=(ending,)))
+    fakes.engines.tools = ToolBox(AgentConfig(tools=(tool,)), transfer_targets=transfer_targets)
+    return fakes
+
+
+@pytest.mark.parametrize("on_call", [True, False])
+def test_the_model_ends_a_call_after_its_goodbye_and_a_kiosk_keeps_listening(on_call: bool) -> None:
+    fakes = _calling_a_tool(
+        '{"name": "end_call", "arguments": {}}',
+        "Goodbye, and have a nice day.",
+        ToolConfig(name="end_call", kind="end_call", description="end the phone call after a goodbye"),
+    )
     audio = np.concatenate([tone(0.6), silence(8.0)])
     source = _CallAudioArray(audio, realtime=True) if on_call else ArraySource(audio, realtime=True)
     session = Session(
@@ -687,20 +694,12 @@ class _TransferringCall(_CallAudioArray):
 
 @pytest.mark.parametrize("why", [None, "the phone system refused the transfer (403 Forbidden)"])
 def test_the_model_puts_the_caller_through_after_saying_so(why: str | None) -> None:
-    from appliance.config import AgentConfig, ToolConfig
-    from appliance.tools import ToolBox
-
-    fakes = make_fakes("unused")
-    fakes.engines.llm = FakeLlm(
-        '<tool_call> {"name": "transfer_call", "arguments": {"destination": "front desk"}} </tool_call>',
-        then=["I will put you through to the front desk."],
-        token_delay_s=0.0,
-        offers_tools=True,
+    fakes = _calling_a_tool(
+        '{"name": "transfer_call", "arguments": {"destination": "front desk"}}',
+        "I will put you through to the front desk.",
+        ToolConfig(name="transfer_call", kind="transfer", description="put the caller through to a person"),
+        transfer_targets=("front desk",),
     )
-    transfer = ToolConfig(
-        name="transfer_call", kind="transfer", description="put the caller through to a person"
-    )
-    fakes.engines.tools = ToolBox(AgentConfig(tools=(transfer,)), transfer_targets=("front desk",))
     source = _TransferringCall(np.concatenate([tone(0.6), silence(6.0)]), why)
     call = CallParams(transfer_targets={"front desk": "sip:2000@10.20.0.2"})
     session = Session(
