@@ -14,18 +14,25 @@ import pytest
 
 from appliance.agent import Conversation
 from appliance.audio import ArraySource, MemorySink
-from appliance.config import AgentConfig, ToolConfig
+from appliance.config import ToolConfig
 from appliance.pipeline.echo_gate import EchoGate
 from appliance.pipeline.params import CallParams, ReplyParams
 from appliance.pipeline.played import played_text
 from appliance.pipeline.session import Session, SessionEngines
 from appliance.pipeline.turn import TurnConfig
 from appliance.quality import signals as quality_signals
-from appliance.tools import ToolBox
 from appliance.trace import TIMESTAMPS, TraceStore
 from engines.llm import Message
 from engines.vad.endpointer import EndpointerParams
-from tests.fixtures.pipeline import SILENCE_ONLY, FakeLlm, Fakes, ReactiveSource, make_fakes, silence, tone
+from tests.fixtures.pipeline import (
+    SILENCE_ONLY,
+    Fakes,
+    ReactiveSource,
+    make_fakes,
+    silence,
+    tone,
+    tool_calling_fakes,
+)
 
 REPLY = "It is sunny and warm today, with a light breeze from the west and no rain expected at all."
 
@@ -646,21 +653,9 @@ def test_a_silent_caller_is_asked_once_whether_they_are_there_then_the_call_ends
     assert took < 15.0 and len(fakes.llm.calls) == 1  # the prompt is no model turn
 
 
-def _calling_a_tool(
-    call: str, then: str, tool: ToolConfig, *, transfer_targets: tuple[str, ...] = ()
-) -> Fakes:
-    """Fake engines whose model writes ``call`` as a tool call, then says ``then``, with ``tool`` offered."""
-    fakes = make_fakes("unused")
-    fakes.engines.llm = FakeLlm(
-        f"<tool_call> {call} </tool_call>", then=[then], token_delay_s=0.0, offers_tools=True
-    )
-    fakes.engines.tools = ToolBox(AgentConfig(tools=(tool,)), transfer_targets=transfer_targets)
-    return fakes
-
-
 @pytest.mark.parametrize("on_call", [True, False])
 def test_the_model_ends_a_call_after_its_goodbye_and_a_kiosk_keeps_listening(on_call: bool) -> None:
-    fakes = _calling_a_tool(
+    fakes = tool_calling_fakes(
         '{"name": "end_call", "arguments": {}}',
         "Goodbye, and have a nice day.",
         ToolConfig(name="end_call", kind="end_call", description="end the phone call after a goodbye"),
@@ -694,7 +689,7 @@ class _TransferringCall(_CallAudioArray):
 
 @pytest.mark.parametrize("why", [None, "the phone system refused the transfer (403 Forbidden)"])
 def test_the_model_puts_the_caller_through_after_saying_so(why: str | None) -> None:
-    fakes = _calling_a_tool(
+    fakes = tool_calling_fakes(
         '{"name": "transfer_call", "arguments": {"destination": "front desk"}}',
         "I will put you through to the front desk.",
         ToolConfig(name="transfer_call", kind="transfer", description="put the caller through to a person"),

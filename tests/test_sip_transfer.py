@@ -1,20 +1,38 @@
-"""Putting a caller through to a person (blind transfer, RFC 3515) with SIPp as the caller's phone: the
-operator key and the model's transfer tool lead to a REFER to the configured target; an accepted one is
-followed through its NOTIFYs and the appliance hangs up; a refused one is said so and the call goes on."""
+"""Putting a caller through to a person (blind transfer, RFC 3515). With SIPp as the caller's phone: the
+operator key leads to a REFER to the configured target; an accepted one is followed through its NOTIFYs
+and the appliance hangs up; a refused one is said so and the call goes on. With baresip as the caller's
+phone and SIPp as the front desk's: the model's transfer tool makes the desk ring."""
 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
+import re
+import time
+from datetime import datetime
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
 from appliance.audio.call import call_session_kwargs
+from appliance.config import ToolConfig
 from appliance.pipeline.params import CallParams
 from appliance.pipeline.session import Session
 from appliance.sip import CallAudio
-from tests.fixtures.pipeline import SILENCE_ONLY, make_fakes
-from tests.test_sip_helpers import free_udp_port, requires_sipp, run_sipp, running_server, write_rtp_pcap
+from tests.fixtures.baresip import baresip_phone, baresip_said, requires_baresip, write_wav_8k
+from tests.fixtures.pipeline import SILENCE_ONLY, make_fakes, tool_calling_fakes
+from tests.test_sip_helpers import (
+    LOOPBACK,
+    SCENARIOS,
+    SIPP,
+    free_media_ports,
+    free_udp_port,
+    requires_sipp,
+    run_sipp,
+    running_server,
+    write_rtp_pcap,
+)
 
 pytestmark = requires_sipp
 
@@ -82,3 +100,90 @@ def test_transfer_targets_are_checked_with_the_fix() -> None:
         SipConfig(transfer_targets=TARGETS, operator_digit="0", operator_target="reception")
     at_pbx = SipConfig(registrar="10.20.0.2", register_user="2301", transfer_targets={"front desk": "2000"})
     assert at_pbx.transfer_uri("front desk") == "sip:2000@10.20.0.2"
+
+
+class _TimedTransfers:
+    """A call whose transfers are timed (wall clock, to compare with SIPp's message log)."""
+
+    def __init__(self, call: CallAudio) -> None:
+        self._call = call
+        self.asked_at: list[float] = []
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._call, name)
+
+    async def transfer(self, target: str) -> str | None:
+        self.asked_at.append(time.time())
+        return await self._call.transfer(target)
+
+
+def _received_at(message_log: Path, method: str) -> float:
+    """When SIPp's ``-trace_msg`` log first has ``method`` received."""
+    found = re.search(
+        rf"-+ (\S+ \S+)\s*\n\w+ message received \[\d+\] bytes :\s*\n\s*{method} ", message_log.read_text()
+    )
+    assert found is not None, message_log.read_text()[-3000:]
+    return datetime.strptime(found[1], "%Y-%m-%d %H:%M:%S.%f").timestamp()
+
+
+@requires_baresip
+def test_the_model_puts_the_caller_through_to_a_desk_phone_that_rings(tmp_path: Path) -> None:
+    """baresip calls and speaks (a tone the fake VAD hears); the model calls the transfer tool; after the
+    reply the appliance REFERs baresip to the front desk, baresip calls the desk (SIPp), which rings and
+    answers; baresip reports it (NOTIFY 200) and the appliance hangs up; the caller then talks to the
+    desk until it hangs up."""
+    desk_port = free_udp_port()
+    fakes = tool_calling_fakes(
+        '{"name": "transfer_call", "arguments": {"destination": "front desk"}}',
+        "I will put you through to the front desk.",
+        ToolConfig(name="transfer_call", kind="transfer", description="put the caller through to a person"),
+        transfer_targets=("front desk",),
+    )
+    targets = CallParams(transfer_targets={"front desk": f"sip:desk@{LOOPBACK}:{desk_port}"})
+    config = dataclasses.replace(SILENCE_ONLY, call=targets)
+    t = np.arange(int(8000 * 0.6)) / 8000
+    speech = 0.3 * np.sin(2 * np.pi * 220 * t)
+    microphone = write_wav_8k(
+        tmp_path / "caller.wav", np.concatenate([np.zeros(8000), speech, np.zeros(8000 * 20)])
+    )
+    calls: list[_TimedTransfers] = []
+    sessions: list[Session] = []
+    ended = asyncio.Event()
+    desk_messages = tmp_path / "desk.messages.log"
+
+    async def answer(call: CallAudio) -> None:
+        timed = _TimedTransfers(call)
+        calls.append(timed)
+        session = Session(engines=fakes.engines, config=config, **call_session_kwargs(timed))
+        sessions.append(session)
+        try:
+            await session.run()
+        finally:
+            ended.set()
+
+    async def scenario_run() -> tuple[int, str, str]:
+        assert SIPP is not None
+        desk = await asyncio.create_subprocess_exec(
+            SIPP, "-sf", str(SCENARIOS / "front_desk.xml"), "-i", LOOPBACK, "-p", str(desk_port),
+            "-mp", str(free_media_ports()), "-m", "1", "-nostdin", "-timeout", "40s", "-timeout_error",
+            "-trace_msg", "-message_file", str(desk_messages),
+            cwd=tmp_path, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT,
+        )  # fmt: skip
+        async with running_server(answer) as server:
+            dial = f"sip:appliance@{LOOPBACK}:{server.local_port}"
+            with baresip_phone(tmp_path, port=free_udp_port(), microphone=microphone, dial=dial) as log:
+                await asyncio.wait_for(ended.wait(), 30)  # the appliance hung up once the desk answered
+                await asyncio.sleep(1.0)  # the caller and the desk talk
+            output, _ = await asyncio.wait_for(desk.communicate(), 20)  # baresip hung up on the desk
+        return desk.returncode or 0, output.decode(errors="replace"), baresip_said(log)
+
+    returncode, desk_output, phone = asyncio.run(scenario_run())
+    assert returncode == 0, desk_output + phone[-3000:]
+    (timed,) = calls
+    (session,) = sessions
+    (asked,) = session.traces  # one turn: the call ended with the transfer
+    assert asked.tool_calls == ["transfer_call"] and asked.reply.endswith("through to the front desk.")
+    assert re.search(rf"Call established: sip:desk@{LOOPBACK}:{desk_port}", phone), phone[-3000:]
+    rang_after_s = _received_at(desk_messages, "INVITE") - timed.asked_at[0]
+    print(f"transfer: the desk phone rang {rang_after_s * 1000:.0f} ms after the REFER was asked for")
+    assert rang_after_s > 0
