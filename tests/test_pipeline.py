@@ -624,6 +624,10 @@ def test_keys_typed_during_a_reply_cut_it_and_are_answered_as_a_turn(keys: str, 
     waited = typed.stage_s("turn_latency")
     assert waited is not None  # from the # (or the end of the pause) to the reply's first audio
     assert session.conversation.messages[-2].content == "Typed on the phone's keypad: 4719"
+    # The model read the number while it was typed: the prompt so far, one prefill at a time.
+    typed_so_far = [history[-1].content for history in fakes.llm.prefills]
+    assert typed_so_far and typed_so_far[0] == "Typed on the phone's keypad: 4", typed_so_far
+    assert all("4719".startswith(text.rsplit(" ", 1)[1]) for text in typed_so_far), typed_so_far
 
 
 class _CallAudioArray(ArraySource):

@@ -32,7 +32,9 @@ class PrefillParams(Params):
     """In ``[llm]``."""
 
     prefill: bool = Field(
-        True, description="evaluate the stable words of partial transcripts before the person stops speaking"
+        True,
+        description="evaluate the stable words of partial transcripts before the person stops speaking, "
+        "and the keys typed on a caller's keypad before the last one",
     )
 
 

@@ -38,6 +38,7 @@ import numpy as np
 from appliance.agent import Conversation
 from appliance.audio.base import FRAME_S, FRAME_SAMPLES, AudioSink, AudioSource, HeardFrame, split_frame
 from appliance.pipeline.echo_gate import EchoGate
+from appliance.pipeline.keypad import TypedNumber, typed_text
 from appliance.pipeline.params import CallParams, HistoryParams
 from appliance.pipeline.partials import Partials, PartialsConfig, PartialsRecord
 from appliance.pipeline.playback import Player
@@ -206,8 +207,9 @@ class Session:
         self.dropped_speculative = 0
         self.barge_ins = 0
         self._last_transcript = ""
-        self._keys: list[str] = []  # a number being typed on a caller's keypad
-        self._last_key_at = 0.0
+        self._keys = TypedNumber(
+            self.conversation.with_user, conversation=self.session_id, prefill=self.config.partials.prefill
+        )
         self._quiet_since = time.monotonic()  # the caller's last sign of life, or our last reply's end
         self._prompted = False  # ... and they were asked whether they are still there
         self._hang_up: str | None = None  # why the session ends the call after the current turn
@@ -303,6 +305,7 @@ class Session:
             for task in [*self._check_tasks, *([self._transferring] if self._transferring else [])]:
                 task.cancel()
             await self.partials.close()
+            await self._keys.close()
             hung_up = self._source_ended and self.source.ends_with_listener
             await self._close_active(
                 cancel=stopped_early or hung_up, outcome="hangup" if self._source_ended else "stopped"
@@ -319,6 +322,7 @@ class Session:
             or self._active is not None
             or self.endpointer.in_speech
             or self._check_tasks
+            or self._keys
         ):
             return
         old = self.engines
@@ -354,21 +358,31 @@ class Session:
                     "session %s: keypad barge-in on turn %s", self.session_id, self._active.turn.trace.turn_id
                 )
                 await self._close_active(cancel=True)
-            self._keys.append(key)
-            self._last_key_at = now
+            self._keys.add(key, now, self.engines.llm, self.engines.llm_worker)
             self._heard_someone(now)
-        if self._keys and now - self._last_key_at >= self.config.call.keypad_timeout_s:
+        if self._keys.paused(now, self.config.call.keypad_timeout_s):
             await self._typed(now)
 
     async def _typed(self, now: float) -> None:
-        keys, self._keys = "".join(self._keys), []
+        last_key_at = self._keys.last_key_at
+        keys, prefilled = self._keys.take()
         if not keys:
             return
         log.info("session %s: %d key(s) typed on the keypad", self.session_id, len(keys))
-        await self._start_text_turn(now, "keypad", typed=f"Typed on the phone's keypad: {keys}")
+        record = PartialsRecord(prefill_tokens=prefilled)
+        await self._start_text_turn(
+            now, "keypad", typed=typed_text(keys), typed_at=last_key_at, record=record
+        )
 
     async def _start_text_turn(
-        self, now: float, by: str, *, typed: str | None = None, say: str | None = None
+        self,
+        now: float,
+        by: str,
+        *,
+        typed: str | None = None,
+        typed_at: float = 0.0,
+        say: str | None = None,
+        record: PartialsRecord | None = None,
     ) -> None:
         """A turn without speech: keys typed (answered by the model), or a sentence only said."""
         if self._active is not None:
@@ -379,7 +393,7 @@ class Session:
             bundle_version=self.engines.bundle_version,
             endpoint_by=by,
         )
-        trace.speech_start = trace.speech_end = self._last_key_at if typed is not None else now
+        trace.speech_start = trace.speech_end = typed_at if typed is not None else now
         trace.mark("endpoint", now)
         turn = Turn(
             engines=self.engines,
@@ -394,7 +408,7 @@ class Session:
         )
         turn.confirm()
         task = asyncio.create_task(turn.run(), name=f"turn-{trace.turn_id}")
-        self._active = _ActiveTurn(turn, task, PartialsRecord())
+        self._active = _ActiveTurn(turn, task, record or PartialsRecord())
 
     async def _transfer(self, target: str) -> tuple[str, str | None]:
         uri = self.config.call.transfer_uri(target)
