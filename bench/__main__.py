@@ -24,6 +24,7 @@ BENCHMARKS = {
     "sessions": "1, 2, 4 calls on one LLM: batched slots vs one reply at a time; decode tok/s 1 vs 3",
     "admin": "admin page request latency and event-loop lag",
     "llm_server": "first token from a site server (llama_cpp.server, same GGUF) vs the in-process engine",
+    "sip_register": "registering with a Kamailio registrar: REGISTER time, renewal punctuality, idle vs busy",
     "fleet": "calls through the Kamailio proxy vs direct (turn latency, call setup); a dead appliance's cost",
     "tools": "spoken questions about a test site: right tool and arguments, fact in the answer, latency",
     "aec": "echo cancellation in simulated rooms: ERLE, false and real barge-ins, WER, CPU vs the raised threshold",

@@ -8,7 +8,6 @@ from __future__ import annotations
 import asyncio
 import os
 import shutil
-import subprocess
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -18,61 +17,29 @@ import pytest
 from appliance.config import SipConfig
 from appliance.sip.register import RegistrationStatus
 from appliance.sip.server import SipServer
+from bench.sip_register import KamailioRegistrar
 from tests.test_sip_helpers import free_udp_port
 
 pytestmark = pytest.mark.skipif(
     shutil.which("kamailio") is None, reason="kamailio missing: ./scripts/setup installs it"
 )
 
-REGISTRAR_CFG = Path(__file__).resolve().parents[1] / "deploy" / "kamailio" / "registrar.cfg"
 EXTENSION, PASSWORD = "kiosk", "s3cret-ext-42"
 
 
-class Registrar:
-    def __init__(self, workdir: Path, *, algorithm: str = "MD5", extension: str = EXTENSION) -> None:
-        self.workdir, self.algorithm, self.extension = workdir, algorithm, extension
-        self.port = free_udp_port()
-        self.process: subprocess.Popen[str] | None = None
-
-    @property
-    def log(self) -> str:
-        path = self.workdir / "kamailio.log"
-        return path.read_text() if path.exists() else ""
-
-    def start(self) -> None:
-        command = [
-            "kamailio", "-f", str(REGISTRAR_CFG), "-DD", "-E", "-l", f"udp:127.0.0.1:{self.port}",
-            "-A", f'EXTENSION="{self.extension}"', "-A", f'PASSWORD="{PASSWORD}"', "-A", f'ALGORITHM="{self.algorithm}"',
-            "-A", "MIN_EXPIRES=5", "-A", "MAX_EXPIRES=5",  # lifetimes of seconds, for the renewals
-            "-w", str(self.workdir), "-P", str(self.workdir / "kamailio.pid"), "-m", "32", "-M", "8",
-        ]  # fmt: skip
-        started = self.log.count("Listening on")  # the log is appended to across restarts
-        with (self.workdir / "kamailio.log").open("a") as sink:
-            self.process = subprocess.Popen(command, stdout=sink, stderr=subprocess.STDOUT, text=True)
-        deadline = time.monotonic() + 30
-        while self.log.count("Listening on") == started and time.monotonic() < deadline:
-            time.sleep(0.1)
-        time.sleep(1.0)  # its workers start after it prints where it listens
-
-    def stop(self) -> None:
-        if self.process is not None:
-            self.process.terminate()
-            self.process.wait(timeout=20)
-            self.process = None
-
-    def saved(self) -> int:
-        return self.log.count(f"REGISTER of {self.extension} from 127.0.0.1: saved")
+def _registrar(workdir: Path, *, algorithm: str = "MD5", extension: str = EXTENSION) -> KamailioRegistrar:
+    return KamailioRegistrar(workdir, extension=extension, password=PASSWORD, algorithm=algorithm)
 
 
 @pytest.fixture
-def registrar(tmp_path: Path) -> Iterator[Registrar]:
-    found = Registrar(tmp_path)
+def registrar(tmp_path: Path) -> Iterator[KamailioRegistrar]:
+    found = _registrar(tmp_path)
     found.start()
     yield found
     found.stop()
 
 
-def _config(registrar: Registrar, password_file: Path, **changes: object) -> SipConfig:
+def _config(registrar: KamailioRegistrar, password_file: Path, **changes: object) -> SipConfig:
     return SipConfig(
         enabled=True,
         port=0,
@@ -102,7 +69,7 @@ async def _until(check: Callable[[], bool], timeout_s: float) -> None:
 
 @pytest.mark.parametrize("algorithm", ["MD5", "SHA-256"])
 def test_it_registers_renews_before_expiry_and_unregisters_on_stop(tmp_path: Path, algorithm: str) -> None:
-    registrar = Registrar(tmp_path, algorithm=algorithm)
+    registrar = _registrar(tmp_path, algorithm=algorithm)
     registrar.start()
     config = _config(registrar, _password_file(tmp_path, PASSWORD), register_expires_s=30)
 
@@ -141,7 +108,7 @@ def test_it_registers_renews_before_expiry_and_unregisters_on_stop(tmp_path: Pat
 
 
 def test_a_wrong_password_is_refused_and_said_so_and_it_keeps_trying(
-    registrar: Registrar, tmp_path: Path
+    registrar: KamailioRegistrar, tmp_path: Path
 ) -> None:
     config = _config(registrar, _password_file(tmp_path, "not-the-password"))
 
@@ -164,7 +131,7 @@ def test_a_wrong_password_is_refused_and_said_so_and_it_keeps_trying(
 
 
 def test_after_the_registrar_restarts_the_next_renewal_registers_again(
-    registrar: Registrar, tmp_path: Path
+    registrar: KamailioRegistrar, tmp_path: Path
 ) -> None:
     config = _config(registrar, _password_file(tmp_path, PASSWORD), register_expires_s=30)
 
@@ -198,7 +165,7 @@ def test_a_call_to_the_extension_is_routed_by_the_registrar_and_answered_with_sp
     from appliance.auth.passwords import ScryptParams, write_password_file
     from tests.fixtures.daemon_proc import DaemonConfig, DaemonProcess, free_tcp_port, place_call
 
-    registrar = Registrar(tmp_path / "registrar", extension="appliance")
+    registrar = _registrar(tmp_path / "registrar", extension="appliance")
     registrar.workdir.mkdir()
     registrar.start()
     password_file = _password_file(tmp_path, PASSWORD)
@@ -244,7 +211,7 @@ def test_a_call_to_the_extension_is_routed_by_the_registrar_and_answered_with_sp
 
 
 def test_doctor_registers_once_from_a_port_of_its_own_and_removes_that_binding(
-    registrar: Registrar, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    registrar: KamailioRegistrar, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     from appliance.cli import main
 
