@@ -321,6 +321,11 @@ class SipConfig(CallParams, Section):
         le=86400,
         description="the registration's lifetime asked for; renewed at 80% of what is granted",
     )
+    register_transport: Literal["udp", "tcp"] = Field(
+        "udp",
+        description="how the registration reaches the registrar: udp, or tcp (a connection opened to it, "
+        "again whenever it was closed; the Contact then asks for calls over TCP)",
+    )
     register_retry_max_s: float = Field(
         300.0,
         ge=5.0,

@@ -55,9 +55,11 @@ class KamailioRegistrar:
         password: str,
         algorithm: str = "MD5",
         lifetime_s: int = LIFETIME_S,
+        tcp: bool = False,
     ) -> None:
+        """``tcp``: it listens on TCP too, on the same port number."""
         self.workdir, self.extension, self.password = workdir, extension, password
-        self.algorithm, self.lifetime_s = algorithm, lifetime_s
+        self.algorithm, self.lifetime_s, self.tcp = algorithm, lifetime_s, tcp
         self.port = _free_udp_port()
         self.process: subprocess.Popen[str] | None = None
 
@@ -77,6 +79,8 @@ class KamailioRegistrar:
             "-A", f"MIN_EXPIRES={self.lifetime_s}", "-A", f"MAX_EXPIRES={self.lifetime_s}",
             "-w", str(self.workdir), "-P", str(self.workdir / "kamailio.pid"), "-m", "32", "-M", "8",
         ]  # fmt: skip
+        if self.tcp:
+            command += ["-l", f"tcp:127.0.0.1:{self.port}"]
         started = self.log.count("Listening on")  # the log is appended to across restarts
         with (self.workdir / "kamailio.log").open("a") as sink:
             self.process = subprocess.Popen(command, stdout=sink, stderr=subprocess.STDOUT, text=True)

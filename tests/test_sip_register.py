@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import re
 import shutil
 import time
 from collections.abc import Callable, Iterator
@@ -15,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from appliance.config import SipConfig
+from appliance.sip import CallAudio
 from appliance.sip.register import RegistrationStatus
 from appliance.sip.server import SipServer
 from bench.sip_register import KamailioRegistrar
@@ -40,14 +42,14 @@ def registrar(tmp_path: Path) -> Iterator[KamailioRegistrar]:
 
 
 def _config(registrar: KamailioRegistrar, password_file: Path, **changes: object) -> SipConfig:
-    return SipConfig(
-        enabled=True,
-        port=0,
-        registrar=f"127.0.0.1:{registrar.port}",
-        register_user=EXTENSION,
-        register_password_file=password_file,
-        **changes,
-    )
+    values: dict[str, object] = {
+        "enabled": True,
+        "port": 0,
+        "registrar": f"127.0.0.1:{registrar.port}",
+        "register_user": EXTENSION,
+        "register_password_file": password_file,
+    }
+    return SipConfig(**(values | changes))
 
 
 def _password_file(folder: Path, password: str) -> Path:
@@ -206,8 +208,56 @@ def test_a_call_to_the_extension_is_routed_by_the_registrar_and_answered_with_sp
     assert answered == 0, output
     (turn,) = daemon.stored_turns()
     assert "brooklyn" in turn["transcript"].lower() and turn["played_reply"], turn
-    assert "REGISTER of appliance from 127.0.0.1: saved (0 s)" in registrar.log  # unregistered on the way out
+    assert (
+        "REGISTER of appliance from 127.0.0.1: saved (0 s over udp)" in registrar.log
+    )  # unregistered on the way out
     assert PASSWORD not in log and PASSWORD not in metrics and PASSWORD not in str(shown)
+
+
+def test_it_registers_over_tcp_and_the_registrar_sends_the_call_over_tcp(
+    tmp_path: Path, data_dir: Path
+) -> None:
+    """sip.register_transport = "tcp": the REGISTER (and its challenge) goes over a TCP connection to the
+    registrar, the Contact asks for TCP, so a call to the extension (SIPp over UDP to the registrar)
+    reaches the appliance over TCP; the binding is removed over TCP on stop."""
+    from tests.fixtures.daemon_proc import place_call
+
+    registrar = KamailioRegistrar(tmp_path, extension="appliance", password=PASSWORD, tcp=True)
+    registrar.start()
+    password_file = _password_file(tmp_path, PASSWORD)
+    config = _config(registrar, password_file, register_user="appliance", register_transport="tcp")
+    calls: list[str] = []
+
+    async def answer(call: CallAudio) -> None:
+        calls.append(call.call_id)
+        await call.hangup()
+
+    async def run() -> tuple[RegistrationStatus, int, int]:
+        server = SipServer(config, answer)
+        await server.start()
+        registration = server.registration
+        assert registration is not None
+        try:
+            await _until(lambda: registration.status.state == "registered", 10)
+            status = registration.status
+            answered, _ = await asyncio.to_thread(
+                place_call, tmp_path, data_dir, registrar.port, wait_for_bye_s=10, trailing_s=1.0
+            )
+            return status, answered, server.stats.stream_messages
+        finally:
+            await server.stop()
+
+    try:
+        status, answered, over_tcp = asyncio.run(run())
+    finally:
+        registrar.stop()
+    assert status.state == "registered" and status.auth == "digest MD5", (status, registrar.log[-2000:])
+    saved = re.findall(
+        r"REGISTER of appliance from 127\.0\.0\.1: saved \((\d+) s over (\w+)\)", registrar.log
+    )
+    assert saved == [("300", "tcp"), ("0", "tcp")], registrar.log[-2000:]  # registered; removed on stop
+    assert answered == 0 and len(calls) == 1  # the INVITE, its ACK and the BYE's answer came over TCP
+    assert over_tcp >= 2 + 3, over_tcp  # 401 and 200, then INVITE, ACK, the BYE's 200
 
 
 def test_doctor_registers_once_from_a_port_of_its_own_and_removes_that_binding(

@@ -1,7 +1,10 @@
 """Registration with the site's phone system as an extension (RFC 3261 section 10): REGISTER with
 digest authentication, renewed at 80% of the lifetime granted, retried with back-off when it fails,
 removed (Expires: 0) when the daemon stops. The INVITEs the registrar then sends to the extension are
-answered like any other call (``sip.registrar`` is allowed as a peer).
+answered like any other call (``sip.registrar`` is allowed as a peer). Over TCP
+(``sip.register_transport``) each transaction first makes sure a connection to the registrar is open
+(the server's ``connect``), is sent once (a reliable transport has no retransmissions) and times out
+after 64*T1 as over UDP.
 
 The password is read from ``sip.register_password_file`` and goes nowhere but into the digest: not
 into logs, traces, the admin page or /metrics.
@@ -16,7 +19,7 @@ import re
 import secrets
 import socket
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Literal
@@ -87,6 +90,7 @@ class Registration:
     send: Callable[[bytes, Address], None]
     local_port: int
     password: str | None = None
+    connect: Callable[[Address], Awaitable[None]] | None = None  # opens a TCP connection, when none is open
     clock: Callable[[], float] = time.time
     status: RegistrationStatus = field(init=False)
     _pending: dict[str, _Pending] = field(default_factory=dict, init=False)
@@ -101,6 +105,7 @@ class Registration:
         self.local_host = (
             local_address_towards(self.registrar) if advertised in ("0.0.0.0", "::") else advertised
         )
+        self.over_tcp = self.config.register_transport == "tcp"
         self.call_id = f"{secrets.token_hex(10)}@{self.local_host}"
         self.from_tag = secrets.token_hex(6)
         self.cseq = 0
@@ -112,7 +117,8 @@ class Registration:
 
     @property
     def contact(self) -> str:
-        return f"<sip:{self.user}@{self.local_host}:{self.local_port}>"
+        tcp = ";transport=tcp" if self.over_tcp else ""
+        return f"<sip:{self.user}@{self.local_host}:{self.local_port}{tcp}>"
 
     def start(self) -> None:
         self._task = asyncio.get_running_loop().create_task(self._keep_registered(), name="sip-register")
@@ -223,7 +229,8 @@ class Registration:
         self.cseq += 1
         request = SipRequest(method="REGISTER", uri=self._uri)
         branch = f"z9hG4bK{secrets.token_hex(8)}"
-        request.add("Via", f"SIP/2.0/UDP {self.local_host}:{self.local_port};branch={branch};rport")
+        via = "TCP" if self.over_tcp else "UDP"
+        request.add("Via", f"SIP/2.0/{via} {self.local_host}:{self.local_port};branch={branch};rport")
         request.add("Max-Forwards", "70")
         request.add("From", f"<{self.aor}>;tag={self.from_tag}")
         request.add("To", f"<{self.aor}>")
@@ -252,12 +259,31 @@ class Registration:
                 )
 
         t1 = self.config.t1_ms / 1000.0 if self.config.t1_ms else T1_S
-        pending.retx = Retransmitter(lambda: self.send(data, self.registrar), timed_out, t1_s=t1)
+        timer: asyncio.TimerHandle | None = None
         try:
+            if self.over_tcp:
+                await self._connected()
+                self.send(data, self.registrar)
+                timer = asyncio.get_running_loop().call_later(64 * t1, timed_out)
+            else:
+                pending.retx = Retransmitter(lambda: self.send(data, self.registrar), timed_out, t1_s=t1)
             return await future
         finally:
-            pending.retx.stop()
+            if pending.retx is not None:
+                pending.retx.stop()
+            if timer is not None:
+                timer.cancel()
             self._pending.pop(branch, None)
+
+    async def _connected(self) -> None:
+        if self.connect is None:
+            raise RegistrationFailed("SIP over TCP is not available here (the server has no TCP)")
+        try:
+            await self.connect(self.registrar)
+        except OSError as err:
+            raise RegistrationFailed(
+                f"cannot connect to the registrar {self.config.registrar} over TCP: {err.strerror or err}"
+            ) from err
 
     def _granted(self, response: SipResponse, asked_s: int) -> int:
         """The lifetime of our Contact in the answer: its expires parameter, else Expires, else asked."""
@@ -286,16 +312,33 @@ async def try_registration(config: SipConfig, *, timeout_s: float = 10.0) -> tup
     """Register once from a port of its own and remove that binding at once (``appliance doctor``:
     the credentials and the registrar checked without touching the daemon's own registration)."""
     from appliance.sip.message import SipSyntaxError, parse_message
+    from appliance.sip.tcp import SipTcpConnection, TcpLimits
 
     loop = asyncio.get_running_loop()
     holder: list[Registration] = []
 
+    def on_message(data: bytes, _source: object = None) -> None:
+        with contextlib.suppress(SipSyntaxError):
+            message = parse_message(data)
+            if isinstance(message, SipResponse) and holder:
+                holder[0].on_response(message)
+
     class _Socket(asyncio.DatagramProtocol):
         def datagram_received(self, data: bytes, addr: tuple[str | int, ...]) -> None:
-            with contextlib.suppress(SipSyntaxError):
-                message = parse_message(data)
-                if isinstance(message, SipResponse) and holder:
-                    holder[0].on_response(message)
+            on_message(data)
+
+    connections: dict[Address, SipTcpConnection] = {}
+    limits = TcpLimits(allowed=lambda host: True)
+
+    async def connect(address: Address) -> None:
+        if address not in connections or not connections[address].open:
+            await loop.create_connection(lambda: SipTcpConnection(on_message, connections, limits), *address)
+
+    def send(data: bytes, address: Address) -> None:
+        if address in connections:
+            connections[address].write(data)
+        else:
+            transport.sendto(data, address)
 
     bind = "0.0.0.0" if config.bind_host in ("0.0.0.0", "::") else config.bind_host
     transport, _ = await loop.create_datagram_endpoint(_Socket, local_addr=(bind, 0))
@@ -305,7 +348,7 @@ async def try_registration(config: SipConfig, *, timeout_s: float = 10.0) -> tup
             password = read_password(config.register_password_file)
         except OSError as err:
             return False, f"cannot read sip.register_password_file: {err}"
-        registration = Registration(config, lambda data, addr: transport.sendto(data, addr), port, password)
+        registration = Registration(config, send, port, password, connect=connect)
         holder.append(registration)
         try:
             await asyncio.wait_for(registration.register(config.register_expires_s), timeout_s)
@@ -316,8 +359,10 @@ async def try_registration(config: SipConfig, *, timeout_s: float = 10.0) -> tup
         except asyncio.TimeoutError:
             return False, f"no answer from the registrar {config.registrar} within {timeout_s:.0f} s"
         return True, (
-            f"{registration.aor} registered with {config.registrar} in {took} ms ({registration.status.auth}); "
-            "that test binding was removed again"
+            f"{registration.aor} registered with {config.registrar} over {config.register_transport.upper()} "
+            f"in {took} ms ({registration.status.auth}); that test binding was removed again"
         )
     finally:
         transport.close()
+        for connection in list(connections.values()):
+            connection.close()

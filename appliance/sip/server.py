@@ -55,6 +55,7 @@ class SipServer(asyncio.DatagramProtocol):
         self.registration: Registration | None = None
         self._tasks: set[asyncio.Task[None]] = set()
         self._tcp_server: asyncio.AbstractServer | None = None
+        self._tcp_limits: TcpLimits | None = None
         self._watcher: asyncio.Task[None] | None = None
         self._next_rtp_port = config.rtp_port_min
         self.transport = SipTransport(config.advertise_host or config.bind_host, config.port)
@@ -111,14 +112,14 @@ class SipServer(asyncio.DatagramProtocol):
         )
         assert self.transport.udp is not None
         self.transport.local_port = int(self.transport.udp.get_extra_info("sockname")[1])
+        limits = self._tcp_limits = TcpLimits(
+            allowed=self._allowed_peer,
+            max_per_source=self.config.tcp_max_per_source,
+            idle_timeout_s=self.config.tcp_idle_timeout_s,
+            message_timeout_s=self.config.tcp_message_timeout_s,
+        )
         if self.config.tcp:
             try:
-                limits = TcpLimits(
-                    allowed=self._allowed_peer,
-                    max_per_source=self.config.tcp_max_per_source,
-                    idle_timeout_s=self.config.tcp_idle_timeout_s,
-                    message_timeout_s=self.config.tcp_message_timeout_s,
-                )
                 self._tcp_server = await loop.create_server(
                     lambda: SipTcpConnection(self._on_stream_message, self.transport.tcp, limits),
                     self.config.bind_host,
@@ -143,8 +144,22 @@ class SipServer(asyncio.DatagramProtocol):
         except OSError as err:
             password = None
             log.error("SIP: cannot read sip.register_password_file: %s", err)
-        self.registration = Registration(self.config, self.transport.send, self.local_port, password)
+        self.registration = Registration(
+            self.config, self.transport.send, self.local_port, password, connect=self._connect
+        )
         self.registration.start()
+
+    async def _connect(self, address: Address) -> None:
+        """A TCP connection to ``address`` (the registrar), unless one is open; what it brings is read as
+        what comes on the listener's connections."""
+        connection = self.transport.tcp.get(address)
+        if connection is not None and connection.open:
+            return
+        limits = self._tcp_limits
+        assert limits is not None, "connect() before start()"
+        await asyncio.get_running_loop().create_connection(
+            lambda: SipTcpConnection(self._on_stream_message, self.transport.tcp, limits), *address
+        )
 
     async def stop(self) -> None:
         # The calls' sessions stop first, while the rest of the daemon (the trace store) is still
