@@ -39,7 +39,9 @@ pytestmark = requires_sipp
 TARGETS = {"operator": "sip:2000@127.0.0.1:5099"}
 
 
-def _call(tmp_path: Path, scenario: str, *, pause_ms: int = 0) -> tuple[int, str, list[Session]]:
+def _call(
+    tmp_path: Path, scenario: str, *, pause_ms: int = 0, server: dict[str, object] | None = None
+) -> tuple[int, str, list[Session]]:
     """SIPp calls, presses 0 one second in; the session runs on the fake engines with the operator key."""
     pcap = write_rtp_pcap(tmp_path / "key.pcap", np.zeros(8000 * 12, np.float32), keys=((1.0, "0"),))
     call_params = CallParams(transfer_targets=TARGETS, operator_digit="0", operator_target="operator")
@@ -53,10 +55,10 @@ def _call(tmp_path: Path, scenario: str, *, pause_ms: int = 0) -> tuple[int, str
         await session.run()
 
     async def scenario_run() -> tuple[int, str]:
-        async with running_server(answer) as server:
+        async with running_server(answer, **(server or {})) as listening:
             result = await run_sipp(
                 scenario,
-                server,
+                listening,
                 keys={"rtp_port": str(free_udp_port()), "codecs": "0 101", "pcap": str(pcap)},
                 pause_ms=pause_ms,
                 timeout_s=40,
@@ -76,6 +78,27 @@ def test_the_operator_key_puts_the_caller_through_and_the_appliance_hangs_up(tmp
     (said,) = session.traces
     assert said.endpoint_by == "operator_key" and said.reply == "I'll put you through to operator."
     assert said.reply_audio_s > 0
+
+
+def test_a_transfer_the_phone_system_challenges_is_sent_again_with_the_extensions_digest(
+    tmp_path: Path,
+) -> None:
+    """The PBX answers the REFER with 401 and a digest challenge; the REFER is sent again with an
+    Authorization for the extension (SIPp verifies the digest with the password), then the
+    transfer goes on as an unchallenged one."""
+    password = tmp_path / "extension.password"
+    password.write_text("s3cret-ext-42\n")
+    password.chmod(0o600)
+    extension = {
+        "registrar": f"127.0.0.1:{free_udp_port()}",  # nothing there: the registration only fails
+        "register_user": "kiosk",
+        "register_password_file": password,
+    }
+    returncode, output, sessions = _call(tmp_path, "transfer_challenged.xml", server=extension)
+    assert returncode == 0, output  # a wrong digest would have been answered 403 and failed SIPp
+    (session,) = sessions
+    (said,) = session.traces
+    assert said.endpoint_by == "operator_key"
 
 
 def test_a_refused_transfer_is_said_and_the_call_goes_on(tmp_path: Path) -> None:

@@ -9,6 +9,7 @@ from collections.abc import Callable
 
 from appliance.sip.call import Call, CallState
 from appliance.sip.calls import CallTable
+from appliance.sip.digest import ChallengeError, authorization, parse_challenge
 from appliance.sip.headers import parse_uri, parse_via
 from appliance.sip.message import SipRequest, SipResponse
 from appliance.sip.transactions import Retransmitter, transaction_key
@@ -19,6 +20,11 @@ log = logging.getLogger(__name__)
 
 REFER_WAIT_S = 30.0  # for the REFER's answer, then for the target to answer
 FailInvite = Callable[..., None]  # InviteFlow.send_final_failure(invite, source, status, *, to_tag=...)
+Credentials = Callable[[], tuple[str, str] | None]  # (user, password) for a PBX's challenge, if configured
+
+
+def _no_credentials() -> tuple[str, str] | None:
+    return None
 
 
 class DialogFlow:
@@ -31,8 +37,10 @@ class DialogFlow:
         fail_invite: FailInvite,
         end_call: EndCall,
         spawn: Spawn,
+        credentials: Credentials = _no_credentials,
     ) -> None:
         self.transport = transport
+        self.credentials = credentials
         self.table = table
         self.user_agent = user_agent
         self.fail_invite = fail_invite
@@ -79,18 +87,18 @@ class DialogFlow:
 
     async def send_refer(self, call: Call, target: str, *, timeout_s: float = REFER_WAIT_S) -> str | None:
         """A blind transfer (RFC 3515): REFER the caller to ``target`` and follow its NOTIFYs until the
-        target answers; None when it did, else why not (the call goes on either way)."""
+        target answers; None when it did, else why not (the call goes on either way). A PBX that
+        challenges the REFER (401/407) gets it again with the extension's credentials."""
         progress: asyncio.Queue[int] = asyncio.Queue()
         call.refer_progress = progress
-        answer: asyncio.Future[SipResponse] = asyncio.get_running_loop().create_future()
-        self._send_in_dialog(
-            call,
-            "REFER",
-            headers=[("Refer-To", f"<{target}>"), ("Referred-By", self.transport.contact_for(call.peer))],
-            answer=answer,
-        )
+        headers = [("Refer-To", f"<{target}>"), ("Referred-By", self.transport.contact_for(call.peer))]
         try:
-            response = await asyncio.wait_for(answer, timeout_s)
+            response = await self._ask(call, "REFER", headers, timeout_s)
+            if response.status in (401, 407):
+                answer = self._answer_challenge(response, "REFER", call.dialog.remote_target)
+                if isinstance(answer, str):
+                    return answer
+                response = await self._ask(call, "REFER", [*headers, answer], timeout_s)
             if response.status >= 300:
                 return f"the phone system refused the transfer ({response.status} {response.reason})"
             deadline = asyncio.get_running_loop().time() + timeout_s
@@ -104,6 +112,33 @@ class DialogFlow:
             return f"the transfer was not confirmed within {timeout_s:.0f} s"
         finally:
             call.refer_progress = None
+
+    async def _ask(
+        self, call: Call, method: str, headers: list[tuple[str, str]], timeout_s: float
+    ) -> SipResponse:
+        answer: asyncio.Future[SipResponse] = asyncio.get_running_loop().create_future()
+        self._send_in_dialog(call, method, headers=headers, answer=answer)
+        return await asyncio.wait_for(answer, timeout_s)
+
+    def _answer_challenge(self, response: SipResponse, method: str, uri: str) -> tuple[str, str] | str:
+        """The Authorization (401) or Proxy-Authorization (407) header answering ``response``'s digest
+        challenge with the extension's credentials, or why there is none."""
+        credentials = self.credentials()
+        if credentials is None:
+            return (
+                f"the phone system asks for a password for the transfer ({response.status}): set "
+                "sip.register_user and sip.register_password_file"
+            )
+        www = response.status == 401
+        try:
+            challenge = parse_challenge(
+                response.get("WWW-Authenticate" if www else "Proxy-Authenticate") or ""
+            )
+        except ChallengeError as err:
+            return f"cannot answer the phone system's challenge for the transfer: {err}"
+        user, password = credentials
+        value = authorization(challenge, method=method, uri=uri, username=user, password=password)
+        return ("Authorization" if www else "Proxy-Authorization", value)
 
     def on_notify(self, notify: SipRequest, source: Address) -> None:
         """A transfer's progress (Event: refer, a message/sipfrag body such as "SIP/2.0 180 Ringing")."""

@@ -79,7 +79,15 @@ class SipServer(asyncio.DatagramProtocol):
             fail_invite=self.invites.send_final_failure,
             end_call=self.end_call,
             spawn=self._spawn,
+            credentials=self._extension_credentials,
         )
+
+    def _extension_credentials(self) -> tuple[str, str] | None:
+        """The registered extension's digest user and password, for a PBX that challenges a REFER."""
+        registration = self.registration
+        if registration is None or registration.password is None:
+            return None
+        return registration.auth_user, registration.password
 
     def _with_transfer(self, handler: CallHandler) -> CallHandler:
         """``handler``, given calls that can be transferred with this server's REFER."""
