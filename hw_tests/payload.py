@@ -14,7 +14,10 @@
   recordings with their transcripts.
 
 The payload is made from the package registry and this machine's engine bundle; each piece is reused
-when it is already there and complete (``payload.json`` lists them with their sizes).
+when it is already there and complete (``payload.json`` lists them with their sizes). The two that
+take time to make, the slim sdist and the layouts (read from 1 GB of GGUF), are also kept in the
+appliance's cache folder (``$APPLIANCE_CACHE_DIR``, else ``~/.cache/appliance``), by version and by
+the GGUF's checksum, so that a fresh checkout copies them instead.
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ from __future__ import annotations
 import argparse
 import io
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -99,6 +103,29 @@ def _log(message: str) -> None:
     print(f"payload: {message}", file=sys.stderr, flush=True)
 
 
+def _cache_dir() -> Path:
+    base = os.environ.get("APPLIANCE_CACHE_DIR") or str(Path.home() / ".cache" / "appliance")
+    folder = Path(base) / "gpu-payload"
+    folder.mkdir(parents=True, exist_ok=True)
+    return folder
+
+
+def _from_cache(out: Path, cached_name: str, make: Any) -> Path:
+    """``out``, copied from the cache when it holds ``cached_name``, else made by ``make(path)`` and
+    kept there too."""
+    if out.is_file():
+        return out
+    cached = _cache_dir() / cached_name
+    if not cached.is_file():
+        partial = cached.with_name(cached.name + ".partial")
+        make(partial)
+        partial.replace(cached)
+    partial_out = out.with_name(out.name + ".partial")
+    shutil.copyfile(cached, partial_out)
+    partial_out.replace(out)
+    return out
+
+
 def _pip(*args: str) -> None:
     subprocess.run([sys.executable, "-m", "pip", *args, "--quiet", "--disable-pip-version-check"], check=True)
 
@@ -158,23 +185,22 @@ def slim_sdist(sdist: Path, out: Path) -> Path:
 
 
 def fetch_slim_sdist(out_dir: Path) -> Path:
-    out = out_dir / f"llama_cpp_python-{LLAMA_CPP_VERSION}-slim.tar.gz"
-    if out.is_file():
-        return out
-    with tempfile.TemporaryDirectory() as tmp:
-        _pip(
-            "download",
-            "--no-deps",
-            "--no-binary=:all:",
-            "--dest",
-            tmp,
-            f"llama-cpp-python=={LLAMA_CPP_VERSION}",
-        )
-        (sdist,) = Path(tmp).glob("llama_cpp_python-*.tar.gz")
-        partial = out.with_suffix(".partial")
-        slim_sdist(sdist, partial)
-        partial.replace(out)
-    return out
+    name = f"llama_cpp_python-{LLAMA_CPP_VERSION}-slim.tar.gz"
+
+    def make(path: Path) -> None:
+        with tempfile.TemporaryDirectory() as tmp:
+            _pip(
+                "download",
+                "--no-deps",
+                "--no-binary=:all:",
+                "--dest",
+                tmp,
+                f"llama-cpp-python=={LLAMA_CPP_VERSION}",
+            )
+            (sdist,) = Path(tmp).glob("llama_cpp_python-*.tar.gz")
+            slim_sdist(sdist, path)
+
+    return _from_cache(out_dir / name, name, make)
 
 
 def write_layouts(bundle_dir: Path, out: Path) -> list[Path]:
@@ -185,10 +211,15 @@ def write_layouts(bundle_dir: Path, out: Path) -> list[Path]:
     out.mkdir(parents=True, exist_ok=True)
     written = []
     for name, artifact in LAYOUTS.items():
-        path = out / f"{name}.layout.json.gz"
-        if not path.is_file():
-            save_layout(read_layout(bundle.path(artifact)), path)
-        written.append(path)
+        gguf = bundle.path(artifact)
+        checksum = bundle.manifest.artifacts[artifact].sha256[:16]
+        written.append(
+            _from_cache(
+                out / f"{name}.layout.json.gz",
+                f"{name}-{checksum}.layout.json.gz",
+                lambda path, gguf=gguf: save_layout(read_layout(gguf), path),
+            )
+        )
     return written
 
 
