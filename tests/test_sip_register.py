@@ -6,18 +6,19 @@ stop; and a call to the extension routed to the appliance and answered with spee
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import re
 import shutil
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
 
 import pytest
 
 from appliance.config import SipConfig
-from appliance.sip import CallAudio
-from appliance.sip.register import RegistrationStatus
+from appliance.sip import CallAudio, CallHandler
+from appliance.sip.register import Registration, RegistrationStatus
 from appliance.sip.server import SipServer
 from bench.sip_register import KamailioRegistrar
 from tests.test_sip_helpers import free_udp_port
@@ -69,6 +70,23 @@ async def _until(check: Callable[[], bool], timeout_s: float) -> None:
         await asyncio.sleep(0.05)
 
 
+@contextlib.asynccontextmanager
+async def _serving(
+    config: SipConfig, handler: CallHandler | None = None, *, until: str = "registered", wait_s: float = 10
+) -> AsyncIterator[tuple[SipServer, Registration]]:
+    """A SIP server registering with ``config``'s registrar, once its registration is ``until`` (or
+    ``wait_s`` passed); stopped (and unregistered) on the way out."""
+    server = SipServer(config, handler or _nothing)
+    await server.start()
+    registration = server.registration
+    assert registration is not None
+    try:
+        await _until(lambda: registration.status.state == until, wait_s)
+        yield server, registration
+    finally:
+        await server.stop()
+
+
 @pytest.mark.parametrize("algorithm", ["MD5", "SHA-256"])
 def test_it_registers_renews_before_expiry_and_unregisters_on_stop(tmp_path: Path, algorithm: str) -> None:
     registrar = _registrar(tmp_path, algorithm=algorithm)
@@ -76,12 +94,7 @@ def test_it_registers_renews_before_expiry_and_unregisters_on_stop(tmp_path: Pat
     config = _config(registrar, _password_file(tmp_path, PASSWORD), register_expires_s=30)
 
     async def run() -> tuple[list[float], str]:
-        server = SipServer(config, _nothing)
-        await server.start()
-        registration = server.registration
-        assert registration is not None
-        try:
-            await _until(lambda: registration.status.state == "registered", 10)
+        async with _serving(config) as (_, registration):
             first = registration.status
             assert first.state == "registered" and first.expires_s == 5, (first, registrar.log[-2000:])
             assert first.auth == f"digest {algorithm}"
@@ -93,8 +106,6 @@ def test_it_registers_renews_before_expiry_and_unregisters_on_stop(tmp_path: Pat
                 await _until(lambda: registration.status.state == "registered", 5)
                 renewed_at.append(time.monotonic())
             state = registration.status.state
-        finally:
-            await server.stop()
         return renewed_at, state
 
     try:
@@ -115,15 +126,8 @@ def test_a_wrong_password_is_refused_and_said_so_and_it_keeps_trying(
     config = _config(registrar, _password_file(tmp_path, "not-the-password"))
 
     async def run() -> RegistrationStatus:
-        server = SipServer(config, _nothing)
-        await server.start()
-        try:
-            assert server.registration is not None
-            registration = server.registration
-            await _until(lambda: registration.status.state == "failing", 10)
+        async with _serving(config, until="failing") as (_, registration):
             return registration.status
-        finally:
-            await server.stop()
 
     status = asyncio.run(run())
     assert status.state == "failing" and status.failures == 1
@@ -138,18 +142,11 @@ def test_after_the_registrar_restarts_the_next_renewal_registers_again(
     config = _config(registrar, _password_file(tmp_path, PASSWORD), register_expires_s=30)
 
     async def run() -> tuple[str, int]:
-        server = SipServer(config, _nothing)
-        await server.start()
-        registration = server.registration
-        assert registration is not None
-        try:
-            await _until(lambda: registration.status.state == "registered", 10)
+        async with _serving(config) as (_, registration):
             await asyncio.to_thread(registrar.stop)
             await asyncio.to_thread(registrar.start)  # its bindings are gone
             await _until(lambda: registrar.saved() >= 2, 40)
             return registration.status.state, registration.status.renewals
-        finally:
-            await server.stop()
 
     state, renewals = asyncio.run(run())
     assert state == "registered" and renewals >= 1 and registrar.saved() >= 2, registrar.log[-2000:]
@@ -233,19 +230,12 @@ def test_it_registers_over_tcp_and_the_registrar_sends_the_call_over_tcp(
         await call.hangup()
 
     async def run() -> tuple[RegistrationStatus, int, int]:
-        server = SipServer(config, answer)
-        await server.start()
-        registration = server.registration
-        assert registration is not None
-        try:
-            await _until(lambda: registration.status.state == "registered", 10)
+        async with _serving(config, answer) as (server, registration):
             status = registration.status
             answered, _ = await asyncio.to_thread(
                 place_call, tmp_path, data_dir, registrar.port, wait_for_bye_s=10, trailing_s=1.0
             )
             return status, answered, server.stats.stream_messages
-        finally:
-            await server.stop()
 
     try:
         status, answered, over_tcp = asyncio.run(run())
@@ -340,21 +330,16 @@ def test_a_registrar_answering_what_cannot_be_used_is_reported_and_nothing_break
             register_user=EXTENSION,
             register_password_file=_password_file(tmp_path, PASSWORD),
         )
-        server = SipServer(config, _nothing)
-        await server.start()
         try:
-            registration = server.registration
-            assert registration is not None
-            await _until(lambda: registration.status.state == "failing", 10)
-            registrar.sendto(
-                b"OPTIONS sip:a@127.0.0.1 SIP/2.0\r\nVia: SIP/2.0/UDP 127.0.0.1:9;branch=z9hG4bKx;rport\r\n"
-                b"From: <sip:p@127.0.0.1>;tag=1\r\nTo: <sip:a@127.0.0.1>\r\nCall-ID: o1\r\nCSeq: 1 OPTIONS\r\n"
-                b"Content-Length: 0\r\n\r\n",
-                ("127.0.0.1", server.local_port),
-            )
-            return registration.status, await asyncio.wait_for(peer.replies.get(), 5)
+            async with _serving(config, until="failing") as (server, registration):
+                registrar.sendto(
+                    b"OPTIONS sip:a@127.0.0.1 SIP/2.0\r\nVia: SIP/2.0/UDP 127.0.0.1:9;branch=z9hG4bKx;rport\r\n"
+                    b"From: <sip:p@127.0.0.1>;tag=1\r\nTo: <sip:a@127.0.0.1>\r\nCall-ID: o1\r\n"
+                    b"CSeq: 1 OPTIONS\r\nContent-Length: 0\r\n\r\n",
+                    ("127.0.0.1", server.local_port),
+                )
+                return registration.status, await asyncio.wait_for(peer.replies.get(), 5)
         finally:
-            await server.stop()
             registrar.close()
 
     status, options = asyncio.run(run())
