@@ -63,7 +63,26 @@ CHALLENGE_OF_A_REGISTRAR = (
     b'CSeq: 1 REGISTER\r\nWWW-Authenticate: Digest realm="10.0.0.1", nonce="Z2h0aGVy", qop="auth", '
     b'algorithm=SHA-256, opaque="x"\r\nContent-Length: 0\r\n\r\n'
 )
-CORPUS = [VALID_INVITE, NOTIFY_OF_A_TRANSFER, CHALLENGE_OF_A_REGISTRAR, *MESSAGES.values()]
+REFER_FROM_A_PEER = (
+    b"REFER sip:appliance@127.0.0.1:5060 SIP/2.0\r\nVia: SIP/2.0/UDP 127.0.0.1:6000;branch=z9hG4bKf1\r\n"
+    b"From: <sip:sipp@127.0.0.1:6000>;tag=1\r\nTo: <sip:appliance@127.0.0.1:5060>;tag=2\r\n"
+    b"Call-ID: f1\r\nCSeq: 3 REFER\r\nRefer-To: <sip:2000@127.0.0.1:5099>\r\n"
+    b"Referred-By: <sip:sipp@127.0.0.1:6000>\r\nContent-Length: 0\r\n\r\n"
+)
+CHALLENGE_OF_A_TRANSFER = (
+    b"SIP/2.0 407 Proxy Authentication Required\r\nVia: SIP/2.0/UDP 127.0.0.1:5060;branch=z9hG4bKt1\r\n"
+    b"From: <sip:appliance@127.0.0.1:5060>;tag=2\r\nTo: <sip:sipp@127.0.0.1:6000>;tag=1\r\nCall-ID: t1\r\n"
+    b'CSeq: 4 REFER\r\nProxy-Authenticate: Digest realm="pbx", nonce="bm9uY2U=", algorithm=MD5\r\n'
+    b"Content-Length: 0\r\n\r\n"
+)
+CORPUS = [
+    VALID_INVITE,
+    NOTIFY_OF_A_TRANSFER,
+    CHALLENGE_OF_A_REGISTRAR,
+    REFER_FROM_A_PEER,
+    CHALLENGE_OF_A_TRANSFER,
+    *MESSAGES.values(),
+]
 _SPECIAL = [
     b"\r\n",
     b"\r\n ",
