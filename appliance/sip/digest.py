@@ -8,6 +8,8 @@ import re
 import secrets
 from dataclasses import dataclass
 
+from appliance.sip.message import SipResponse
+
 ALGORITHMS = {"MD5": hashlib.md5, "SHA-256": hashlib.sha256}
 _PARAM = re.compile(r'\s*([A-Za-z0-9_-]+)\s*=\s*("(?:[^"\\]|\\.)*"|[^,\s]+)\s*(?:,|$)')
 
@@ -58,6 +60,14 @@ def parse_challenge(header: str) -> Challenge:
         qop=qop,
         stale=params.get("stale", "").lower() == "true",
     )
+
+
+def challenge_of(response: SipResponse) -> tuple[Challenge, str]:
+    """The digest challenge of a 401 (WWW-Authenticate) or 407 (Proxy-Authenticate) and the header
+    that answers it (Authorization or Proxy-Authorization). Raises ChallengeError."""
+    www = response.status == 401
+    challenge = parse_challenge(response.get("WWW-Authenticate" if www else "Proxy-Authenticate") or "")
+    return challenge, "Authorization" if www else "Proxy-Authorization"
 
 
 def _hex(algorithm: str, text: str) -> str:

@@ -9,7 +9,7 @@ from collections.abc import Callable
 
 from appliance.sip.call import Call, CallState
 from appliance.sip.calls import CallTable
-from appliance.sip.digest import ChallengeError, authorization, parse_challenge
+from appliance.sip.digest import ChallengeError, authorization, challenge_of
 from appliance.sip.headers import parse_uri, parse_via
 from appliance.sip.message import SipRequest, SipResponse
 from appliance.sip.transactions import Retransmitter, transaction_key
@@ -129,16 +129,12 @@ class DialogFlow:
                 f"the phone system asks for a password for the transfer ({response.status}): set "
                 "sip.register_user and sip.register_password_file"
             )
-        www = response.status == 401
         try:
-            challenge = parse_challenge(
-                response.get("WWW-Authenticate" if www else "Proxy-Authenticate") or ""
-            )
+            challenge, header = challenge_of(response)
         except ChallengeError as err:
             return f"cannot answer the phone system's challenge for the transfer: {err}"
         user, password = credentials
-        value = authorization(challenge, method=method, uri=uri, username=user, password=password)
-        return ("Authorization" if www else "Proxy-Authorization", value)
+        return (header, authorization(challenge, method=method, uri=uri, username=user, password=password))
 
     def on_notify(self, notify: SipRequest, source: Address) -> None:
         """A transfer's progress (Event: refer, a message/sipfrag body such as "SIP/2.0 180 Ringing")."""

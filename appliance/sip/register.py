@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Literal
 
 from appliance.config import SipConfig
-from appliance.sip.digest import ChallengeError, authorization, parse_challenge
+from appliance.sip.digest import ChallengeError, authorization, challenge_of
 from appliance.sip.headers import parse_via
 from appliance.sip.message import SipRequest, SipResponse
 from appliance.sip.transactions import T1_S, Retransmitter
@@ -202,9 +202,8 @@ class Registration:
         raise RegistrationFailed("the registrar kept challenging the answers")
 
     def _answer(self, response: SipResponse, *, stale_only: bool) -> tuple[str, str]:
-        header_name = "WWW-Authenticate" if response.status == 401 else "Proxy-Authenticate"
         try:
-            challenge = parse_challenge(response.get(header_name) or "")
+            challenge, answer_header = challenge_of(response)
         except ChallengeError as err:
             raise RegistrationFailed(f"cannot answer the registrar's challenge: {err}") from err
         if stale_only and not challenge.stale:
@@ -218,7 +217,7 @@ class Registration:
             challenge, method="REGISTER", uri=self._uri, username=self.auth_user, password=self.password
         )
         self.status = replace(self.status, auth=f"digest {challenge.algorithm}")
-        return ("Authorization" if response.status == 401 else "Proxy-Authorization", answer)
+        return (answer_header, answer)
 
     @property
     def _uri(self) -> str:
