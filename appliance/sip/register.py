@@ -310,8 +310,8 @@ class Registration:
 async def try_registration(config: SipConfig, *, timeout_s: float = 10.0) -> tuple[bool, str]:
     """Register once from a port of its own and remove that binding at once (``appliance doctor``:
     the credentials and the registrar checked without touching the daemon's own registration)."""
+    from appliance.sip import tcp
     from appliance.sip.message import SipSyntaxError, parse_message
-    from appliance.sip.tcp import SipTcpConnection, TcpLimits
 
     loop = asyncio.get_running_loop()
     holder: list[Registration] = []
@@ -326,12 +326,11 @@ async def try_registration(config: SipConfig, *, timeout_s: float = 10.0) -> tup
         def datagram_received(self, data: bytes, addr: tuple[str | int, ...]) -> None:
             on_message(data)
 
-    connections: dict[Address, SipTcpConnection] = {}
-    limits = TcpLimits(allowed=lambda host: True)
+    connections: dict[Address, tcp.SipTcpConnection] = {}
+    limits = tcp.TcpLimits(allowed=lambda host: True)
 
     async def connect(address: Address) -> None:
-        if address not in connections or not connections[address].open:
-            await loop.create_connection(lambda: SipTcpConnection(on_message, connections, limits), *address)
+        await tcp.connect(address, connections, on_message, limits)
 
     def send(data: bytes, address: Address) -> None:
         if address in connections:

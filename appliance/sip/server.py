@@ -17,6 +17,7 @@ from typing import Any, cast
 from appliance.config import SipConfig
 from appliance.ratelog import ThrottledLog
 from appliance.rtp.stream import MediaParams, RtpStream
+from appliance.sip import tcp
 from appliance.sip.call import HANDLER_GRACE_S, Call, CallAudio, CallHandler, CallState
 from appliance.sip.calls import CallTable
 from appliance.sip.checks import SUPPORTED_METHODS, check_request
@@ -160,14 +161,8 @@ class SipServer(asyncio.DatagramProtocol):
     async def _connect(self, address: Address) -> None:
         """A TCP connection to ``address`` (the registrar), unless one is open; what it brings is read as
         what comes on the listener's connections."""
-        connection = self.transport.tcp.get(address)
-        if connection is not None and connection.open:
-            return
-        limits = self._tcp_limits
-        assert limits is not None, "connect() before start()"
-        await asyncio.get_running_loop().create_connection(
-            lambda: SipTcpConnection(self._on_stream_message, self.transport.tcp, limits), *address
-        )
+        assert self._tcp_limits is not None, "connect() before start()"
+        await tcp.connect(address, self.transport.tcp, self._on_stream_message, self._tcp_limits)
 
     async def stop(self) -> None:
         # The calls' sessions stop first, while the rest of the daemon (the trace store) is still

@@ -152,3 +152,19 @@ class SipTcpConnection(asyncio.Protocol):
         self._buffer = b""
         self._closing = True
         asyncio.get_running_loop().call_later(0.5, self.close)
+
+
+async def connect(
+    address: tuple[str, int],
+    connections: dict[tuple[str, int], SipTcpConnection],
+    on_message: Callable[[bytes, tuple[str, int]], None],
+    limits: TcpLimits,
+) -> None:
+    """A connection of ours to ``address`` (a registrar), unless one is open: kept in ``connections``
+    and read into ``on_message`` as an accepted one is."""
+    existing = connections.get(address)
+    if existing is not None and existing.open:
+        return
+    await asyncio.get_running_loop().create_connection(
+        lambda: SipTcpConnection(on_message, connections, limits), *address
+    )
