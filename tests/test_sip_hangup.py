@@ -15,7 +15,7 @@ from appliance.config import ToolConfig
 from appliance.pipeline.params import CallParams
 from appliance.pipeline.session import Session, SessionConfig
 from appliance.sip import CallAudio
-from tests.fixtures.pipeline import SILENCE_ONLY, Fakes, make_fakes, tool_calling_fakes
+from tests.fixtures.pipeline import SILENCE_ONLY, Fakes, make_fakes, tone, tool_calling_fakes
 from tests.test_sip_helpers import free_udp_port, requires_sipp, run_sipp, running_server, write_rtp_pcap
 
 pytestmark = requires_sipp
@@ -26,8 +26,7 @@ def _call_until_bye(
 ) -> tuple[int, str, Session, float]:
     """SIPp says something (a tone the fake VAD hears), then stays silent ``silence_s`` while waiting
     for the appliance's BYE; SIPp's status, its output, the session and the call's length."""
-    t = np.arange(int(8000 * 0.6)) / 8000
-    said = (0.3 * np.sin(2 * np.pi * 220 * t)).astype(np.float32)
+    said = tone(0.6, rate_hz=8000)
     pcap = write_rtp_pcap(
         tmp_path / "said.pcap",
         np.concatenate([np.zeros(4000, np.float32), said, np.zeros(int(8000 * silence_s), np.float32)]),

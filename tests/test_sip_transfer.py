@@ -14,14 +14,15 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import soundfile as sf
 
 from appliance.audio.call import call_session_kwargs
 from appliance.config import ToolConfig
 from appliance.pipeline.params import CallParams
 from appliance.pipeline.session import Session
 from appliance.sip import CallAudio
-from tests.fixtures.baresip import baresip_phone, baresip_said, requires_baresip, write_wav_8k
-from tests.fixtures.pipeline import SILENCE_ONLY, make_fakes, tool_calling_fakes
+from tests.fixtures.baresip import baresip_phone, baresip_said, requires_baresip
+from tests.fixtures.pipeline import SILENCE_ONLY, make_fakes, tone, tool_calling_fakes
 from tests.test_sip_helpers import (
     LOOPBACK,
     SCENARIOS,
@@ -164,11 +165,9 @@ def test_the_model_puts_the_caller_through_to_a_desk_phone_that_rings(tmp_path: 
     )
     targets = CallParams(transfer_targets={"front desk": f"sip:desk@{LOOPBACK}:{desk_port}"})
     config = dataclasses.replace(SILENCE_ONLY, call=targets)
-    t = np.arange(int(8000 * 0.6)) / 8000
-    speech = 0.3 * np.sin(2 * np.pi * 220 * t)
-    microphone = write_wav_8k(
-        tmp_path / "caller.wav", np.concatenate([np.zeros(8000), speech, np.zeros(8000 * 20)])
-    )
+    microphone = tmp_path / "caller.wav"
+    said = np.concatenate([np.zeros(8000), tone(0.6, rate_hz=8000), np.zeros(8000 * 20)])
+    sf.write(microphone, said, 8000, subtype="PCM_16")  # what baresip's aufile source reads
     calls: list[_TimedTransfers] = []
     sessions: list[Session] = []
     ended = asyncio.Event()
