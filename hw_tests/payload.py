@@ -31,6 +31,7 @@ import subprocess
 import sys
 import tarfile
 import tempfile
+from collections.abc import Callable
 from importlib import metadata
 from pathlib import Path
 from typing import Any
@@ -110,7 +111,7 @@ def _cache_dir() -> Path:
     return folder
 
 
-def _from_cache(out: Path, cached_name: str, make: Any) -> Path:
+def _from_cache(out: Path, cached_name: str, make: Callable[[Path], object]) -> Path:
     """``out``, copied from the cache when it holds ``cached_name``, else made by ``make(path)`` and
     kept there too."""
     if out.is_file():
