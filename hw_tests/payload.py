@@ -23,6 +23,7 @@ the GGUF's checksum, so that a fresh checkout copies them instead.
 from __future__ import annotations
 
 import argparse
+import functools
 import io
 import json
 import os
@@ -205,7 +206,6 @@ def fetch_slim_sdist(out_dir: Path) -> Path:
 
 
 def write_layouts(bundle_dir: Path, out: Path) -> list[Path]:
-    from build_scripts.synthetic.gguf_layout import read_layout, save_layout
     from engines.manifest import Bundle
 
     bundle = Bundle.open(bundle_dir)
@@ -218,10 +218,16 @@ def write_layouts(bundle_dir: Path, out: Path) -> list[Path]:
             _from_cache(
                 out / f"{name}.layout.json.gz",
                 f"{name}-{checksum}.layout.json.gz",
-                lambda path, gguf=gguf: save_layout(read_layout(gguf), path),
+                functools.partial(_save_layout_of, gguf),
             )
         )
     return written
+
+
+def _save_layout_of(gguf: Path, path: Path) -> None:
+    from build_scripts.synthetic.gguf_layout import read_layout, save_layout
+
+    save_layout(read_layout(gguf), path)
 
 
 def copy_whisper(bundle_dir: Path, out: Path) -> list[Path]:
