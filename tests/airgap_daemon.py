@@ -120,7 +120,7 @@ def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--tmp", type=Path, required=True)
     parser.add_argument("--data", type=Path, required=True)
-    parser.add_argument("--hold-s", type=float, default=40.0)
+    parser.add_argument("--hold-s", type=float, default=25.0)
     args = parser.parse_args()
     tmp = args.tmp
     make_network(tmp)

@@ -159,14 +159,15 @@ def test_native_runtimes_try_no_network_in_a_namespace_of_their_own(tmp_path: Pa
 )
 def test_the_daemon_with_a_call_and_the_admin_page_sends_nothing_out(tmp_path: Path, data_dir: Path) -> None:
     """`appliance run` with SIP and the admin page, a real SIPp call asking a question and admin
-    requests, INVITEs whose SDP names a host (`c=IN IP4 media.example.net`), held 40 s past READY
-    (ONNX Runtime's telemetry looked its collector up ~9 s after the first session), in a namespace
+    requests, INVITEs whose SDP names a host (`c=IN IP4 media.example.net`), held 25 s past READY
+    (ONNX Runtime's telemetry looked its collector up ~9 s after the first session, which the call's
+    first turn opens ~3 s after READY), in a namespace
     where a resolver is reachable and records every query and a default route exists: no DNS query,
     no connect or send to any address but loopback; the named SDP gets 488 and the daemon stays
     responsive."""
     done = subprocess.run(
         ["unshare", "-n", "-m", "--propagation", "private", sys.executable, "-m", "tests.airgap_daemon",
-         "--tmp", str(tmp_path), "--data", str(data_dir), "--hold-s", "40"],
+         "--tmp", str(tmp_path), "--data", str(data_dir), "--hold-s", "25"],
         cwd=REPO, capture_output=True, text=True, timeout=600,
     )  # fmt: skip
     assert done.returncode == 0, done.stderr[-3000:]

@@ -136,7 +136,10 @@ def test_without_recordings_the_sites_facts_are_asked_and_the_report_says_the_au
     assert evaluation.synthetic_audio and evaluation.recordings == 2  # one question per fact
     assert evaluation.figures["candidate"].answer_checks == 4  # a figure and the tool, each
     assert "synthetic" in evaluation.report() and "answers right" in evaluation.report()
-    assert evaluation.figures["active"].wer is not None and evaluation.figures["active"].wer < 0.3
+    # The voice's questions are heard: a bound, not the 0.08 seen on one machine (13 words, each 0.077;
+    # the int8 kernels of another processor heard 4 wrong on the same audio, "canteen" the hardest).
+    active, candidate = evaluation.figures["active"], evaluation.figures["candidate"]
+    assert active.wer is not None and active.wer < 0.5 and candidate.wer == active.wer
 
 
 def test_the_gates_name_each_regression_with_its_figures() -> None:
