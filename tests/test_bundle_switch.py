@@ -131,9 +131,10 @@ def test_a_call_in_progress_keeps_its_audio_and_turns_while_a_bundle_version_is_
     )
     gap = re.search(r"call \S+ ended: .*longest gap (\d+) ms", log)
     assert switched is not None and gap is not None, log[-4000:]
+    stalls = "\n".join(line for line in log.splitlines() if "event loop was held" in line)
     print(
         f"switch: loaded in {switched[1]} s, sessions moved {switched[2]} s later, peak {switched[3]} MB; "
-        f"the call's longest RTP gap {gap[1]} ms"
+        f"the call's longest RTP gap {gap[1]} ms\n{stalls or 'no event loop stall'}"
     )
 
 

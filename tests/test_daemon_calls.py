@@ -83,6 +83,7 @@ def test_a_caller_hanging_up_mid_reply_leaves_the_turn_stored_with_what_was_play
     assert rest and "brooklyn" in rest[0]["transcript"].lower() and rest[0]["played_reply"], rest
     # /metrics counted every stored turn (its series exist at 0 from the start: the values count).
     assert _turns_counted(metrics) == len(daemon.stored_turns()) == 2, metrics[-3000:]
+    assert re.search(r"^appliance_event_loop_stalls_total \d", metrics, re.MULTILINE), metrics[-3000:]
 
 
 @pytest.mark.slow

@@ -18,6 +18,7 @@ from appliance.admin.backend import AdminBackend
 from appliance.admin.schemas import StatusReport
 from appliance.admin.views import BUDGET_STAGE
 from appliance.quality import signals as quality_signals
+from appliance.service.loop_watch import STALL_S, current_figures
 from appliance.trace import STAGES, TurnTrace
 
 # 25 ms .. 30 s: a GPU turn is ~0.15 s, a CPU turn several seconds.
@@ -74,6 +75,7 @@ class _LiveGauges(Collector):
             value=self._backend.budget_ms() / 1000.0,
         )
         yield from _device_gauges(self._backend.status())
+        yield from _loop_stalls()
         llm = self._backend.llm_load()
         if llm is not None:
             yield GaugeMetricFamily(
@@ -310,3 +312,19 @@ class TraceMetrics:
     def render(self) -> bytes:
         self.take_new_turns()
         return generate_latest(self.registry)
+
+
+def _loop_stalls() -> Iterator[GaugeMetricFamily | CounterMetricFamily]:
+    figures = current_figures()
+    if figures is None:
+        return
+    held = f"the event loop was held longer than {STALL_S * 1000:.0f} ms (every call's audio paused)"
+    yield CounterMetricFamily("appliance_event_loop_stalls", f"times {held}", value=figures.stalls)
+    yield CounterMetricFamily(
+        "appliance_event_loop_held_seconds", f"seconds {held}, all together", value=figures.held_s
+    )
+    yield GaugeMetricFamily(
+        "appliance_event_loop_longest_stall_seconds",
+        "the longest stall since the start",
+        value=figures.longest_s,
+    )

@@ -20,6 +20,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Generic, TypeVar
 
+from appliance.service.loop_watch import stop_watching, watch_this_loop
 from appliance.service.notify import Notifier, WatchdogSettings, watchdog_settings
 from appliance.service.watchdog import HealthCheck, start_watchdog
 from engines.errors import EngineError
@@ -75,9 +76,11 @@ class Service(Generic[T]):
         loop = asyncio.get_running_loop()
         installed = _install_stop_signals(loop, control.request_stop)
         pinger = start_watchdog(self.notifier, self.watchdog, healthy=self.healthy) if self.watchdog else None
+        loop_watch = watch_this_loop()
         try:
             return await self._run(control)
         finally:
+            await stop_watching(loop_watch)
             if pinger is not None:
                 pinger.cancel()
                 await asyncio.gather(pinger, return_exceptions=True)
