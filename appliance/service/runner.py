@@ -20,7 +20,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Generic, TypeVar
 
-from appliance.service.loop_watch import stop_watching, watch_this_loop
+from appliance.service.loop_watch import LoopWatch, stop_watching, watch_this_loop
 from appliance.service.notify import Notifier, WatchdogSettings, watchdog_settings
 from appliance.service.watchdog import HealthCheck, start_watchdog
 from engines.errors import EngineError
@@ -70,17 +70,18 @@ class Service(Generic[T]):
     watchdog: WatchdogSettings | None = field(default_factory=watchdog_settings)
     healthy: HealthCheck | None = None
     stop_timeout_s: float = 10.0
+    _loop_watch: LoopWatch | None = field(default=None, init=False, repr=False)
 
     async def run(self) -> int:
         control = ServiceControl(self.notifier)
         loop = asyncio.get_running_loop()
         installed = _install_stop_signals(loop, control.request_stop)
         pinger = start_watchdog(self.notifier, self.watchdog, healthy=self.healthy) if self.watchdog else None
-        loop_watch = watch_this_loop()
         try:
             return await self._run(control)
         finally:
-            await stop_watching(loop_watch)
+            if self._loop_watch is not None:
+                await stop_watching(self._loop_watch)
             if pinger is not None:
                 pinger.cancel()
                 await asyncio.gather(pinger, return_exceptions=True)
@@ -105,6 +106,9 @@ class Service(Generic[T]):
             return EXIT_OK
         self.notifier.ready("ready")
         log.info("ready")
+        # Watched from READY on: nobody is served while the engines load, and native libraries keep
+        # the interpreter now and then while they load.
+        self._loop_watch = watch_this_loop()
         code = await self._serve(resources, control)
         await self._close(resources)
         return code
