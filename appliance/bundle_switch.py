@@ -28,7 +28,7 @@ from engines.errors import BundleError, EngineError
 
 if TYPE_CHECKING:
     from appliance.daemon import Daemon
-    from appliance.pipeline.session import SessionEngines
+    from appliance.pipeline.engines import SessionEngines
     from engines.manifest import Bundle
 
 log = logging.getLogger(__name__)

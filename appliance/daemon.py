@@ -35,7 +35,8 @@ from appliance.engine_set import (
     open_bundle,
     session_config,
 )
-from appliance.pipeline.session import Session, SessionConfig, SessionEngines
+from appliance.pipeline.engines import SessionEngines
+from appliance.pipeline.session import Session, SessionConfig
 from appliance.pipeline.workers import EngineWorker
 from appliance.service.runner import ServiceControl
 from appliance.start_plan import StartPlan

@@ -16,8 +16,9 @@ from typing import TYPE_CHECKING
 from appliance.agent import system_prompt
 from appliance.config import ConfigProblem, Settings
 from appliance.pipeline.echo_gate import EchoGate
+from appliance.pipeline.engines import SessionEngines
 from appliance.pipeline.partials import PartialsConfig
-from appliance.pipeline.session import SessionConfig, SessionEngines
+from appliance.pipeline.session import SessionConfig
 from appliance.pipeline.turn import TurnConfig
 from engines.aec import EchoCanceller
 from engines.asr import AsrEngine

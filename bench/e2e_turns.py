@@ -25,7 +25,8 @@ from typing import Any
 
 import numpy as np
 
-from appliance.pipeline.session import SessionConfig, SessionEngines
+from appliance.pipeline.engines import SessionEngines
+from appliance.pipeline.session import SessionConfig
 
 TAIL_SILENCE_S = 1.5  # as ``appliance talk``: lets the endpointer confirm the end of speech
 

@@ -26,7 +26,8 @@ from typing import Any
 from appliance.audio.call import call_session_kwargs
 from appliance.config import SipConfig, load_settings, override
 from appliance.engine_set import build_engines, load_engines, open_bundle, session_config
-from appliance.pipeline.session import Session, SessionConfig, SessionEngines
+from appliance.pipeline.engines import SessionEngines
+from appliance.pipeline.session import Session, SessionConfig
 from appliance.sip.server import SipServer
 from bench.machine import write_result
 from bench.sip import DATA, QUESTIONS, Caller, PhoneCaller, _percentiles

@@ -34,7 +34,7 @@ import numpy as np
 
 from appliance.config import Settings, load_settings
 from appliance.engine_set import build_engines, llm_engine, load_engines, open_bundle, session_config
-from appliance.pipeline.session import SessionEngines
+from appliance.pipeline.engines import SessionEngines
 from bench.machine import write_result
 from bench.sip import DATA, QUESTIONS, Caller, _percentiles, serve_calls
 from engines.audio import load_audio_16k, resample

@@ -39,7 +39,8 @@ from appliance.audio.base import SourceBase
 from appliance.audio.call import call_session_kwargs
 from appliance.config import Settings, SipConfig, load_settings
 from appliance.engine_set import build_engines, load_engines, open_bundle, session_config
-from appliance.pipeline.session import Session, SessionConfig, SessionEngines
+from appliance.pipeline.engines import SessionEngines
+from appliance.pipeline.session import Session, SessionConfig
 from appliance.rtp import g711
 from appliance.rtp.packet import RtpPacket, parse_rtp
 from appliance.sip.handlers import EchoHandler

@@ -17,8 +17,8 @@ from appliance.audio import MemorySink
 from appliance.audio.files import wav_file_source
 from appliance.config import load_settings
 from appliance.engine_set import session_config
+from appliance.pipeline.engines import SessionEngines
 from appliance.pipeline.oneshot import one_turn
-from appliance.pipeline.session import SessionEngines
 from appliance.trace import TurnTrace
 from tests.conftest import REPO
 from tests.fixtures.admin import ADMIN_PASSWORD, ADMIN_USER, VIEWER_PASSWORD, VIEWER_USER, AdminEnv

@@ -15,7 +15,8 @@ from appliance.audio.base import FRAME_SAMPLES, float32_to_int16
 from appliance.audio.devices import MicrophoneSource, SpeakerSink, probe_device
 from appliance.config import load_settings
 from appliance.engine_set import session_config
-from appliance.pipeline.session import Session, SessionEngines
+from appliance.pipeline.engines import SessionEngines
+from appliance.pipeline.session import Session
 from appliance.trace import TIMESTAMPS
 from engines.audio import load_audio_16k, resample
 from tests.fixtures.pipeline import PacedSource, english_words, silence

@@ -18,7 +18,8 @@ import pytest
 
 from appliance.audio import ArraySource, MemorySink
 from appliance.bundle_switch import room_for_both
-from appliance.pipeline.session import Session, SessionEngines
+from appliance.pipeline.engines import SessionEngines
+from appliance.pipeline.session import Session
 from engines.bundle_store import BundleStore, BundleVersion
 from engines.manifest import Bundle, Manifest
 from tests.fixtures.daemon_proc import DaemonConfig, DaemonProcess, free_tcp_port, place_call

@@ -17,7 +17,8 @@ from appliance.audio.calibrate import CalibrationError, measure_echo_delay
 from appliance.audio.echo import cancel_echo
 from appliance.config import Settings, override
 from appliance.engine_set import session_config
-from appliance.pipeline.session import Session, SessionEngines
+from appliance.pipeline.engines import SessionEngines
+from appliance.pipeline.session import Session
 from bench import rooms
 from engines.aec import EchoCanceller
 from engines.asr import AsrEngine

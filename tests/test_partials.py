@@ -14,9 +14,10 @@ import pytest
 from appliance.audio import ArraySource, MemorySink
 from appliance.config import load_settings
 from appliance.engine_set import session_config
+from appliance.pipeline.engines import SessionEngines
 from appliance.pipeline.params import PartialsParams
 from appliance.pipeline.partials import PartialsConfig, prefill_words, stable_prefix
-from appliance.pipeline.session import Session, SessionConfig, SessionEngines
+from appliance.pipeline.session import Session, SessionConfig
 from appliance.trace import TurnTrace
 from engines.audio import load_audio_16k
 from engines.llm import Message

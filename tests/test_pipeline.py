@@ -16,9 +16,10 @@ from appliance.agent import Conversation
 from appliance.audio import ArraySource, MemorySink
 from appliance.config import ToolConfig
 from appliance.pipeline.echo_gate import EchoGate
+from appliance.pipeline.engines import SessionEngines
 from appliance.pipeline.params import CallParams, ReplyParams
 from appliance.pipeline.played import played_text
-from appliance.pipeline.session import Session, SessionEngines
+from appliance.pipeline.session import Session
 from appliance.pipeline.turn import TurnConfig
 from appliance.quality import signals as quality_signals
 from appliance.trace import TIMESTAMPS, TraceStore

@@ -13,7 +13,8 @@ import pytest
 from appliance.audio import ArraySource, MemorySink
 from appliance.config import load_settings
 from appliance.engine_set import session_config
-from appliance.pipeline.session import Session, SessionEngines
+from appliance.pipeline.engines import SessionEngines
+from appliance.pipeline.session import Session
 from appliance.trace import TIMESTAMPS, TraceStore
 from engines.audio import load_audio_16k, resample
 from engines.llm import LlmEngine, LlmOccupancy, Message

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import soundfile as sf
 
-from appliance.pipeline.session import SessionEngines
+from appliance.pipeline.engines import SessionEngines
 from engines.audio import resample
 from tests.conftest import REPO
 from tests.fixtures.pipeline import english_words

@@ -14,7 +14,8 @@ import numpy as np
 from appliance.audio.call import call_session_kwargs
 from appliance.config import load_settings
 from appliance.engine_set import session_config
-from appliance.pipeline.session import Session, SessionEngines
+from appliance.pipeline.engines import SessionEngines
+from appliance.pipeline.session import Session
 from appliance.sip import CallAudio, CallHandler
 from appliance.trace import TIMESTAMPS
 from engines.audio import load_audio, resample

@@ -14,7 +14,8 @@ import numpy as np
 from appliance.audio.call import call_session_kwargs
 from appliance.config import load_settings
 from appliance.engine_set import session_config
-from appliance.pipeline.session import EchoGate, Session, SessionEngines
+from appliance.pipeline.engines import SessionEngines
+from appliance.pipeline.session import EchoGate, Session
 from appliance.rtp import g711
 from appliance.rtp.packet import RtpPacket, parse_rtp
 from appliance.sip import CallAudio

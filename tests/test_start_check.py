@@ -26,7 +26,7 @@ from appliance.admin.local import LocalBackend
 from appliance.admin.users import set_password
 from appliance.config import ConfigError, Settings, load_settings
 from appliance.daemon import Daemon, open_store, serve, summarize_bundle
-from appliance.pipeline.session import SessionEngines
+from appliance.pipeline.engines import SessionEngines
 from appliance.service.notify import Notifier
 from appliance.service.runner import ServiceControl
 from appliance.start_check import check_start

@@ -13,7 +13,8 @@ import numpy as np
 from appliance.audio import ArraySource, MemorySink
 from appliance.config import load_settings, override
 from appliance.engine_set import session_config
-from appliance.pipeline.session import Session, SessionEngines
+from appliance.pipeline.engines import SessionEngines
+from appliance.pipeline.session import Session
 from bench.turn_set import background, quietest_near
 from engines.audio import load_audio_16k
 

@@ -5,7 +5,8 @@ from __future__ import annotations
 import logging
 
 from appliance.audio.base import AudioSink, AudioSource
-from appliance.pipeline.session import Session, SessionConfig, SessionEngines
+from appliance.pipeline.engines import SessionEngines
+from appliance.pipeline.session import Session, SessionConfig
 from appliance.trace.record import TurnTrace
 from appliance.trace.store import TraceStore
 

@@ -1,0 +1,111 @@
+"""The engines a session speaks with: each owned by its worker thread, shared by every session, and
+loaded, moved to (appliance.bundle_switch) and closed as one set."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Collection
+from dataclasses import dataclass
+from typing import Any
+
+from appliance.pipeline.turn import TurnEngines
+from appliance.pipeline.workers import EngineWorker
+from appliance.tools import ToolBox
+from engines.aec import EchoCanceller
+from engines.asr import AsrEngine
+from engines.turn import TurnDetector
+from engines.vad import VadEngine
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class SessionEngines(TurnEngines):
+    """The four engines, each owned by its worker thread; shared by every session."""
+
+    vad: VadEngine
+    vad_worker: EngineWorker
+    turn: TurnDetector | None = None  # endpointer.mode = "smart_turn" only
+    turn_worker: EngineWorker | None = None
+    partial_asr: AsrEngine | None = None  # asr.partial_model, on the ASR worker; None: asr itself
+    tools: ToolBox | None = None  # agent.tools, run off the event loop by the turn
+    aec: EchoCanceller | None = None  # audio.echo_cancellation; each session that uses it has a stream
+    aec_worker: EngineWorker | None = None
+    bundle_version: str = ""  # the bundle version the engines were loaded from ("": unversioned)
+
+    @classmethod
+    def create(
+        cls,
+        *,
+        vad: VadEngine,
+        asr: Any,
+        llm: Any,
+        tts: Any,
+        turn: TurnDetector | None = None,
+        partial_asr: AsrEngine | None = None,
+        llm_threads: int = 1,
+        tools: ToolBox | None = None,
+        aec: EchoCanceller | None = None,
+        bundle_version: str = "",
+    ) -> SessionEngines:
+        """``llm_threads``: sessions whose replies can reach the LLM at once (it batches them)."""
+        return cls(
+            asr=asr,
+            asr_worker=EngineWorker("asr"),
+            llm=llm,
+            llm_worker=EngineWorker("llm", threads=llm_threads),
+            tts=tts,
+            tts_worker=EngineWorker("tts"),
+            vad=vad,
+            vad_worker=EngineWorker("vad"),
+            turn=turn,
+            turn_worker=None if turn is None else EngineWorker("turn"),
+            partial_asr=partial_asr,
+            tools=tools,
+            aec=aec,
+            aec_worker=None if aec is None else EngineWorker("aec"),
+            bundle_version=bundle_version,
+        )
+
+    def pairs(self) -> dict[str, tuple[Any, EngineWorker]]:
+        pairs: dict[str, tuple[Any, EngineWorker]] = {
+            "vad": (self.vad, self.vad_worker),
+            "asr": (self.asr, self.asr_worker),
+            "llm": (self.llm, self.llm_worker),
+            "tts": (self.tts, self.tts_worker),
+        }
+        if self.turn is not None and self.turn_worker is not None:
+            pairs["turn"] = (self.turn, self.turn_worker)
+        if self.partial_asr is not None:
+            pairs["asr_partial"] = (self.partial_asr, self.asr_worker)
+        if self.aec is not None and self.aec_worker is not None:
+            pairs["aec"] = (self.aec, self.aec_worker)
+        return pairs
+
+    async def load(self) -> dict[str, float]:
+        """Load (and warm up) every engine on its own thread, all at once; seconds per engine."""
+
+        async def load_one(engine: Any, worker: EngineWorker) -> float:
+            started = time.monotonic()
+            await worker.call(engine.load)
+            return time.monotonic() - started
+
+        names = list(self.pairs())
+        seconds = await asyncio.gather(*(load_one(*pair) for pair in self.pairs().values()))
+        if self.tools is not None:
+            await asyncio.to_thread(self.tools.load)  # the facts files, read and indexed
+        return dict(zip(names, seconds, strict=True))
+
+    async def close(self, *, keep: Collection[object] = ()) -> None:
+        """Close every engine and stop its worker, except the engines in ``keep`` (shared with the set
+        that replaces this one: the echo canceller)."""
+        for engine, worker in self.pairs().values():
+            if any(engine is kept for kept in keep):
+                continue
+            try:
+                await worker.call(engine.close)
+            except Exception:
+                log.exception("closing the %s engine failed", worker.name)
+            worker.shutdown()
