@@ -385,8 +385,9 @@ def partial_asr_engine(settings: Settings, bundle: Bundle) -> AsrEngine | None:
     return None if model is None else asr_engine(settings, bundle, model=model)
 
 
-async def load_engines(engines: SessionEngines) -> dict[str, float]:
-    """Load and warm every engine, in parallel on their own threads; seconds per engine."""
-    seconds = await engines.load()
+async def load_engines(engines: SessionEngines, *, one_at_a_time: bool = False) -> dict[str, float]:
+    """Load and warm every engine on their own threads (in parallel unless ``one_at_a_time``);
+    seconds per engine."""
+    seconds = await engines.load(one_at_a_time=one_at_a_time)
     log.info("engines loaded: %s", ", ".join(f"{name} {value:.2f} s" for name, value in seconds.items()))
     return seconds

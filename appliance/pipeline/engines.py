@@ -84,8 +84,10 @@ class SessionEngines(TurnEngines):
             pairs["aec"] = (self.aec, self.aec_worker)
         return pairs
 
-    async def load(self) -> dict[str, float]:
-        """Load (and warm up) every engine on its own thread, all at once; seconds per engine."""
+    async def load(self, *, one_at_a_time: bool = False) -> dict[str, float]:
+        """Load (and warm up) every engine on its own thread, all at once, or one after the other
+        (beside a set that serves calls: slower, and it leaves the calls more of the machine); seconds
+        per engine."""
 
         async def load_one(engine: Any, worker: EngineWorker) -> float:
             started = time.monotonic()
@@ -93,7 +95,10 @@ class SessionEngines(TurnEngines):
             return time.monotonic() - started
 
         names = list(self.pairs())
-        seconds = await asyncio.gather(*(load_one(*pair) for pair in self.pairs().values()))
+        if one_at_a_time:
+            seconds = [await load_one(*pair) for pair in self.pairs().values()]
+        else:
+            seconds = await asyncio.gather(*(load_one(*pair) for pair in self.pairs().values()))
         if self.tools is not None:
             await asyncio.to_thread(self.tools.load)  # the facts files, read and indexed
         return dict(zip(names, seconds, strict=True))
