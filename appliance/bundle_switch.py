@@ -126,7 +126,7 @@ async def _load_beside(daemon: Daemon) -> tuple[SessionEngines, Bundle, dict[str
     engines = await asyncio.to_thread(build_engines, settings, bundle)
     engines.aec, engines.aec_worker = old.aec, old.aec_worker  # the room's echo model is no bundle's
     try:
-        # One at a time beside the serving set: +0.5 s of load, and the calls' longest RTP gap was
+        # One at a time beside the serving set: +0.6 s of load, and the calls' longest RTP gap was
         # 145-217 ms instead of 224-313 ms (docs/model-updates.md).
         seconds = await load_engines(engines, one_at_a_time=True)
     except BaseException:

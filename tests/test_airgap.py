@@ -161,10 +161,9 @@ def test_the_daemon_with_a_call_and_the_admin_page_sends_nothing_out(tmp_path: P
     """`appliance run` with SIP and the admin page, a real SIPp call asking a question and admin
     requests, INVITEs whose SDP names a host (`c=IN IP4 media.example.net`), held 25 s past READY
     (ONNX Runtime's telemetry looked its collector up ~9 s after the first session, which the call's
-    first turn opens ~3 s after READY), in a namespace
-    where a resolver is reachable and records every query and a default route exists: no DNS query,
-    no connect or send to any address but loopback; the named SDP gets 488 and the daemon stays
-    responsive."""
+    first turn opens ~3 s after READY), in a namespace where a resolver is reachable and records every
+    query and a default route exists: no DNS query, no connect or send to any address but loopback;
+    the named SDP gets 488 and the daemon stays responsive."""
     done = subprocess.run(
         ["unshare", "-n", "-m", "--propagation", "private", sys.executable, "-m", "tests.airgap_daemon",
          "--tmp", str(tmp_path), "--data", str(data_dir), "--hold-s", "25"],

@@ -94,14 +94,14 @@ class SessionEngines(TurnEngines):
             await worker.call(engine.load)
             return time.monotonic() - started
 
-        names = list(self.pairs())
+        pairs = self.pairs()
         if one_at_a_time:
-            seconds = [await load_one(*pair) for pair in self.pairs().values()]
+            seconds = [await load_one(*pair) for pair in pairs.values()]
         else:
-            seconds = await asyncio.gather(*(load_one(*pair) for pair in self.pairs().values()))
+            seconds = await asyncio.gather(*(load_one(*pair) for pair in pairs.values()))
         if self.tools is not None:
             await asyncio.to_thread(self.tools.load)  # the facts files, read and indexed
-        return dict(zip(names, seconds, strict=True))
+        return dict(zip(pairs, seconds, strict=True))
 
     async def close(self, *, keep: Collection[object] = ()) -> None:
         """Close every engine and stop its worker, except the engines in ``keep`` (shared with the set

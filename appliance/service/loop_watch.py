@@ -2,8 +2,8 @@
 
 Every call's audio is sent from the event loop (20 ms RTP packets), so a loop held by a synchronous
 call made on it, or by a native library keeping the GIL, is a silence the caller hears. The loop
-beats a heartbeat; a thread of its own watches it. When the heartbeat stops for longer than
-``stall_s``, the thread notes the loop's stack at that moment; once the loop beats again, the stall
+beats a heartbeat; a thread of its own watches it and, when a beat is late, notes the loop's stack
+at that moment. Once the loop beats again it measures the gap itself: a stall longer than ``stall_s``
 is logged (throttled) with how long it lasted and that place, and counted for ``/metrics``.
 """
 
@@ -15,6 +15,7 @@ import sys
 import threading
 import time
 import traceback
+from collections import deque
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -46,7 +47,7 @@ class StallFigures:
 class LoopWatch:
     def __init__(self, stall_s: float = STALL_S) -> None:
         self.stall_s = stall_s
-        self.stalls: list[Stall] = []  # the most recent, at most 100
+        self.stalls: deque[Stall] = deque(maxlen=100)  # the most recent
         self._count = 0
         self._held_s = 0.0
         self._longest_s = 0.0
@@ -105,7 +106,7 @@ class LoopWatch:
         self._count += 1
         self._held_s += stall.seconds
         self._longest_s = max(self._longest_s, stall.seconds)
-        self.stalls = [*self.stalls[-99:], stall]
+        self.stalls.append(stall)
         _throttled.log(
             logging.WARNING,
             "stall",
