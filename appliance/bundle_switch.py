@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING
 
 import psutil
 
+from appliance.bundle_view import device_status, summarize_bundle
 from appliance.crash_guard import CrashGuard
 from appliance.service.runner import ServiceControl
 from engines.bundle_store import BundleStore
@@ -29,7 +30,7 @@ from engines.errors import BundleError, EngineError
 if TYPE_CHECKING:
     from appliance.daemon import Daemon
     from appliance.pipeline.engines import SessionEngines
-    from engines.manifest import Bundle
+    from engines.bundle import Bundle
 
 log = logging.getLogger(__name__)
 
@@ -136,7 +137,6 @@ async def _load_beside(daemon: Daemon) -> tuple[SessionEngines, Bundle, dict[str
 
 
 def _install(daemon: Daemon, engines: SessionEngines, bundle: Bundle, seconds: dict[str, float]) -> None:
-    from appliance.daemon import device_status, summarize_bundle
 
     daemon.engines = engines
     daemon.bundle = summarize_bundle(bundle)

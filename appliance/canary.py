@@ -222,7 +222,7 @@ def _spoken_questions(settings: Settings, active: BundleVersion, scratch: Path) 
 
     from appliance.engine_set import tts_engine
     from engines.audio import SAMPLE_RATE_HZ
-    from engines.manifest import Bundle
+    from engines.bundle import Bundle
 
     tts = tts_engine(settings, Bundle.open(active.path, verify=False))
     tts.load()

@@ -24,8 +24,8 @@ def measure(bundle_dir: Path, items: list[dict[str, Any]], settings_data: dict[s
     from appliance.config import Settings, override
     from appliance.engine_set import asr_engine, check_llm_runs, llm_engine, tts_engine
     from engines.audio import load_audio_16k
+    from engines.bundle import Bundle
     from engines.errors import EngineError
-    from engines.manifest import Bundle
     from engines.tts.clauses import ClauseSplitter
 
     settings = override(Settings(**settings_data), bundle={"dir": str(bundle_dir)})

@@ -330,7 +330,14 @@ class SipConfig(CallParams, Section):
         300.0,
         ge=5.0,
         le=3600.0,
-        description="a failing registration is retried after 5 s, doubling up to this",
+        description="a failing registration is retried after 5 s, doubling up to this (a registrar's "
+        "Retry-After too)",
+    )
+    register_min_interval_s: float = Field(
+        30.0,
+        ge=1.0,
+        le=3600.0,
+        description="REGISTER at most this often, even when the registrar grants a shorter lifetime",
     )
 
     @property
@@ -340,7 +347,13 @@ class SipConfig(CallParams, Section):
         return host, int(port) if port else 5060
 
     def transfer_domain(self) -> str:
-        return self.register_domain or self.registrar_address[0]
+        """Where an extension is reached: the extension's domain, else the registrar with its port (a
+        phone told only the address would call port 5060)."""
+        if self.register_domain:
+            return self.register_domain
+        host, port = _split_registrar(self.registrar)
+        host = f"[{host}]" if ":" in host else host
+        return f"{host}:{port}" if port else host
 
     @model_validator(mode="after")
     def _transfers(self) -> SipConfig:
@@ -556,13 +569,6 @@ class ConfigError(Exception):
 
 
 _MISSING = object()
-
-
-def default_config_text() -> str:
-    """The default configuration as a file: every key, its default and its description."""
-    from appliance.config_default import default_toml
-
-    return default_toml()
 
 
 def _read_toml(path: Path) -> dict[str, Any]:

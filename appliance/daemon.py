@@ -21,10 +21,11 @@ from typing import TYPE_CHECKING, Protocol
 import numpy as np
 import numpy.typing as npt
 
-from appliance.admin.schemas import ArtifactSummary, BundleSummary
+from appliance.admin.schemas import BundleSummary
 from appliance.audio.base import AudioSink, AudioSource
 from appliance.audio.echo import cancel_echo
 from appliance.audio.files import NullSink
+from appliance.bundle_view import device_status, summarize_bundle
 from appliance.config import Settings
 from appliance.engine_set import (
     build_engines,
@@ -45,9 +46,8 @@ from appliance.trace.store import TraceStore
 from appliance.turn_report import describe_turn, turn_summary
 from engines.aec import EchoCanceller
 from engines.audio import SAMPLE_RATE_HZ, resample
-from engines.bundle_store import VERSIONS, BundleStore, BundleVersion
+from engines.bundle_store import BundleStore
 from engines.errors import BundleError
-from engines.manifest import Bundle
 
 if TYPE_CHECKING:
     from appliance.sip.server import SipServer
@@ -123,25 +123,6 @@ def open_store(settings: Settings) -> TraceStore | None:
         return None
 
 
-def summarize_bundle(bundle: Bundle) -> BundleSummary:
-    """The bundle as the admin page shows it, from the manifest the daemon opened."""
-    artifacts = [
-        ArtifactSummary(
-            name=a.name, kind=a.kind, size_bytes=a.size_bytes, sha256_prefix=a.sha256[:12], source=a.source
-        )
-        for a in sorted(bundle.manifest.artifacts.values(), key=lambda a: a.name)
-    ]
-    version = bundle_version_of(bundle.root)
-    return BundleSummary(
-        path=str(bundle.root),
-        version=None if version is None else version.id,
-        label="" if version is None else version.label,
-        artifacts=artifacts,
-        total_bytes=sum(a.size_bytes for a in artifacts),
-        meta=bundle.manifest.meta,
-    )
-
-
 def load(
     settings: Settings, *, microphone: str | None, no_microphone_reason: str, config_path: Path | None
 ) -> Daemon:
@@ -190,16 +171,6 @@ async def _load_refusing_calls(settings: Settings, engines: SessionEngines) -> d
     finally:
         if placeholder is not None:
             await placeholder.stop()
-
-
-def device_status(engines: SessionEngines) -> dict[str, object]:
-    """What the device tool adds to the clock: the engines are up, and how busy the LLM is."""
-    now = engines.llm.occupancy()
-    return {
-        "engines": "all loaded and running",
-        "conversations being answered": f"{now.running} of {now.slots}",
-        "replies waiting": now.waiting,
-    }
 
 
 def load_with_fallback(plan: StartPlan, *, config_path: Path | None) -> Daemon:
@@ -282,16 +253,6 @@ def _roll_back_bundle(settings: Settings, err: Exception) -> _BundleRollback | N
     )
     log.error("%s", notice)
     return _BundleRollback(store, state.active, notice)
-
-
-def bundle_version_of(folder: Path) -> BundleVersion | None:
-    """The version ``folder`` is, when it lies in a root that keeps versions."""
-    if folder.parent.name != VERSIONS:
-        return None
-    try:
-        return BundleStore(folder.parent.parent).get(folder.name)
-    except BundleError:
-        return None
 
 
 def close(daemon: Daemon) -> None:
@@ -523,8 +484,11 @@ def _show_registration(server: SipServer, registry: SessionRegistry) -> None:
     from appliance.admin.backend import LiveRegistry
     from appliance.admin.schemas import SipRegistrationView
 
+    if not isinstance(registry, LiveRegistry):
+        return
+    registry.watch_sip_events(server.stats.counters)
     registration = server.registration
-    if registration is None or not isinstance(registry, LiveRegistry):
+    if registration is None:
         return
     registry.watch_registration(lambda: SipRegistrationView(**dataclasses.asdict(registration.status)))
 

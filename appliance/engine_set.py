@@ -23,10 +23,10 @@ from appliance.pipeline.turn import TurnConfig
 from engines.aec import EchoCanceller
 from engines.asr import AsrEngine
 from engines.asr.params import AsrParams
+from engines.bundle import Bundle
 from engines.bundle_store import version_of
 from engines.errors import EngineError
 from engines.llm import LlmEngine
-from engines.manifest import Bundle
 from engines.tts import TtsEngine
 from engines.turn import TurnDetector
 from engines.vad import VadEngine

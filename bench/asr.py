@@ -81,7 +81,7 @@ def _faster_whisper(compute_type: str, threads: int) -> Callable[[np.ndarray], s
     from faster_whisper import WhisperModel
 
     from appliance.config import load_settings
-    from engines.manifest import Bundle
+    from engines.bundle import Bundle
 
     bundle = Bundle.open(load_settings(None).bundle.dir)
     folder = bundle.path("asr/whisper-base/ct2/model.bin").parent

@@ -65,7 +65,7 @@ def main(argv: list[str] | None = None) -> int:
     from engines.asr.factory import REAL_LENGTH_POLICY, _onnxruntime_runner
     from engines.asr.whisper import WhisperEngine, WhisperFiles
     from engines.audio import load_audio_16k
-    from engines.manifest import Bundle
+    from engines.bundle import Bundle
 
     bundle = Bundle.open(load_settings(None).bundle.dir)
     fp32 = {

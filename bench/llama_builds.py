@@ -78,7 +78,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
 
     from appliance.config import load_settings
-    from engines.manifest import Bundle
+    from engines.bundle import Bundle
 
     bundle = Bundle.open(load_settings(None).bundle.dir)
     model = bundle.path(f"llm/{args.model}")

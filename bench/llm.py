@@ -34,9 +34,9 @@ import numpy as np
 from appliance.agent import system_prompt as agent_prompt
 from appliance.config import load_settings, override
 from appliance.engine_set import llm_engine
+from engines.bundle import Bundle
 from engines.llm import GenerationStats, Message
 from engines.llm.llamacpp import LlamaCppLlm
-from engines.manifest import Bundle
 
 REPO = Path(__file__).resolve().parents[1]
 RESULTS = REPO / "bench" / "results"

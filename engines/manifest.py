@@ -18,6 +18,8 @@ from engines.files import atomic_write
 MANIFEST_NAME = "manifest.json"
 FORMAT_VERSION = 1
 _CHUNK_BYTES = 4 * 1024 * 1024
+MAX_MANIFEST_BYTES = 1024 * 1024  # a real one is a few KiB; a larger one is not read at all
+MAX_ARTIFACTS = 256
 
 
 @dataclass(frozen=True)
@@ -33,6 +35,7 @@ class Artifact:
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Artifact:
         try:
+            check_relative(str(data["path"]))
             return cls(
                 name=str(data["name"]),
                 path=str(data["path"]),
@@ -43,7 +46,22 @@ class Artifact:
                 build=dict(data.get("build", {})),
             )
         except (KeyError, TypeError, ValueError) as err:
-            raise BundleError(f"manifest entry is malformed: {data!r} ({err})") from err
+            raise BundleError(f"manifest entry is malformed: {data!r:.200} ({err})") from err
+
+
+def check_relative(path: str) -> None:
+    """An artifact's path stays inside its bundle folder: relative, POSIX, no ``..``. Raises ValueError."""
+    parts = path.split("/")
+    if not path or path.startswith("/") or "\\" in path or ":" in parts[0] or ".." in parts or "\0" in path:
+        raise ValueError(f"path {path[:80]!r} is not a relative path inside the bundle")
+
+
+def inside(root: Path, path: Path) -> bool:
+    """``path``, every link followed, is within ``root`` (itself resolved)."""
+    try:
+        return path.resolve().is_relative_to(root.resolve())
+    except (OSError, RuntimeError):  # a link loop
+        return False
 
 
 @dataclass(frozen=True)
@@ -78,6 +96,12 @@ class Manifest:
                 fix=f"build the bundle: python -m build_scripts bundle --out {bundle_dir}",
             )
         try:
+            size = path.stat().st_size
+            if size > MAX_MANIFEST_BYTES:
+                raise BundleError(
+                    f"{path} is {size} bytes; a manifest is at most {MAX_MANIFEST_BYTES} (this is not a bundle's)",
+                    fix=f"rebuild the bundle: python -m build_scripts bundle --out {bundle_dir}",
+                )
             data = json.loads(path.read_text(encoding="utf-8"))
         except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
             raise BundleError(
@@ -87,8 +111,10 @@ class Manifest:
         if not isinstance(data, dict) or data.get("format") != FORMAT_VERSION:
             raise BundleError(f"{path} has an unknown format (expected format {FORMAT_VERSION})")
         entries = data.get("artifacts", [])
-        if not isinstance(entries, list):
-            raise BundleError(f"{path}: 'artifacts' must be a list")
+        if not isinstance(entries, list) or len(entries) > MAX_ARTIFACTS:
+            raise BundleError(f"{path}: 'artifacts' must be a list of at most {MAX_ARTIFACTS}")
+        if not isinstance(data.get("meta", {}), dict):
+            raise BundleError(f"{path}: 'meta' must be an object")
         return cls([Artifact.from_dict(e) for e in entries], data.get("meta", {}))
 
     def write(self, bundle_dir: Path) -> Path:
@@ -118,6 +144,8 @@ class Manifest:
     @staticmethod
     def verify_one(bundle_dir: Path, art: Artifact, *, full: bool = True) -> list[Problem]:
         path = bundle_dir / art.path
+        if not inside(bundle_dir, path):
+            return [Problem(art.name, art.path, "reaches outside the bundle folder (a link or ..)")]
         if not path.is_file():
             return [Problem(art.name, art.path, "missing")]
         size = path.stat().st_size
@@ -126,39 +154,3 @@ class Manifest:
         if full and sha256_of(path) != art.sha256:
             return [Problem(art.name, art.path, "content altered (sha256 mismatch)")]
         return []
-
-
-class Bundle:
-    """A verified bundle folder; engines ask it for artifact paths by logical name."""
-
-    def __init__(self, root: Path, manifest: Manifest) -> None:
-        self.root = root
-        self.manifest = manifest
-
-    @classmethod
-    def open(cls, root: Path, *, verify: bool = True, full: bool = False) -> Bundle:
-        """The bundle at ``root``: an unversioned bundle folder, or a root of versions side by side
-        (``engines.bundle_store``), whose active version is opened."""
-        from engines.bundle_store import resolve_bundle_dir
-
-        root = resolve_bundle_dir(root)
-        manifest = Manifest.read(root)
-        if verify:
-            problems = manifest.verify(root, full=full)
-            if problems:
-                listed = "; ".join(str(p) for p in problems)
-                raise BundleError(
-                    f"bundle {root} is damaged: {listed}",
-                    fix=f"rebuild it: python -m build_scripts bundle --out {root}",
-                )
-        return cls(root, manifest)
-
-    def path(self, name: str) -> Path:
-        art = self.manifest.get(name)
-        if art is None:
-            known = ", ".join(sorted(self.manifest.artifacts)) or "none"
-            raise BundleError(
-                f"bundle {self.root} has no artifact {name!r} (has: {known})",
-                fix=f"rebuild it: python -m build_scripts bundle --out {self.root}",
-            )
-        return self.root / art.path

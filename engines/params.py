@@ -23,3 +23,26 @@ class Params(BaseModel):
 
 def ms_to_s(value_ms: float) -> float:
     return value_ms / 1000.0
+
+
+def check_sentence(value: str, placeholders: tuple[str, ...] = ()) -> str:
+    """A sentence the appliance says, filled in with ``str.format``: only ``placeholders`` may appear,
+    and no line breaks (it may reach a SIP header or the log). Raises ValueError with the fix."""
+    import string
+
+    if "\r" in value or "\n" in value:
+        raise ValueError("must be one line (no line breaks)")
+    allowed = ", ".join("{" + name + "}" for name in placeholders) or "none"
+    try:
+        fields = [name for _, name, spec, conversion in string.Formatter().parse(value) if name is not None]
+        for name in fields:
+            if name not in placeholders:
+                raise ValueError(
+                    f"{{{name}}} is not a placeholder this sentence can use (it can use: {allowed}); "
+                    "write a brace itself as {{ or }}"
+                )
+    except ValueError as err:
+        if "placeholder" in str(err):
+            raise
+        raise ValueError(f"unbalanced braces ({err}); write a brace itself as {{{{ or }}}}") from None
+    return value

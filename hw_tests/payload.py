@@ -206,7 +206,7 @@ def fetch_slim_sdist(out_dir: Path) -> Path:
 
 
 def write_layouts(bundle_dir: Path, out: Path) -> list[Path]:
-    from engines.manifest import Bundle
+    from engines.bundle import Bundle
 
     bundle = Bundle.open(bundle_dir)
     out.mkdir(parents=True, exist_ok=True)
@@ -232,7 +232,7 @@ def _save_layout_of(gguf: Path, path: Path) -> None:
 
 def copy_whisper(bundle_dir: Path, out: Path) -> list[Path]:
     from engines.asr.artifacts import config_artifact, onnx_artifact, tokenizer_artifact
-    from engines.manifest import Bundle
+    from engines.bundle import Bundle
 
     bundle = Bundle.open(bundle_dir)
     out.mkdir(parents=True, exist_ok=True)

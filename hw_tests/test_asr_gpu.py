@@ -19,7 +19,8 @@ from engines.asr import AsrEngine, create_asr
 from engines.asr.params import AsrParams
 from engines.asr.text import normalize_text
 from engines.audio import load_audio_16k
-from engines.manifest import Bundle, Manifest
+from engines.bundle import Bundle
+from engines.manifest import Manifest
 
 pytestmark = pytest.mark.gpu
 

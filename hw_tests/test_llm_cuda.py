@@ -17,10 +17,10 @@ from collections.abc import Iterator
 import pytest
 
 from appliance.config import load_settings
+from engines.bundle import Bundle
 from engines.llm import GenerationStats, Message, create_llm
 from engines.llm.llamacpp import LlamaCppLlm
 from engines.llm.params import LlmParams
-from engines.manifest import Bundle
 
 pytestmark = pytest.mark.gpu
 

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from appliance.config import Settings, load_settings
-from engines.manifest import Bundle
+from engines.bundle import Bundle
 
 REPO = Path(__file__).resolve().parents[1]
 DATA_DIR = Path(os.environ.get("APPLIANCE_TEST_DATA", REPO.parent / "shared" / "data"))

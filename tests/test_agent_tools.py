@@ -23,8 +23,8 @@ from appliance.pipeline.workers import EngineWorker
 from appliance.tools import ToolBox
 from appliance.trace.record import TurnTrace
 from bench.site import send, serve_http, site_agent
+from engines.bundle import Bundle
 from engines.llm import LlmEngine, Message
-from engines.manifest import Bundle
 from engines.tts import TtsEngine
 from tests.fixtures.pipeline import FakeAsr, FakeLlm
 

@@ -10,8 +10,9 @@ from build_scripts.context import BuildContext
 from build_scripts.whisper.ct2 import load_ct2_folder, read_model_bin
 from build_scripts.whisper.export import EXPORTER_VERSION
 from build_scripts.whisper.step import export_whisper_onnx
+from engines.bundle import Bundle
 from engines.errors import ModelFileError
-from engines.manifest import Bundle, Manifest
+from engines.manifest import Manifest
 
 ONNX_ARTIFACTS = {
     f"asr/whisper-base/onnx/{part}-{precision}"

@@ -13,8 +13,8 @@ from engines.asr.decoding import repeating_tail
 from engines.asr.params import AsrParams
 from engines.asr.text import normalize_text, word_error_rate
 from engines.audio import load_audio_16k, resample
+from engines.bundle import Bundle
 from engines.errors import BackendUnavailable, InputError
-from engines.manifest import Bundle
 from tests.fixtures import build
 from tests.fixtures.asr import SpeechCase
 

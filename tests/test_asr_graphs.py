@@ -13,7 +13,7 @@ from engines.asr.decoding import GreedyDecoder
 from engines.asr.features import CHUNK_FRAMES, log_mel, pad_frames
 from engines.asr.onnxruntime_backend import OrtGraphRunner
 from engines.audio import load_audio_16k
-from engines.manifest import Bundle
+from engines.bundle import Bundle
 
 PROMPT = [50258, 50259, 50359, 50363]  # start, English, transcribe, no timestamps
 

@@ -14,8 +14,9 @@ from build_scripts.whisper.export import export_onnx
 from build_scripts.whisper.load import detect_format, load_checkpoint
 from engines.asr.onnxruntime_backend import OrtGraphRunner
 from engines.audio import load_audio_16k
+from engines.bundle import Bundle
 from engines.errors import BackendUnavailable, ModelFileError
-from engines.manifest import Bundle, Manifest
+from engines.manifest import Manifest
 from tests.fixtures import build
 
 torch = pytest.importorskip("torch")

@@ -9,8 +9,9 @@ import pytest
 
 from appliance.cli import main
 from build_scripts.bundle import build_bundle
+from engines.bundle import Bundle
 from engines.errors import BundleError
-from engines.manifest import Bundle, Manifest
+from engines.manifest import Manifest
 
 EXPECTED_ARTIFACTS = {
     "vad/silero/onnx",

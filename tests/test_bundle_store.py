@@ -12,9 +12,10 @@ from pathlib import Path
 
 import pytest
 
+from engines.bundle import Bundle
 from engines.bundle_store import STATE, VERSIONS, BundleStore, resolve_bundle_dir
 from engines.errors import BundleError
-from engines.manifest import Artifact, Bundle, Manifest, sha256_of
+from engines.manifest import Artifact, Manifest, sha256_of
 
 REPO = Path(__file__).resolve().parents[1]
 

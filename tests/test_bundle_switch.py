@@ -20,8 +20,9 @@ from appliance.audio import ArraySource, MemorySink
 from appliance.bundle_switch import room_for_both
 from appliance.pipeline.engines import SessionEngines
 from appliance.pipeline.session import Session
+from engines.bundle import Bundle
 from engines.bundle_store import BundleStore, BundleVersion
-from engines.manifest import Bundle, Manifest
+from engines.manifest import Manifest
 from tests.fixtures.daemon_proc import DaemonConfig, DaemonProcess, free_tcp_port, place_call
 from tests.fixtures.pipeline import SILENCE_ONLY, make_fakes, silence, tone
 from tests.test_sip_helpers import free_udp_port

@@ -14,8 +14,9 @@ import pytest
 from appliance.canary import evaluate, read_evaluation
 from appliance.cli import main
 from appliance.config import Settings, load_settings, override
+from engines.bundle import Bundle
 from engines.bundle_store import BundleStore
-from engines.manifest import Artifact, Bundle, Manifest, sha256_of
+from engines.manifest import Artifact, Manifest, sha256_of
 
 QUESTION = "speech/en/google_audio.wav"
 FACTS = "# Brooklyn Bridge\nThe Brooklyn Bridge opened in 1883.\n\n# Canteen\nThe canteen opens at 7:30.\n"

@@ -8,7 +8,8 @@ import pytest
 
 from appliance.cli import main
 from appliance.commands.common import EXIT_CONFIG
-from appliance.config import ConfigError, Settings, default_config_text, load_settings
+from appliance.config import ConfigError, Settings, load_settings
+from appliance.config_default import default_toml
 
 
 def write(tmp_path: Path, text: str) -> Path:
@@ -25,7 +26,7 @@ def problems_of(path: Path) -> dict[str, str]:
 
 def test_shipped_default_is_valid_and_matches_schema_defaults() -> None:
     assert load_settings(None) == Settings()
-    assert "[llm]" in default_config_text()
+    assert "[llm]" in default_toml()
 
 
 def test_unknown_key_is_named(tmp_path: Path) -> None:

@@ -16,9 +16,9 @@ import numpy as np
 import pytest
 
 from build_scripts.synthetic.gguf_layout import load_layout, save_layout, write_random_gguf
+from engines.bundle import Bundle
 from engines.errors import ModelFileError
 from engines.llm.llama_runtime import LlamaRuntime
-from engines.manifest import Bundle
 from hw_tests import payload as payload_mod
 
 REPO = Path(__file__).resolve().parents[1]

@@ -15,8 +15,8 @@ from build_scripts.llama_build import wheel as wheel_mod
 from build_scripts.llama_build.ensure import SetupFailed, Toolbox, check, chosen_profile, install
 from build_scripts.llama_build.profile import BEST, SAFE, UnsupportedMachine, choose_profile
 from build_scripts.llama_build.scan import AMX_MNEMONICS, forbidden_instructions
+from engines.bundle import Bundle
 from engines.llm.smoke import FAULT_ENV, SmokeResult, run_smoke, smallest_gguf
-from engines.manifest import Bundle
 
 AVX2 = {"sse4_2", "avx", "avx2", "fma", "f16c", "bmi2"}
 AVX512 = AVX2 | {"avx512f", "avx512cd", "avx512bw", "avx512dq", "avx512vl", "avx512_vnni", "avx512_bf16"}

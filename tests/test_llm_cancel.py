@@ -8,9 +8,9 @@ from collections.abc import Iterator
 
 import pytest
 
+from engines.bundle import Bundle
 from engines.llm import GenerationStats, Message
 from engines.llm.llamacpp import LlamaCppLlm
-from engines.manifest import Bundle
 from tests.fixtures.llm import GEMMA_CONTEXT_TOKENS, load_llm
 
 FIRST = [Message("user", "Tell me about the history of the railway station in three sentences.")]

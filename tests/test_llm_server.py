@@ -15,13 +15,13 @@ import pytest
 from appliance.config import load_settings, override
 from appliance.engine_set import llm_engine, llm_server_problems
 from bench.llm_server import LlamaServer
+from engines.bundle import Bundle
 from engines.errors import BackendUnavailable
 from engines.llm import GenerationStats, Message
 from engines.llm.fallback import LOCAL, SERVER, ServerWithFallback
 from engines.llm.llamacpp import LlamaCppLlm
 from engines.llm.openai_server import LlmServerError, OpenAiLlm, check_server_url
 from engines.llm.params import LlmServerParams
-from engines.manifest import Bundle
 from tests.fixtures.daemon_proc import free_tcp_port
 
 QUESTION = [Message("user", "What is the door code of the depot?")]

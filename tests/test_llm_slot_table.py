@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import pytest
 
+from engines.bundle import Bundle
 from engines.errors import InputError
 from engines.llm.gguf import read_gguf
 from engines.llm.memory import available_memory_bytes, check_kv_fits, kv_cache_bytes
 from engines.llm.slots import SlotTable
-from engines.manifest import Bundle
 
 SYSTEM = [1, 2, 3]
 

@@ -10,10 +10,10 @@ from collections.abc import Iterator
 
 import pytest
 
+from engines.bundle import Bundle
 from engines.errors import BackendUnavailable
 from engines.llm import GenerationStats, Message
 from engines.llm.llamacpp import LlamaCppLlm
-from engines.manifest import Bundle
 from tests.fixtures.llm import GEMMA_CONTEXT_TOKENS, QWEN_CONTEXT_TOKENS, load_llm
 
 QUESTIONS = {

@@ -9,13 +9,13 @@ from pathlib import Path
 
 import pytest
 
+from engines.bundle import Bundle
 from engines.errors import InputError, ModelFileError
 from engines.llm import Message
 from engines.llm.chat_template import GEMMA_TEMPLATE, ChatTemplate, validate_history
 from engines.llm.gguf import read_gguf
 from engines.llm.history import trim_history
 from engines.llm.stop import StopStringFilter
-from engines.manifest import Bundle
 
 
 def _stream(filter_: StopStringFilter, pieces: Sequence[str]) -> str:

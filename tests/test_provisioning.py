@@ -14,7 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from engines.manifest import MANIFEST_NAME, Artifact, Bundle, Manifest, sha256_of
+from engines.bundle import Bundle
+from engines.manifest import MANIFEST_NAME, Artifact, Manifest, sha256_of
 from provisioning.cli import main
 from provisioning.context import ProvisioningContext
 from provisioning.framework import StateStore, run_steps

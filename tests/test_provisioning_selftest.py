@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from engines.manifest import Bundle
+from engines.bundle import Bundle
 from provisioning.cli import main
 from provisioning.signing import generate_keypair, sign_bundle
 

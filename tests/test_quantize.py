@@ -12,10 +12,10 @@ import pytest
 
 from build_scripts.__main__ import main as build_main
 from build_scripts.quantize import quantize, validate_quantized
+from engines.bundle import Bundle
 from engines.errors import BackendUnavailable, ModelFileError
 from engines.llm import GenerationStats, Message, available_models
 from engines.llm.gguf import read_gguf
-from engines.manifest import Bundle
 from tests.fixtures import build
 
 

@@ -112,10 +112,10 @@ def test_ssrc_change_restarts_the_stream_without_losing_frames() -> None:
 
 
 async def _stream_and_two_senders(
-    label: str, **options: bool
+    label: str, *, latch: bool = True
 ) -> tuple[RtpStream, asyncio.DatagramTransport, asyncio.DatagramTransport, bytes]:
     """An open stream, two UDP senders on the caller's host (two ports), and 20 ms of PCMU."""
-    stream = RtpStream(MediaParams(LOOPBACK, free_udp_port(), "PCMU", 0), label=label, **options)
+    stream = RtpStream(MediaParams(LOOPBACK, free_udp_port(), "PCMU", 0), label=label, latch=latch)
     await stream.open(LOOPBACK, free_udp_port())
     loop = asyncio.get_running_loop()
     first, _ = await loop.create_datagram_endpoint(asyncio.DatagramProtocol, local_addr=(LOOPBACK, 0))

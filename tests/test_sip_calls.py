@@ -18,7 +18,7 @@ import pytest
 from appliance.rtp.packet import RtpPacket
 from appliance.sip import Call, CallAudio, EchoHandler, PlaybackHandler, SipServer
 from engines.audio import load_audio, resample
-from engines.manifest import Bundle
+from engines.bundle import Bundle
 from tests.test_sip_helpers import (
     RtpCapture,
     free_udp_port,

@@ -108,6 +108,7 @@ async def run_sipp(
     timeout_s: float = 30.0,
     pause_ms: int = 0,
     transport: str = "u1",
+    local_port: int | None = None,
     workdir: Path,
 ) -> SippResult:
     """One SIPp call as UAC against ``server``; returns SIPp's exit status (0: the scenario passed)."""
@@ -115,7 +116,7 @@ async def run_sipp(
         pytest.fail("SIPp is required for the SIP call tests on CI (apt-get install sip-tester)")
     args = [
         SIPP, "-sf", str(SCENARIOS / scenario), f"{LOOPBACK}:{server.local_port}",
-        "-i", local_ip, "-p", str(free_udp_port(local_ip)), "-mp", str(free_media_ports(local_ip)),
+        "-i", local_ip, "-p", str(local_port or free_udp_port(local_ip)), "-mp", str(free_media_ports(local_ip)),
         "-m", "1", "-l", "1", "-d", str(pause_ms), "-t", transport, "-nostdin", "-timeout", f"{int(timeout_s)}s", "-timeout_error",
         "-trace_err", "-error_file", str(workdir / f"{scenario}.{random.getrandbits(24)}.errors.log"),
     ]  # fmt: skip

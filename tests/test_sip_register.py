@@ -49,6 +49,7 @@ def _config(registrar: KamailioRegistrar, password_file: Path, **changes: object
         "registrar": f"127.0.0.1:{registrar.port}",
         "register_user": EXTENSION,
         "register_password_file": password_file,
+        "register_min_interval_s": 1.0,  # the test registrar grants 5 s
     }
     return SipConfig(**(values | changes))
 

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import pytest
 import soundfile as sf
 
 from appliance.audio.call import call_session_kwargs
@@ -41,7 +42,12 @@ TARGETS = {"operator": "sip:2000@127.0.0.1:5099"}
 
 
 def _call(
-    tmp_path: Path, scenario: str, *, pause_ms: int = 0, server: dict[str, object] | None = None
+    tmp_path: Path,
+    scenario: str,
+    *,
+    pause_ms: int = 0,
+    server: dict[str, object] | None = None,
+    sipp_port: int | None = None,
 ) -> tuple[int, str, list[Session]]:
     """SIPp calls, presses 0 one second in; the session runs on the fake engines with the operator key."""
     pcap = write_rtp_pcap(tmp_path / "key.pcap", np.zeros(8000 * 12, np.float32), keys=((1.0, "0"),))
@@ -63,6 +69,7 @@ def _call(
                 keys={"rtp_port": str(free_udp_port()), "codecs": "0 101", "pcap": str(pcap)},
                 pause_ms=pause_ms,
                 timeout_s=40,
+                local_port=sipp_port,
                 workdir=tmp_path,
             )
             return result.returncode, result.output
@@ -81,25 +88,47 @@ def test_the_operator_key_puts_the_caller_through_and_the_appliance_hangs_up(tmp
     assert said.reply_audio_s > 0
 
 
-def test_a_transfer_the_phone_system_challenges_is_sent_again_with_the_extensions_digest(
-    tmp_path: Path,
-) -> None:
-    """The PBX answers the REFER with 401 and a digest challenge; the REFER is sent again with an
-    Authorization for the extension (SIPp verifies the digest with the password), then the
-    transfer goes on as an unchallenged one."""
+def _extension(tmp_path: Path, registrar: str) -> dict[str, object]:
     password = tmp_path / "extension.password"
     password.write_text("s3cret-ext-42\n")
     password.chmod(0o600)
-    extension = {
-        "registrar": f"127.0.0.1:{free_udp_port()}",  # nothing there: the registration only fails
-        "register_user": "kiosk",
-        "register_password_file": password,
-    }
-    returncode, output, sessions = _call(tmp_path, "transfer_challenged.xml", server=extension)
+    return {"registrar": registrar, "register_user": "kiosk", "register_password_file": password}
+
+
+def test_a_transfer_the_phone_system_challenges_is_sent_again_with_the_extensions_digest(
+    tmp_path: Path,
+) -> None:
+    """The call comes from the phone system at sip.registrar (SIPp on that address; it leaves the
+    REGISTERs unanswered), which answers the REFER with 401 and a digest challenge; the REFER is sent
+    again with an Authorization for the extension (SIPp verifies the digest with the password), then
+    the transfer goes on as an unchallenged one."""
+    pbx_port = free_udp_port()
+    extension = _extension(tmp_path, f"127.0.0.1:{pbx_port}")
+    returncode, output, sessions = _call(
+        tmp_path, "transfer_challenged.xml", server=extension, sipp_port=pbx_port
+    )
     assert returncode == 0, output  # a wrong digest would have been answered 403 and failed SIPp
     (session,) = sessions
     (said,) = session.traces
     assert said.endpoint_by == "operator_key"
+
+
+def test_a_caller_who_challenges_the_transfer_gets_no_digest_of_the_extensions_password(
+    tmp_path: Path,
+) -> None:
+    """A caller who is not the phone system presses the operator key and answers the REFER sent to
+    it with its own 401 (any realm, a fixed nonce: an offline guess of the password would follow).
+    The REFER is not sent again (SIPp fails on any further REFER), the caller is told the transfer
+    failed, and the call goes on."""
+    extension = _extension(tmp_path, f"127.0.0.1:{free_udp_port()}")  # the PBX is elsewhere
+    returncode, output, sessions = _call(
+        tmp_path, "transfer_hostile_challenge.xml", server=extension, pause_ms=6000
+    )
+    assert returncode == 0, output  # no second REFER, with or without an Authorization
+    (session,) = sessions
+    preamble, failed = session.traces
+    assert preamble.endpoint_by == "operator_key"
+    assert failed.endpoint_by == "transfer_failed"
 
 
 def test_a_refused_transfer_is_said_and_the_call_goes_on(tmp_path: Path) -> None:
@@ -124,6 +153,38 @@ def test_transfer_targets_are_checked_with_the_fix() -> None:
         SipConfig(transfer_targets=TARGETS, operator_digit="0", operator_target="reception")
     at_pbx = SipConfig(registrar="10.20.0.2", register_user="2301", transfer_targets={"front desk": "2000"})
     assert at_pbx.transfer_uri("front desk") == "sip:2000@10.20.0.2"
+    on_a_port = SipConfig(registrar="127.0.0.1:5090", register_user="2301", transfer_targets={"desk": "2100"})
+    assert on_a_port.transfer_uri("desk") == "sip:2100@127.0.0.1:5090"  # not 5060
+
+
+@pytest.mark.parametrize(
+    ("keys", "problem"),
+    [
+        (
+            {"transfer_targets": {"desk": "sip:2000@10.0.0.2>\r\nRefer-To: <sip:9@evil"}},
+            "neither an extension",
+        ),
+        ({"transfer_targets": {"desk\r\nX-Injected: 1": "2000"}}, "one line"),
+        ({"transfer_targets": {"desk": "20 00"}}, "neither an extension"),
+        ({"transfer_preamble": "{oops}"}, r"\{oops\} is not a placeholder this sentence can use"),
+        ({"transfer_failed_reply": "Sorry {target.__class__}"}, "not a placeholder"),
+        ({"transfer_preamble": "Put through to {target"}, "unbalanced braces"),
+        ({"silence_prompt": "Still there?\r\nBye"}, "one line"),
+    ],
+)
+def test_settings_that_reach_sip_headers_or_sentences_are_refused_with_the_fix(
+    keys: dict[str, object], problem: str
+) -> None:
+    """A CR/LF in a transfer target would add headers to the REFER; an unknown placeholder in a
+    sentence crashed every operator-key call with KeyError. Both are refused where settings are
+    checked (the admin page's write and `appliance config check` use the same schema)."""
+    from pydantic import ValidationError
+
+    from appliance.config import SipConfig
+
+    base = {"registrar": "10.20.0.2", "register_user": "2301"}
+    with pytest.raises(ValidationError, match=problem):
+        SipConfig(**(base | keys))
 
 
 class _TimedTransfers:

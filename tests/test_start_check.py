@@ -24,14 +24,15 @@ from appliance.admin.backend import LiveRegistry
 from appliance.admin.config_file import to_toml
 from appliance.admin.local import LocalBackend
 from appliance.admin.users import set_password
+from appliance.bundle_view import summarize_bundle
 from appliance.config import ConfigError, Settings, load_settings
-from appliance.daemon import Daemon, open_store, serve, summarize_bundle
+from appliance.daemon import Daemon, open_store, serve
 from appliance.pipeline.engines import SessionEngines
 from appliance.service.notify import Notifier
 from appliance.service.runner import ServiceControl
 from appliance.start_check import check_start
 from appliance.start_plan import plan_start
-from engines.manifest import Bundle
+from engines.bundle import Bundle
 from tests.fixtures.admin import ADMIN_PASSWORD
 from tests.test_sip_helpers import free_udp_port
 

@@ -13,8 +13,8 @@ import numpy as np
 import pytest
 
 from engines.audio import resample
+from engines.bundle import Bundle
 from engines.errors import InputError, ModelFileError
-from engines.manifest import Bundle
 from engines.tts import TtsEngine, bundled_voices
 from engines.tts.piper_voice import PiperTts
 from tests.fixtures import build
@@ -202,7 +202,7 @@ def test_broken_voice_files(bundle: Bundle, tmp_path: Path) -> None:
 
 def test_factory_imports_no_runtime() -> None:
     code = (
-        "import sys; from pathlib import Path; from engines.manifest import Bundle; "
+        "import sys; from pathlib import Path; from engines.bundle import Bundle; "
         "from engines.tts import create_tts; "
         "b = Bundle.open(Path.home() / '.cache/appliance/bundle', verify=False); "
         "create_tts(b); "

@@ -15,8 +15,9 @@ from appliance.config import load_settings, override
 from appliance.engine_set import build_engines, open_bundle, startup_problems, turn_detector
 from bench.turn_set import call_path
 from engines.audio import load_audio_16k
+from engines.bundle import Bundle
 from engines.errors import BundleError, InputError, ModelFileError
-from engines.manifest import Bundle, Manifest
+from engines.manifest import Manifest
 from engines.turn import SMART_TURN_ARTIFACT, TurnDetector
 from engines.turn.smart_turn import FEATURE_SHAPE, WINDOW_SAMPLES, SmartTurnDetector, features
 from tests.fixtures.pipeline import silence

@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 
 from engines.audio import FRAME_SAMPLES, load_audio_16k
+from engines.bundle import Bundle
 from engines.errors import BackendUnavailable, InputError, ModelFileError
-from engines.manifest import Bundle
 from engines.vad import VadEngine, create_vad
 from engines.vad.frames import frame_probabilities, iter_frames
 from engines.vad.params import VadParams
@@ -128,7 +128,7 @@ def test_broken_or_missing_model_file(tmp_path: Path, engine_class: type) -> Non
 
 def test_factory_imports_no_runtime() -> None:
     code = (
-        "import sys; from pathlib import Path; from engines.manifest import Bundle; "
+        "import sys; from pathlib import Path; from engines.bundle import Bundle; "
         "from engines.vad import create_vad; "
         "b = Bundle.open(Path.home() / '.cache/appliance/bundle', verify=False); "
         "from engines.vad.params import VadParams; "

@@ -81,6 +81,7 @@ class LiveRegistry:
         self._llm_load: Callable[[], LlmLoad] | None = None
         self._bundle: BundleSummary | None = None
         self._registration: Callable[[], SipRegistrationView | None] | None = None
+        self._sip_events: Callable[[], dict[str, int]] | None = None
         self._notices: list[str] = []
 
     def watch_registration(self, read: Callable[[], SipRegistrationView | None]) -> None:
@@ -89,6 +90,14 @@ class LiveRegistry:
 
     def registration(self) -> SipRegistrationView | None:
         read = self._registration
+        return None if read is None else read()
+
+    def watch_sip_events(self, read: Callable[[], dict[str, int]]) -> None:
+        """Where the SIP server's counts of what it refused or dropped are read."""
+        self._sip_events = read
+
+    def sip_events(self) -> dict[str, int] | None:
+        read = self._sip_events
         return None if read is None else read()
 
     def set_bundle(self, bundle: BundleSummary) -> None:

@@ -132,6 +132,7 @@ class LocalBackend:
             turns_not_stored=self.store.failed_writes,
             llm=self.llm_load(),
             sip_registration=self.registry.registration(),
+            sip_events=self.registry.sip_events(),
         )
 
     def _notices(self) -> str | None:

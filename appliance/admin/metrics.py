@@ -130,6 +130,17 @@ def _device_gauges(status: StatusReport) -> Iterator[GaugeMetricFamily | Counter
         )
         failures.add_metric(labels, registration.failures)
         yield failures
+    if status.sip_events is not None:
+        events = CounterMetricFamily(
+            "appliance_sip_events",
+            "what the SIP server refused or dropped since the start: malformed messages, rejected and "
+            "forbidden requests, calls refused as busy, internal errors, RTP packets from a source that "
+            "is not the call's (media_dropped), keypad keys over the per-call limits (keys_refused)",
+            labels=["kind"],
+        )
+        for kind, count in sorted(status.sip_events.items()):
+            events.add_metric([kind], count)
+        yield events
     host = status.host
     for name, text, value in (
         ("appliance_disk_total_bytes", "size of the disk holding the turn store", host.disk_total_bytes),

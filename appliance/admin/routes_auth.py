@@ -18,7 +18,7 @@ from appliance.admin.security import (
     check_same_origin,
 )
 from appliance.admin.sessions import LoginSession
-from appliance.admin.users import UserFileError
+from appliance.admin.users import UserFileError, grant_of
 
 log = logging.getLogger(__name__)
 
@@ -80,7 +80,7 @@ def auth_router() -> APIRouter:
             log.warning("failed admin login for user %r from %s", body.username, client)
             raise ApiError(401, "bad_credentials", "wrong user name or password")
         context.limiter.succeeded(keys, forget=[keys[1]])
-        token, session = context.sessions.create(user.name, user.role)
+        token, session = context.sessions.create(user.name, user.role, grant_of(user))
         response.set_cookie(
             SESSION_COOKIE,
             token,

@@ -9,7 +9,8 @@ from fastapi import APIRouter, FastAPI, Request
 from fastapi.responses import FileResponse, JSONResponse, RedirectResponse, Response
 from fastapi.staticfiles import StaticFiles
 
-from appliance.admin.security import SESSION_COOKIE, AuthContext
+from appliance.admin.errors import ApiError
+from appliance.admin.security import SESSION_COOKIE, AuthContext, live_session
 
 STATIC_DIR = Path(str(resources.files("appliance.admin").joinpath("static")))
 
@@ -23,7 +24,10 @@ def swagger_ui_dir() -> Path:
 
 def _logged_in(request: Request) -> bool:
     context: AuthContext = request.app.state.auth
-    return context.sessions.get(request.cookies.get(SESSION_COOKIE)) is not None
+    try:
+        return live_session(context, request.cookies.get(SESSION_COOKIE)) is not None
+    except ApiError:
+        return False
 
 
 def _page(name: str) -> FileResponse:

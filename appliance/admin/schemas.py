@@ -126,6 +126,11 @@ class StatusReport(Body):
     sip_registration: SipRegistrationView | None = Field(
         None, description="the extension's registration with the site's phone system (sip.registrar)"
     )
+    sip_events: dict[str, int] | None = Field(
+        None,
+        description="what the SIP server refused or dropped since the start, by kind (malformed, "
+        "rejected, forbidden, busy, internal_errors, media_dropped, keys_refused); None without SIP",
+    )
 
 
 class LiveSession(Body):

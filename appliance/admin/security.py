@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hmac
+import logging
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -16,6 +17,8 @@ from appliance.admin.errors import ApiError
 from appliance.admin.ratelimit import LoginRateLimiter
 from appliance.admin.sessions import LoginSession, SessionStore
 from appliance.admin.users import UserDirectory
+
+log = logging.getLogger(__name__)
 
 SESSION_COOKIE = "appliance_session"
 CSRF_HEADER = "X-CSRF-Token"
@@ -56,10 +59,25 @@ def check_same_origin(request: Request) -> None:
 AuthDep = Annotated[AuthContext, Depends(auth_context)]
 
 
+def live_session(context: AuthContext, token: str | None) -> LoginSession | None:
+    """The session of ``token`` while its user still has what the login granted: a user removed,
+    given another role or another password is logged out at their next request."""
+    session = context.sessions.get(token)
+    if session is None or context.users.grant(session.username) == session.grant:
+        return session
+    context.sessions.delete(token)
+    log.info("admin session of user %r ended: the account was changed or removed", session.username)
+    raise ApiError(
+        401,
+        "account_changed",
+        f"user {session.username!r} was removed, or their role or password changed; log in again",
+    )
+
+
 def current_session(
     request: Request, token: Annotated[str | None, Depends(session_cookie)], context: AuthDep
 ) -> LoginSession:
-    session = context.sessions.get(token)
+    session = live_session(context, token)
     if session is None:
         raise ApiError(
             401, "not_authenticated", "log in first (POST /api/login); the session may have expired"

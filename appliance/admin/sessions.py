@@ -23,6 +23,7 @@ class LoginSession:
     csrf_token: str
     created_at: float
     expires_at: float  # wall time
+    grant: str = ""  # the account as it was at login (UserDirectory.grant): a change ends the session
 
     def csrf_matches(self, token: str | None) -> bool:
         return token is not None and hmac.compare_digest(token.encode(), self.csrf_token.encode())
@@ -43,7 +44,7 @@ class SessionStore:
         self._sessions: dict[str, LoginSession] = {}
         self._lock = threading.Lock()
 
-    def create(self, username: str, role: Role) -> tuple[str, LoginSession]:
+    def create(self, username: str, role: Role, grant: str = "") -> tuple[str, LoginSession]:
         """A new session; returns the cookie token (shown once) and the session."""
         token = secrets.token_urlsafe(32)
         now = self._clock()
@@ -53,6 +54,7 @@ class SessionStore:
             csrf_token=secrets.token_urlsafe(32),
             created_at=now,
             expires_at=now + self.ttl_s,
+            grant=grant,
         )
         with self._lock:
             self._drop_expired(now)

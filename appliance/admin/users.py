@@ -9,6 +9,7 @@ file, nobody can log in.
 from __future__ import annotations
 
 import functools
+import hashlib
 import logging
 import os
 import re
@@ -118,6 +119,20 @@ def remove_user(path: Path, name: str) -> bool:
     return True
 
 
+def grant_of(user: User) -> str:
+    """What a login was granted: the user's role and password hash, as a digest (a session keeps
+    it, not the hash); any change of either gives another."""
+    return hashlib.sha256(f"{user.name}\n{user.role}\n{user.password_hash}".encode()).hexdigest()
+
+
+def _stamp(path: Path | None) -> tuple[int, int, int] | None:
+    try:
+        found = path.stat() if path is not None else None
+    except OSError:
+        return None
+    return None if found is None else (found.st_ino, found.st_mtime_ns, found.st_size)
+
+
 @functools.lru_cache(maxsize=1)
 def _dummy_hash() -> str:
     """Checked against for unknown names, so they cost as much as known ones."""
@@ -132,6 +147,8 @@ class UserDirectory:
         self.users_file = users_file
         self.password_file = password_file
         self._verifications = threading.BoundedSemaphore(MAX_CONCURRENT_VERIFICATIONS)
+        self._grants: tuple[object, dict[str, str]] | None = None  # (the files' stamps, grant per user)
+        self._grants_lock = threading.Lock()
 
     def users(self) -> dict[str, User]:
         users: dict[str, User] = {}
@@ -144,6 +161,20 @@ class UserDirectory:
                 log.error("ignoring the provisioned admin password: %s", err)
         users.update(read_users(self.users_file))
         return users
+
+    def grant(self, name: str) -> str | None:
+        """The current grant of user ``name`` (``grant_of``), None when there is no such user or the
+        files cannot be read. Checked on every request, so re-read only when a file changed."""
+        stamps = (_stamp(self.users_file), _stamp(self.password_file))
+        with self._grants_lock:
+            if self._grants is None or self._grants[0] != stamps:
+                try:
+                    grants = {n: grant_of(u) for n, u in self.users().items()}
+                except UserFileError as err:
+                    log.error("%s", err)
+                    grants = {}
+                self._grants = (stamps, grants)
+            return self._grants[1].get(name)
 
     def authenticate(self, name: str, password: str) -> User | None:
         """The user when ``password`` is right; None otherwise (same cost for unknown names)."""

@@ -18,6 +18,8 @@ from .workers import EngineWorker
 
 log = logging.getLogger(__name__)
 
+MAX_TYPED_KEYS = 32  # longer than any phone, account or order number; more keys are ignored
+
 
 def typed_text(keys: str) -> str:
     """What the model reads for keys typed on the phone's keypad."""
@@ -35,13 +37,17 @@ class TypedNumber:
         self.last_key_at = 0.0
         self._reading: tuple[asyncio.Task[None], CancelEvent] | None = None
         self.prefill_tokens = 0
+        self.ignored = 0  # keys past MAX_TYPED_KEYS in the number being typed
 
     def __bool__(self) -> bool:
         return bool(self._keys)
 
     def add(self, key: str, now: float, llm: LlmEngine, worker: EngineWorker) -> None:
-        self._keys.append(key)
         self.last_key_at = now
+        if len(self._keys) >= MAX_TYPED_KEYS:
+            self.ignored += 1
+            return
+        self._keys.append(key)
         if self._prefill and (self._reading is None or self._reading[0].done()):
             cancel = CancelEvent()
             job = functools.partial(
@@ -59,6 +65,9 @@ class TypedNumber:
         """The keys typed and the prompt tokens prefilled while they were, both forgotten here; a
         prefill still running gives way to the turn's own work."""
         keys, self._keys = "".join(self._keys), []
+        if self.ignored:
+            log.warning("a typed number was cut at %d keys (%d more ignored)", MAX_TYPED_KEYS, self.ignored)
+            self.ignored = 0
         tokens, self.prefill_tokens = self.prefill_tokens, 0
         if self._reading is not None:
             self._reading[1].set()

@@ -3,9 +3,15 @@ cannot answer, and the conversation a session keeps. (The echo gate's are in ``e
 
 from __future__ import annotations
 
-from pydantic import Field
+import re
 
-from engines.params import Params, ms_to_s
+from pydantic import Field, field_validator
+
+from engines.params import Params, check_sentence, ms_to_s
+
+# An extension (digits, *, #, a user name) or a SIP URI without spaces, angle brackets or line breaks:
+# the value goes into a Refer-To header.
+_TARGET = re.compile(r"^(sip:[^\s<>\"]+|[A-Za-z0-9*#+._-]{1,64})$")
 
 
 class PartialsParams(Params):
@@ -102,6 +108,29 @@ class CallParams(Params):
         min_length=1,
         description="said when a transfer is refused or not answered (the call goes on)",
     )
+
+    @field_validator("transfer_preamble", "transfer_failed_reply")
+    @classmethod
+    def _says_target(cls, value: str) -> str:
+        return check_sentence(value, ("target",))
+
+    @field_validator("silence_prompt")
+    @classmethod
+    def _one_line(cls, value: str) -> str:
+        return check_sentence(value)
+
+    @field_validator("transfer_targets")
+    @classmethod
+    def _targets(cls, value: dict[str, str]) -> dict[str, str]:
+        for name, target in value.items():
+            if not name.strip() or len(name) > 64 or any(c in name for c in "\r\n{}"):
+                raise ValueError(f"target name {name[:64]!r}: 1-64 characters on one line, no braces")
+            if not _TARGET.match(target):
+                raise ValueError(
+                    f"{name!r} = {target[:80]!r} is neither an extension (digits or a user name) nor a "
+                    'SIP URI without spaces or line breaks ("sip:2100@10.20.0.2")'
+                )
+        return value
 
     @property
     def keypad_timeout_s(self) -> float:

@@ -575,7 +575,10 @@ class Session:
                 self._transfer(target), name=f"transfer-{self.session_id}"
             )
         if turn.transcript:
-            trace.repeated = said_again(turn.transcript, self._last_transcript)
+            try:
+                trace.repeated = said_again(turn.transcript, self._last_transcript)
+            except Exception:  # a quality signal must never cost the call or the turn's record
+                log.exception("turn %s: could not compare the transcript with the last one", trace.turn_id)
             self._last_transcript = turn.transcript
         if trace.error is None and turn.transcript:
             self.conversation.commit(turn.transcript, turn.played_text)

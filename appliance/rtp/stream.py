@@ -11,15 +11,17 @@ import asyncio
 import collections
 import logging
 import random
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from typing import cast
 
 import numpy as np
 
+from appliance.ratelog import ThrottledLog
 from appliance.rtp import g711
 from appliance.rtp.dtmf import Digit, DtmfDetector, DtmfError
 from appliance.rtp.jitter import JitterBuffer
+from appliance.rtp.keys import KeyGate
 from appliance.rtp.packet import RtpError, RtpPacket, looks_like_rtcp, parse_rtp
 from appliance.rtp.resample import Upsampler2x, downsample_16k_to_8k
 from engines.net import is_ip_literal
@@ -30,7 +32,6 @@ PACKET_SAMPLES = 160  # 20 ms at 8 kHz
 PACKET_S = 0.020
 CLOCK_RATE_HZ = 8000
 _MAX_BEHIND_S = 0.2
-MAX_DIGITS_KEPT = 1000
 
 
 @dataclass(frozen=True)
@@ -62,7 +63,7 @@ class StreamStats:
     rtcp_packets: int = 0
     unknown_payload: int = 0
     frames_dropped: int = 0
-    digits: list[str] = field(default_factory=list)
+    digits: list[str] = field(default_factory=list)  # the keys pressed (those the call's KeyGate admitted)
     longest_send_gap_s: float = 0.0  # between two packets sent (20 ms when the event loop keeps time)
 
 
@@ -76,6 +77,7 @@ class RtpStream(asyncio.DatagramProtocol):
         max_queued_frames: int = 256,
         label: str = "",
         latch: bool = True,
+        on_dropped: Callable[[str], None] | None = None,
     ) -> None:
         self.params = params
         # Symmetric RTP: the first address and port that sends valid media for the call is the
@@ -85,7 +87,10 @@ class RtpStream(asyncio.DatagramProtocol):
         self.latched: tuple[str, int] | None = None
         self.frame_samples = frame_samples
         self.label = label
-        self.stats = StreamStats()
+        self._on_dropped = on_dropped or (lambda why: None)  # the server's count of what all calls dropped
+        self.keys = KeyGate(label or "call", on_refused=lambda: self._on_dropped("key"))
+        self.stats = StreamStats(digits=self.keys.admitted)
+        self._noisy = ThrottledLog(log)
         self.last_received_s: float | None = None
         self._jitter = JitterBuffer(depth_packets=jitter_depth_packets)
         self._dtmf = DtmfDetector()
@@ -166,6 +171,18 @@ class RtpStream(asyncio.DatagramProtocol):
         source = (str(addr[0]), int(addr[1]))
         if source[0] != self.params.remote_host or (self.latched is not None and source != self.latched):
             self.stats.foreign_packets += 1
+            self._on_dropped("media")
+            expected = f"{self.latched[0]}:{self.latched[1]}" if self.latched else self.params.remote_host
+            self._noisy.log(
+                logging.WARNING,
+                "foreign",
+                "%s: media from %s:%d dropped: this call's media comes from %s (the address in the "
+                "caller's SDP%s); a phone system that sends media from another address needs it in its SDP",
+                self.label,
+                *source,
+                expected,
+                ", first port that sent" if self.latched else "",
+            )
             return
         if looks_like_rtcp(data):
             self.stats.rtcp_packets += 1
@@ -174,8 +191,7 @@ class RtpStream(asyncio.DatagramProtocol):
             packet = parse_rtp(data)
         except RtpError as err:
             self.stats.bad_packets += 1
-            if self.stats.bad_packets <= 3 or self.stats.bad_packets % 500 == 0:
-                log.info("%s: dropped a bad RTP packet from %s: %s", self.label, addr, err)
+            self._noisy.info("bad", "%s: dropped a bad RTP packet from %s: %s", self.label, addr, err)
             return
         if packet.payload_type not in (self.params.payload_type, self.params.telephone_event_pt):
             self.stats.unknown_payload += 1
@@ -199,12 +215,10 @@ class RtpStream(asyncio.DatagramProtocol):
             digits: list[Digit] = self._dtmf.feed(packet.timestamp, packet.payload)
         except DtmfError as err:
             self.stats.bad_packets += 1
-            log.info("%s: dropped a bad telephone-event packet: %s", self.label, err)
+            self._noisy.info("bad-event", "%s: dropped a bad telephone-event packet: %s", self.label, err)
             return
         for digit in digits:
-            if len(self.stats.digits) < MAX_DIGITS_KEPT:
-                self.stats.digits.append(digit.name)
-            log.info("%s: DTMF %s (%.0f ms)", self.label, digit.name, digit.duration_s * 1000)
+            self.keys.admit(digit.name, "RTP")
 
     def _on_payloads(self, payloads: list[bytes | None]) -> None:
         if not payloads:

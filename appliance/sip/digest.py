@@ -130,3 +130,30 @@ def authorization(
 
 def _quoted(text: str) -> str:
     return text.replace("\\", "\\\\").replace('"', '\\"')
+
+
+@dataclass(frozen=True)
+class ExtensionSecret:
+    """The extension's credentials and who may ask for them: the registrar's address, and the realm it
+    challenged the registration with (None until it has)."""
+
+    user: str
+    password: str
+    registrar: tuple[str, int]
+    realm: str | None = None
+
+    def refusal(self, challenge: Challenge, challenger: tuple[str, int]) -> str | None:
+        """Why ``challenger`` must not get a digest of the password for ``challenge``; None when it may.
+        Anyone else (a caller answering our REFER with its own 401) could take the digest offline and
+        guess the password from it."""
+        if challenger != self.registrar:
+            return (
+                f"{challenger[0]}:{challenger[1]} asked for the extension's password, but only the phone "
+                f"system at sip.registrar ({self.registrar[0]}:{self.registrar[1]}) is given it"
+            )
+        if self.realm is not None and challenge.realm != self.realm:
+            return (
+                f"the challenge is for realm {challenge.realm[:64]!r}, not the phone system's "
+                f"{self.realm[:64]!r} (learnt at registration)"
+            )
+        return None

@@ -7,9 +7,10 @@ import asyncio
 import logging
 from collections.abc import Callable
 
+from appliance.rtp.keys import KEYS
 from appliance.sip.call import Call, CallState
 from appliance.sip.calls import CallTable
-from appliance.sip.digest import ChallengeError, authorization, challenge_of
+from appliance.sip.digest import ChallengeError, ExtensionSecret, authorization, challenge_of
 from appliance.sip.headers import parse_uri, parse_via
 from appliance.sip.message import SipRequest, SipResponse
 from appliance.sip.transactions import Retransmitter, transaction_key
@@ -20,11 +21,40 @@ log = logging.getLogger(__name__)
 
 REFER_WAIT_S = 30.0  # for the REFER's answer, then for the target to answer
 FailInvite = Callable[..., None]  # InviteFlow.send_final_failure(invite, source, status, *, to_tag=...)
-Credentials = Callable[[], tuple[str, str] | None]  # (user, password) for a PBX's challenge, if configured
+Credentials = Callable[[], ExtensionSecret | None]  # for the PBX's challenge, if configured
+Answered = tuple[SipResponse, Address]  # a final response to one of our requests, and where it came from
 
 
-def _no_credentials() -> tuple[str, str] | None:
+def _no_credentials() -> ExtensionSecret | None:
     return None
+
+
+MAX_KEY_DURATION_MS = 10_000
+
+
+def info_key(content_type: str, body: bytes) -> str:
+    """The one key a SIP INFO carries: ``application/dtmf-relay`` ("Signal=5", "Duration=160") or
+    ``application/dtmf`` ("5"). Raises ValueError naming what is wrong with the body."""
+    text = body.decode("utf-8", "replace").strip()
+    if content_type == "application/dtmf":
+        fields = {"signal": text}
+    else:
+        fields = {}
+        for line in text.splitlines():
+            name, separator, value = line.partition("=")
+            name = name.strip().lower()
+            if not separator or name in fields:
+                raise ValueError("a dtmf-relay body is one Signal= line and at most one Duration= line")
+            fields[name] = value.strip()
+    key = fields.get("signal", "")
+    if len(key) != 1 or key.upper() not in KEYS:
+        raise ValueError(f"Signal {key[:8]!r} is not one keypad key (0-9, *, #, A-D)")
+    duration = fields.get("duration")
+    if duration is not None and not (
+        duration.isdigit() and len(duration) <= 5 and 0 < int(duration) <= MAX_KEY_DURATION_MS
+    ):
+        raise ValueError(f"Duration {duration[:8]!r} is not 1-{MAX_KEY_DURATION_MS} ms")
+    return key.upper()
 
 
 class DialogFlow:
@@ -47,7 +77,7 @@ class DialogFlow:
         self.end_call = end_call
         self.spawn = spawn
         self.client_retx: dict[str, Retransmitter] = {}  # our BYEs and REFERs, by branch
-        self.answers: dict[str, asyncio.Future[SipResponse]] = {}  # ... whose final response is awaited
+        self.answers: dict[str, asyncio.Future[Answered]] = {}  # ... whose final response is awaited
 
     def on_cancel(self, cancel: SipRequest, source: Address) -> None:
         invite_key = transaction_key(cancel, "INVITE")
@@ -74,12 +104,14 @@ class DialogFlow:
         if call is None:
             self.transport.respond(info, source, 481)
             return
-        if (info.get("Content-Type") or "").lower().startswith("application/dtmf-relay"):
-            for line in info.body.decode("utf-8", "replace").splitlines():
-                key, _, value = line.partition("=")
-                if key.strip().lower() == "signal" and value.strip():
-                    call.stream.stats.digits.append(value.strip())
-                    log.info("call %s: DTMF %s (SIP INFO)", call.call_id, value.strip())
+        content_type = (info.get("Content-Type") or "").split(";")[0].strip().lower()
+        if content_type in ("application/dtmf-relay", "application/dtmf"):
+            try:
+                key = info_key(content_type, info.body)
+            except ValueError as err:
+                self.transport.respond(info, source, 400, f"Bad Request ({err})"[:120])
+                return
+            call.stream.keys.admit(key, "SIP INFO")
         self.transport.respond(info, source, 200)
 
     def send_bye(self, call: Call) -> None:
@@ -87,18 +119,19 @@ class DialogFlow:
 
     async def send_refer(self, call: Call, target: str, *, timeout_s: float = REFER_WAIT_S) -> str | None:
         """A blind transfer (RFC 3515): REFER the caller to ``target`` and follow its NOTIFYs until the
-        target answers; None when it did, else why not (the call goes on either way). A PBX that
-        challenges the REFER (401/407) gets it again with the extension's credentials."""
+        target answers; None when it did, else why not (the call goes on either way). The phone system
+        at sip.registrar, when it challenges the REFER (401/407), gets it again with the extension's
+        credentials; nobody else does (a caller could take the digest and guess the password)."""
         progress: asyncio.Queue[int] = asyncio.Queue()
         call.refer_progress = progress
         headers = [("Refer-To", f"<{target}>"), ("Referred-By", self.transport.contact_for(call.peer))]
         try:
-            response = await self._ask(call, "REFER", headers, timeout_s)
+            response, source = await self._ask(call, "REFER", headers, timeout_s)
             if response.status in (401, 407):
-                answer = self._answer_challenge(response, "REFER", call.dialog.remote_target)
+                answer = self._answer_challenge(response, source, "REFER", call.dialog.remote_target)
                 if isinstance(answer, str):
                     return answer
-                response = await self._ask(call, "REFER", [*headers, answer], timeout_s)
+                response, _ = await self._ask(call, "REFER", [*headers, answer], timeout_s)
             if response.status >= 300:
                 return f"the phone system refused the transfer ({response.status} {response.reason})"
             deadline = asyncio.get_running_loop().time() + timeout_s
@@ -115,16 +148,18 @@ class DialogFlow:
 
     async def _ask(
         self, call: Call, method: str, headers: list[tuple[str, str]], timeout_s: float
-    ) -> SipResponse:
-        answer: asyncio.Future[SipResponse] = asyncio.get_running_loop().create_future()
+    ) -> Answered:
+        answer: asyncio.Future[Answered] = asyncio.get_running_loop().create_future()
         self._send_in_dialog(call, method, headers=headers, answer=answer)
         return await asyncio.wait_for(answer, timeout_s)
 
-    def _answer_challenge(self, response: SipResponse, method: str, uri: str) -> tuple[str, str] | str:
+    def _answer_challenge(
+        self, response: SipResponse, source: Address, method: str, uri: str
+    ) -> tuple[str, str] | str:
         """The Authorization (401) or Proxy-Authorization (407) header answering ``response``'s digest
         challenge with the extension's credentials, or why there is none."""
-        credentials = self.credentials()
-        if credentials is None:
+        secret = self.credentials()
+        if secret is None:
             return (
                 f"the phone system asks for a password for the transfer ({response.status}): set "
                 "sip.register_user and sip.register_password_file"
@@ -133,8 +168,14 @@ class DialogFlow:
             challenge, header = challenge_of(response)
         except ChallengeError as err:
             return f"cannot answer the phone system's challenge for the transfer: {err}"
-        user, password = credentials
-        return (header, authorization(challenge, method=method, uri=uri, username=user, password=password))
+        refused = secret.refusal(challenge, source)
+        if refused is not None:
+            log.warning("SIP: a %s challenge not answered: %s", method, refused)
+            return f"the transfer was challenged by someone other than the phone system: {refused}"
+        return (
+            header,
+            authorization(challenge, method=method, uri=uri, username=secret.user, password=secret.password),
+        )
 
     def on_notify(self, notify: SipRequest, source: Address) -> None:
         """A transfer's progress (Event: refer, a message/sipfrag body such as "SIP/2.0 180 Ringing")."""
@@ -157,7 +198,7 @@ class DialogFlow:
         method: str,
         *,
         headers: list[tuple[str, str]] | None = None,
-        answer: asyncio.Future[SipResponse] | None = None,
+        answer: asyncio.Future[Answered] | None = None,
     ) -> None:
         over_tcp = self.transport.over_tcp(call.peer)
         request = call.dialog.make_request(
@@ -182,7 +223,7 @@ class DialogFlow:
             max_sends=1 if over_tcp else None,  # a stream does not lose it
         )
 
-    def on_response(self, response: SipResponse) -> None:
+    def on_response(self, response: SipResponse, source: Address) -> None:
         """A response to one of our requests stops its retransmissions (a provisional one too); a final
         one goes to whoever waits for it."""
         hops = response.get_list("Via")
@@ -197,7 +238,7 @@ class DialogFlow:
         if answer is not None and response.status >= 200:
             self.answers.pop(branch or "", None)
             if not answer.done():
-                answer.set_result(response)
+                answer.set_result((response, source))
         if retx is None and answer is None:
             log.debug("SIP: dropped a response (%d) that matches no request of ours", response.status)
 

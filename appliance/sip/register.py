@@ -36,6 +36,20 @@ Address = tuple[str, int]
 State = Literal["off", "registering", "registered", "failing"]
 RETRY_FIRST_S = 5.0
 RENEW_AT = 0.8  # of the lifetime granted
+MAX_GRANTED_S = 86400 * 7
+
+
+def bounded_seconds(text: str, *, low: float, high: float) -> float | None:
+    """A registrar's number of seconds (Expires, Retry-After, expires=) clamped to [low, high]; None
+    when it is not a plain number (never int() of an unbounded string)."""
+    text = text.strip()
+    if not text.isdigit() or not text.isascii():
+        return None
+    if len(text) > 10:
+        return high
+    return min(high, max(low, float(int(text))))
+
+
 UNREGISTER_WAIT_S = 2.0
 
 
@@ -95,6 +109,7 @@ class Registration:
     status: RegistrationStatus = field(init=False)
     _pending: dict[str, _Pending] = field(default_factory=dict, init=False)
     _task: asyncio.Task[None] | None = field(default=None, init=False)
+    realm: str | None = field(default=None, init=False)  # the registrar's, once it has challenged us
 
     def __post_init__(self) -> None:
         self.registrar = self.config.registrar_address
@@ -155,22 +170,43 @@ class Registration:
 
     async def _keep_registered(self) -> None:
         backoff = RETRY_FIRST_S
+        retry_max = self.config.register_retry_max_s
         while True:
             self._set("registering", "")
             try:
                 granted = await self.register(self.config.register_expires_s)
-            except RegistrationFailed as err:
-                wait = err.retry_after_s or backoff
+            except asyncio.CancelledError:
+                raise
+            except Exception as err:  # whatever the registrar sent, registration goes on and says why
+                reason = (
+                    err.reason if isinstance(err, RegistrationFailed) else f"unexpected error: {err!r:.200}"
+                )
+                asked = err.retry_after_s if isinstance(err, RegistrationFailed) else None
+                wait = min(asked or backoff, retry_max)
                 self.status = replace(self.status, failures=self.status.failures + 1)
-                self._set("failing", f"{err.reason}; trying again in {wait:.0f} s")
+                self._set("failing", f"{reason}; trying again in {wait:.0f} s")
                 log.error(
-                    "SIP: registration of %s with %s failed: %s", self.aor, self.config.registrar, err.reason
+                    "SIP: registration of %s with %s failed: %s; trying again in %.0f s",
+                    self.aor,
+                    self.config.registrar,
+                    reason,
+                    wait,
                 )
                 await asyncio.sleep(wait)
-                backoff = min(backoff * 2, self.config.register_retry_max_s)
+                backoff = min(backoff * 2, retry_max)
                 continue
             backoff = RETRY_FIRST_S
-            renew_in = max(1.0, granted * RENEW_AT)
+            least = self.config.register_min_interval_s
+            renew_in = max(least, granted * RENEW_AT)
+            if granted * RENEW_AT < least:
+                log.warning(
+                    "SIP: the registrar %s granted %s only %d s; renewing every %.0f s "
+                    "(sip.register_min_interval_s) instead",
+                    self.config.registrar,
+                    self.aor,
+                    granted,
+                    least,
+                )
             self._set("registered", f"renewed in {renew_in:.0f} s", expires_s=granted)
             await asyncio.sleep(renew_in)
             self.status = replace(self.status, renewals=self.status.renewals + 1)
@@ -190,14 +226,14 @@ class Registration:
             if response.status in (401, 407):
                 credentials = self._answer(response, stale_only=credentials is not None)
                 continue
-            least = (response.get("Min-Expires") or "").strip()
-            if response.status == 423 and least.isdigit():
+            least = bounded_seconds(response.get("Min-Expires") or "", low=1, high=MAX_GRANTED_S)
+            if response.status == 423 and least is not None:
                 expires_s = int(least)
                 continue
-            retry = (response.get("Retry-After") or "").split(";")[0].strip()
+            retry = (response.get("Retry-After") or "").split(";")[0]
             raise RegistrationFailed(
-                f"the registrar answered {response.status} {response.reason}",
-                retry_after_s=float(retry) if retry.isdigit() else None,
+                f"the registrar answered {response.status} {response.reason[:80]}",
+                retry_after_s=bounded_seconds(retry, low=1, high=self.config.register_retry_max_s),
             )
         raise RegistrationFailed("the registrar kept challenging the answers")
 
@@ -217,6 +253,7 @@ class Registration:
             challenge, method="REGISTER", uri=self._uri, username=self.auth_user, password=self.password
         )
         self.status = replace(self.status, auth=f"digest {challenge.algorithm}")
+        self.realm = challenge.realm
         return (answer_header, answer)
 
     @property
@@ -289,10 +326,11 @@ class Registration:
         for contact in response.get_list("Contact"):
             if f"@{self.local_host}:{self.local_port}" in contact:
                 found = re.search(r";\s*expires\s*=\s*(\d+)", contact, re.IGNORECASE)
-                if found:
-                    return int(found[1])
-        expires = (response.get("Expires") or "").strip()
-        return int(expires) if expires.isdigit() else asked_s
+                granted = bounded_seconds(found[1], low=0, high=MAX_GRANTED_S) if found else None
+                if granted is not None:
+                    return int(granted)
+        expires = bounded_seconds(response.get("Expires") or "", low=0, high=MAX_GRANTED_S)
+        return int(expires) if expires is not None else asked_s
 
     def _set(self, state: State, detail: str, *, expires_s: int | None = None) -> None:
         changed = state != self.status.state

@@ -22,6 +22,7 @@ from appliance.sip.call import HANDLER_GRACE_S, Call, CallAudio, CallHandler, Ca
 from appliance.sip.calls import CallTable
 from appliance.sip.checks import SUPPORTED_METHODS, check_request
 from appliance.sip.dialog import make_response
+from appliance.sip.digest import ExtensionSecret
 from appliance.sip.indialog import DialogFlow
 from appliance.sip.invite import InviteFlow
 from appliance.sip.message import SipRequest, SipResponse, SipSyntaxError, parse_message
@@ -83,12 +84,14 @@ class SipServer(asyncio.DatagramProtocol):
             credentials=self._extension_credentials,
         )
 
-    def _extension_credentials(self) -> tuple[str, str] | None:
-        """The registered extension's digest user and password, for a PBX that challenges a REFER."""
+    def _extension_credentials(self) -> ExtensionSecret | None:
+        """The registered extension's digest user and password, for the PBX when it challenges a REFER."""
         registration = self.registration
         if registration is None or registration.password is None:
             return None
-        return registration.auth_user, registration.password
+        return ExtensionSecret(
+            registration.auth_user, registration.password, registration.registrar, registration.realm
+        )
 
     def _with_transfer(self, handler: CallHandler) -> CallHandler:
         """``handler``, given calls that can be transferred with this server's REFER."""
@@ -225,7 +228,7 @@ class SipServer(asyncio.DatagramProtocol):
                 return
             if isinstance(message, SipResponse):
                 if self.registration is None or not self.registration.on_response(message):
-                    self.dialogs.on_response(message)
+                    self.dialogs.on_response(message, source)
                 return
             request = message
             await self._on_request(request, source)
@@ -376,6 +379,12 @@ class SipServer(asyncio.DatagramProtocol):
                     if silent_s > self.config.rtp_timeout_s:
                         self._spawn(self.end_call(call, f"no RTP for {silent_s:.1f} s", send_bye=True))
 
+    def _dropped(self, what: str) -> None:
+        if what == "key":
+            self.stats.keys_refused += 1
+        else:
+            self.stats.media_dropped += 1
+
     def _spawn(self, coroutine: Coroutine[Any, Any, None]) -> None:
         task = asyncio.get_running_loop().create_task(coroutine)
         self._tasks.add(task)
@@ -392,6 +401,7 @@ class SipServer(asyncio.DatagramProtocol):
                 jitter_depth_packets=self.config.jitter_depth_packets,
                 label=label,
                 latch=self.config.rtp_latch,
+                on_dropped=self._dropped,
             )
             try:
                 await stream.open(self.config.bind_host, port)

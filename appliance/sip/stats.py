@@ -16,3 +16,20 @@ class ServerStats:
     calls_started: int = 0
     calls_ended: int = 0
     internal_errors: int = 0
+    media_dropped: int = 0  # RTP from a source that is not the call's (not the SDP's address, or not latched)
+    keys_refused: int = 0  # keypad keys past the per-call gate (not a key, too fast, too many)
+
+    def counters(self) -> dict[str, int]:
+        """What /metrics shows (appliance_sip_events_total by kind)."""
+        return {
+            name: getattr(self, name)
+            for name in (
+                "malformed",
+                "rejected",
+                "forbidden",
+                "busy",
+                "internal_errors",
+                "media_dropped",
+                "keys_refused",
+            )
+        }

@@ -9,7 +9,7 @@ from typing import Protocol
 import numpy as np
 
 from engines.asr.params import AsrParams
-from engines.manifest import Bundle
+from engines.bundle import Bundle
 
 
 @dataclass(frozen=True)

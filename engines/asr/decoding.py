@@ -19,6 +19,7 @@ class Decoded:
     logprob_sum: float = 0.0  # log probability of each token chosen, end-of-text included
     scored: int = 0  # ... how many tokens that sums
     no_speech_p: float | None = None  # the model's probability that no one speaks (Whisper's own)
+    looped: bool = False  # stopped because the text began repeating itself (``repeating_tail``)
 
 
 class GreedyDecoder:
@@ -79,9 +80,9 @@ class GreedyDecoder:
         generated: list[int] = []
         logprob_sum = 0.0
 
-        def done(hit_limit: bool) -> Decoded:
+        def done(hit_limit: bool, looped: bool = False) -> Decoded:
             scored = len(generated) + (0 if hit_limit else 1)
-            return Decoded(tuple(generated), hit_limit, logprob_sum, scored, no_speech_p)
+            return Decoded(tuple(generated), hit_limit, logprob_sum, scored, no_speech_p, looped)
 
         while len(generated) < limit:
             outputs = self.decoder.run({"tokens": step_tokens, **caches, **cross}, cancel)
@@ -94,7 +95,7 @@ class GreedyDecoder:
                 return done(hit_limit=False)
             generated.append(token)
             if stop_on_loop and repeating_tail(generated):
-                return done(hit_limit=True)
+                return done(hit_limit=True, looped=True)
             caches = {name: outputs[f"new_{name}"] for name in caches}
             step_tokens = np.asarray([[token]], dtype=np.int64)
         return done(hit_limit=True)
@@ -109,6 +110,20 @@ def compression_ratio(text: str) -> float:
     """Bytes of text over bytes compressed: repetition loops compress far better than speech."""
     data = text.encode("utf-8")
     return len(data) / max(1, len(zlib.compress(data)))
+
+
+def without_repeats(tokens: tuple[int, ...], *, max_period: int = 12) -> tuple[int, ...]:
+    """``tokens`` with a repetition loop at its end cut to one copy of the repeated pattern (what the
+    person most likely said once): the last resort when no other decoding gives a sane transcript."""
+    best = tokens
+    for period in range(1, max_period + 1):
+        end = len(tokens)
+        while end - 2 * period >= 0 and tokens[end - period : end] == tokens[end - 2 * period : end - period]:
+            end -= period
+        # tokens[end - period : end] is the pattern's first copy; two copies or more after it: a loop
+        if len(tokens) - end >= period * 2 and end < len(best):
+            best = tokens[:end]
+    return best
 
 
 def repeating_tail(

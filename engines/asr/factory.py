@@ -18,8 +18,8 @@ from engines.asr.config import PRECISIONS
 from engines.asr.params import AsrParams
 from engines.asr.runner import BACKENDS, DEVICES, GraphRunner
 from engines.asr.whisper import EncodePolicy, WhisperEngine, WhisperFiles
+from engines.bundle import Bundle
 from engines.errors import BackendUnavailable
-from engines.manifest import Bundle
 
 # Real-length encoding: the audio plus 5 s of silence, and a full-window retry on degenerate text
 # (token limit, repetition). On the test recordings this scored better than 10 s of padding or a fixed

@@ -37,8 +37,10 @@ _SPELLING = {"oh": "zero", "flavour": "flavor", "colour": "color", "okay": "ok",
 
 
 def _number_words(digits: str) -> str:
+    if len(digits) > 2:  # never int() of a long run: Python refuses more than 4300 digits
+        return " ".join(_SMALL[int(d)] for d in digits)
     value = int(digits)
-    if len(digits) <= 2 and value <= 20:
+    if value <= 20:
         return _SMALL[value]
     if len(digits) == 2 and value in _TENS:
         return _TENS[value]

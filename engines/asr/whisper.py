@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import math
 import threading
@@ -15,7 +16,7 @@ import numpy as np
 
 from engines.asr import Transcript
 from engines.asr.config import WhisperConfig
-from engines.asr.decoding import Decoded, GreedyDecoder, compression_ratio
+from engines.asr.decoding import Decoded, GreedyDecoder, compression_ratio, without_repeats
 from engines.asr.features import CHUNK_FRAMES, HOP_SAMPLES, LogMel, log_mel, pad_frames
 from engines.asr.runner import GraphRunner
 from engines.asr.tokenizer import WhisperTokenizer
@@ -53,6 +54,10 @@ class EncodePolicy:
     fallback: bool = True
     max_compression_ratio: float = 2.4
     max_new_tokens: int = 224
+    # Speech is at most ~6 tokens a second; more is the decoder running away (a loop, or text made up
+    # over silence), and every extra token costs a decoder step.
+    tokens_per_s: float = 10.0
+    tokens_floor: int = 16
     # The value that fills a 30 s window: 0.0 as faster-whisper pads its features (what Whisper base
     # transcribes best padded to 30 s); None for the silence floor, which real-length padding always uses.
     full_window_fill: float | None = 0.0
@@ -148,7 +153,9 @@ class WhisperEngine:
         cancel: threading.Event | None = None,
     ) -> tuple[Decoded, str]:
         mel = log_mel(audio, self._n_mels)
-        limit = max_new_tokens or self.policy.max_new_tokens
+        policy = self.policy
+        audio_budget = policy.tokens_floor + math.ceil(len(audio) / SAMPLE_RATE_HZ * policy.tokens_per_s)
+        limit = min(max_new_tokens or policy.max_new_tokens, audio_budget)
         frames = self.policy.frames_for(mel.frames)
         decoded = self._decode(mel, frames, limit, cancel)
         text = _loaded(self._tokenizer).decode(decoded.tokens).strip()
@@ -159,6 +166,11 @@ class WhisperEngine:
             )
             decoded = self._decode(mel, CHUNK_FRAMES, limit, cancel)
             text = _loaded(self._tokenizer).decode(decoded.tokens).strip()
+        if decoded.looped:
+            kept = without_repeats(decoded.tokens)
+            log.info("Whisper repeated itself; %d of %d tokens kept", len(kept), len(decoded.tokens))
+            decoded = dataclasses.replace(decoded, tokens=kept)
+            text = _loaded(self._tokenizer).decode(kept).strip()
         return decoded, text
 
     def _decode(
@@ -166,12 +178,11 @@ class WhisperEngine:
     ) -> Decoded:
         fill = self.policy.full_window_fill if frames == CHUNK_FRAMES else None
         cross = self.encode(pad_frames(mel, frames, fill), cancel)
-        stop_on_loop = frames < CHUNK_FRAMES and self.policy.fallback
         return _loaded(self._greedy).decode(
             cross,
             self._prompt,
             max_new_tokens,
-            stop_on_loop=stop_on_loop,
+            stop_on_loop=True,
             cancel=cancel,
             no_speech=self._no_speech,
         )

@@ -10,8 +10,8 @@ from typing import TYPE_CHECKING, Any, Literal, Protocol
 from engines.errors import ModelFileError
 
 if TYPE_CHECKING:
+    from engines.bundle import Bundle
     from engines.llm.params import LlmParams
-    from engines.manifest import Bundle
 
 GGUF_KIND = "llm-gguf"
 

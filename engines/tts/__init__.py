@@ -11,7 +11,7 @@ from engines.errors import ModelFileError
 from engines.tts.params import TtsParams
 
 if TYPE_CHECKING:
-    from engines.manifest import Bundle
+    from engines.bundle import Bundle
 
 
 class TtsEngine(Protocol):

@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Protocol
 import numpy as np
 
 if TYPE_CHECKING:
-    from engines.manifest import Bundle
+    from engines.bundle import Bundle
 
 SMART_TURN_ARTIFACT = "turn/smart-turn-v3.2"
 

@@ -10,7 +10,7 @@ from engines.errors import BackendUnavailable
 from engines.vad.params import VadParams
 
 if TYPE_CHECKING:
-    from engines.manifest import Bundle
+    from engines.bundle import Bundle
 
 BACKENDS = ("onnxruntime", "torch")
 _ARTIFACTS = {"onnxruntime": "vad/silero/onnx", "torch": "vad/silero/torchscript"}

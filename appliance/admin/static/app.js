@@ -3,13 +3,18 @@
 let session = null;
 let timer = null;
 
-class LoggedOut extends Error {}
+class LoggedOut extends Error {
+  constructor(code) { super(code); this.code = code; }
+}
 
 async function api(path, options = {}) {
   const headers = Object.assign({}, options.headers || {});
   if (options.method && options.method !== "GET" && session) headers["X-CSRF-Token"] = session.csrf_token;
   const response = await fetch(path, Object.assign({}, options, {headers, credentials: "same-origin"}));
-  if (response.status === 401) throw new LoggedOut();
+  if (response.status === 401) {
+    const reason = await response.json().catch(() => null);
+    throw new LoggedOut(reason && reason.error);
+  }
   const body = response.status === 204 ? null : await response.json().catch(() => null);
   if (!response.ok && response.status !== 503) {
     throw new Error((body && body.message) || `${path}: HTTP ${response.status}`);
@@ -189,7 +194,10 @@ async function refresh() {
     showQuality(latency.quality, status.bundle.version);
     text("updated", new Date().toLocaleTimeString());
   } catch (err) {
-    if (err instanceof LoggedOut) { location.assign("/login"); return; }
+    if (err instanceof LoggedOut) {
+      location.assign(err.code === "account_changed" ? "/login?ended=account_changed" : "/login");
+      return;
+    }
     const health = document.getElementById("health");
     health.textContent = `unreachable: ${err.message}`;
     health.className = "badge bad";

@@ -6,6 +6,12 @@ function nextPage() {
   return /^\/(?![\/\\])/.test(next) ? next : "/";
 }
 
+if (new URLSearchParams(location.search).get("ended") === "account_changed") {
+  const ended = document.getElementById("login-error");
+  ended.textContent = "You were logged out: your account was removed, or its role or password changed.";
+  ended.hidden = false;
+}
+
 document.getElementById("login-form").addEventListener("submit", async (event) => {
   event.preventDefault();
   const error = document.getElementById("login-error");
