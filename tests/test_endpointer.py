@@ -350,6 +350,47 @@ def test_expected_words_that_never_come_leave_the_sound_to_decide_after_text_wai
     )
 
 
+def _shipped_with_words() -> Endpointer:
+    return Endpointer(EndpointerParams())  # the shipped settings: smart_turn, words judged, 500 / 1000 ms
+
+
+def test_an_unsure_sound_waits_for_expected_words_past_end_silence() -> None:
+    """On a slow machine the words come after Whisper and the prompt pass, later than end_silence_ms:
+    "Mr. Quilter is the apostle of the" with an unsure sound was cut at 500 ms. Now no timer of the
+    sound ends the pause while the words are on their way; unfinished words then hold it."""
+    ep = _shipped_with_words()
+    pause, check = _pause(ep)
+    ep.expect_text(pause)
+    assert ep.verdict(check, 0.5) == []  # between the thresholds: unsure
+    assert [e for e in feed_all(ep, [OFF] * 20) if e.kind is EventKind.ENDPOINT] == []  # 640 ms more
+    assert ep.text_verdict(pause, 0.001) == []  # "... of the": unfinished
+    events = feed_all(ep, [OFF] * 40)
+    (end,) = [e for e in events if e.kind is EventKind.ENDPOINT]
+    assert end.by == "incomplete_silence"
+
+
+def test_an_unsure_sound_ends_the_moment_finished_words_arrive() -> None:
+    ep = _shipped_with_words()
+    pause, check = _pause(ep)
+    ep.expect_text(pause)
+    assert ep.verdict(check, 0.5) == []
+    assert [e for e in feed_all(ep, [OFF] * 20) if e.kind is EventKind.ENDPOINT] == []
+    (end,) = ep.text_verdict(pause, 0.6)
+    assert end.by == "fused"  # at once, when the words came: 800 ms into the pause here
+
+
+def test_expected_words_that_never_come_leave_an_unsure_sound_to_decide_after_words_wait() -> None:
+    ep = _shipped_with_words()
+    pause, check = _pause(ep)
+    ep.expect_text(pause)
+    assert ep.verdict(check, 0.5) == []
+    events = feed_all(ep, [OFF] * 60)
+    (end,) = [e for e in events if e.kind is EventKind.ENDPOINT]
+    assert end.by == "silence"
+    waited = end.time_s - (end.speech_end_s or 0.0)
+    assert waited == pytest.approx(0.16 + 1.0, abs=0.04)  # the verdict at turn_check, then words_wait
+
+
 def test_without_expected_words_the_sound_decides_exactly_as_before() -> None:
     for judged in (False, True):
         ep = smart(judge_words=judged)

@@ -13,7 +13,7 @@ import socket
 import struct
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -139,7 +139,9 @@ class Caller:
         )
         self.sip.sendto((ack + "Content-Length: 0\r\n\r\n").encode(), (LOOPBACK, self.appliance_port))
 
-    def wait_for(self, wanted, timeout_s: float) -> SipRequest | SipResponse | None:  # type: ignore[no-untyped-def]
+    def wait_for(
+        self, wanted: Callable[[SipRequest | SipResponse], bool], timeout_s: float
+    ) -> SipRequest | SipResponse | None:
         deadline = time.monotonic() + timeout_s
         seen = 0
         while time.monotonic() < deadline:

@@ -20,6 +20,7 @@ from appliance.admin.views import BUDGET_STAGE
 from appliance.quality import signals as quality_signals
 from appliance.service.loop_watch import STALL_S, current_figures
 from appliance.trace import STAGES, TurnTrace
+from appliance.trace.record import WordsNotExpected
 
 # 25 ms .. 30 s: a GPU turn is ~0.15 s, a CPU turn several seconds.
 LATENCY_BUCKETS_S = (
@@ -43,6 +44,7 @@ LATENCY_BUCKETS_S = (
 )
 # Turns read from the store per scrape; more than this between two scrapes are counted from the newest.
 SCRAPE_TURNS = 1000
+_WORDS_REASONS = frozenset(why.value for why in WordsNotExpected)
 
 
 class _LiveGauges(Collector):
@@ -204,6 +206,13 @@ class TraceMetrics:
         self.endings = Counter(
             "appliance_turn_endings", "turns by what ended the utterance", ["by"], registry=self.registry
         )
+        self.words_missing = Counter(
+            "appliance_turn_words_not_expected",
+            "turns whose pause the words could not judge (the sound decided alone), by why: off, "
+            "model_cannot (no chat template, site server), llm_busy (answering another call), no_pause",
+            ["why"],
+            registry=self.registry,
+        )
         self.verdicts = Histogram(
             "appliance_turn_complete_probability",
             "the end-of-turn verdicts of the pause that ended each turn: the sound's (Smart Turn) and the "
@@ -260,6 +269,8 @@ class TraceMetrics:
             self.endings.labels(by=by)
         for judge in ("sound", "words"):
             self.verdicts.labels(judge=judge)
+        for why in WordsNotExpected:
+            self.words_missing.labels(why=why.value)
         for stage in STAGES:
             self.stage_seconds.labels(stage=stage)
         for outcome in ("ok", "cancelled", "error"):
@@ -277,6 +288,8 @@ class TraceMetrics:
         self.turn_checks.labels(verdict="failed").inc(trace.turn_check_failed)
         if trace.endpoint_by:
             self.endings.labels(by=trace.endpoint_by).inc()
+        if trace.words_not_expected in _WORDS_REASONS:
+            self.words_missing.labels(why=trace.words_not_expected).inc()
         for judge, probability in (("sound", trace.turn_complete_p), ("words", trace.words_complete_p)):
             if probability is not None:
                 self.verdicts.labels(judge=judge).observe(probability)

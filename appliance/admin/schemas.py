@@ -180,6 +180,11 @@ class TurnView(Body):
         description="the words' verdict: the reply LLM's P(the words end the message) on that pause "
         "(endpointer.judge_words); None when the words were not judged",
     )
+    words_not_expected: str = Field(
+        "",
+        description="why the words did not judge that pause (the sound decided alone): off, model_cannot "
+        '(no chat template, site server), llm_busy (answering another call), no_pause; "" when they could',
+    )
     turn_incomplete: int = Field(description="... and did not hear it as finished")
     partials: int = Field(0, description="partial transcripts made while the person spoke")
     prefill_reused: int = Field(0, description="prompt tokens the LLM had evaluated before the end of speech")

@@ -38,6 +38,7 @@ def turn_view(trace: TurnTrace, budget_ms: float) -> TurnView:
         turn_checks=trace.turn_checks,
         turn_complete_p=trace.turn_complete_p,
         words_complete_p=trace.words_complete_p,
+        words_not_expected=trace.words_not_expected,
         turn_incomplete=trace.turn_incomplete,
         partials=trace.partials,
         prefill_reused=trace.prefill_reused,

@@ -45,7 +45,7 @@ from appliance.pipeline.partials import Partials, PartialsConfig, PartialsRecord
 from appliance.pipeline.playback import Player
 from appliance.pipeline.turn import Turn, TurnConfig
 from appliance.quality import said_again
-from appliance.trace.record import TurnTrace, new_turn_id
+from appliance.trace.record import TurnTrace, WordsNotExpected, new_turn_id
 from appliance.trace.store import TraceStore
 from engines.vad.endpointer import Endpointer, EndpointerParams, EndpointEvent, EventKind
 
@@ -438,14 +438,19 @@ class Session:
         for ended in self.endpointer.verdict(check_id, probability):
             await self._on_event(ended, time.monotonic())
 
-    def _words_judgeable(self) -> bool:
-        """The reply's language model can judge this pause's words at no extra wait: it judges turns
-        and is not answering another session (whose reply would delay our prompt's evaluation)."""
+    def _words_unavailable(self) -> WordsNotExpected | None:
+        """Why the reply's language model cannot judge this pause's words at no extra wait ("" when it
+        can): it must judge turns and not be answering another session (whose reply would delay our
+        prompt's evaluation). The turn's trace keeps the reason; /metrics counts it."""
         params, llm = self.config.endpointer, self.engines.llm
-        if params.mode != "smart_turn" or not params.judge_words or not llm.judges_turns:
-            return False
+        if params.mode != "smart_turn" or not params.judge_words:
+            return WordsNotExpected.OFF
+        if not llm.judges_turns:
+            return WordsNotExpected.MODEL_CANNOT
         now = llm.occupancy()
-        return now.running == 0 and now.waiting == 0
+        if now.running or now.waiting:
+            return WordsNotExpected.LLM_BUSY
+        return None
 
     def _words_heard(self, pause_id: int, probability: float | None) -> None:
         """The words' verdict on pause ``pause_id`` (on the event loop, from the turn)."""
@@ -486,7 +491,9 @@ class Session:
     async def _start_turn(self, event: EndpointEvent, now: float, *, confirmed: bool) -> None:
         if self._active is not None:
             await self._close_active(cancel=True)
-        judge_words = not confirmed and self._words_judgeable()  # after our own earlier reply was cut
+        # A turn started at the endpoint (after our own earlier reply was cut) has no pause to judge.
+        words_missing = WordsNotExpected.NO_PAUSE if confirmed else self._words_unavailable()
+        judge_words = words_missing is None
         self.partials.stop()
         end_s = event.speech_end_s if event.speech_end_s is not None else event.time_s
         audio = self._audio_between(event.utterance_start_s, event.time_s)
@@ -495,6 +502,7 @@ class Session:
             session_id=self.session_id,
             speculative=not confirmed,
             bundle_version=self.engines.bundle_version,
+            words_not_expected="" if words_missing is None else words_missing.value,
         )
         trace.speech_start = self._speech_start_mono
         trace.speech_end = self._monotonic_at(end_s, now)

@@ -6,7 +6,22 @@ import json
 import time
 import uuid
 from dataclasses import asdict, dataclass, field
+from enum import Enum
 from typing import Any
+
+
+class WordsNotExpected(str, Enum):
+    """Why a turn's pause was decided without the words' verdict (endpointer.judge_words): the sound
+    alone decided it. Counted on /metrics, so a site sees how often its turns were."""
+
+    OFF = "off"  # endpointer.mode is silence, or judge_words is false
+    MODEL_CANNOT = "model_cannot"  # no chat template to read the verdict from, or a site server
+    LLM_BUSY = "llm_busy"  # answering another session: our prompt's pass would wait behind it
+    NO_PAUSE = "no_pause"  # the turn started at the endpoint itself (after our reply was cut)
+
+    def __str__(self) -> str:
+        return self.value
+
 
 # In the order they happen in an undisturbed turn. ``asr_start`` may come before ``endpoint``
 # (speculative start), which is the point of starting early.
@@ -81,6 +96,9 @@ class TurnTrace:
     # The reply model's P(the words end the person's message) for the pause this turn started at
     # (endpointer.judge_words); None when the words were not judged.
     words_complete_p: float | None = None
+    words_not_expected: str = (
+        ""  # why the words did not judge that pause (WordsNotExpected), "" if they could
+    )
     turn_complete_p: float | None = None  # the last check's probability that the turn was complete
     partials: int = 0  # partial transcripts made while the person spoke (asr.partial_interval_ms)
     partial_asr_ms: float = 0.0  # their ASR time, summed
@@ -159,6 +177,7 @@ class TurnTrace:
             "turn_checks": self.turn_checks,
             "turn_incomplete": self.turn_incomplete,
             "turn_check_ms": self.turn_check_ms,
+            "words": f"not expected, {self.words_not_expected}" if self.words_not_expected else "expected",
             "partials": self.partials,
             "prefill_reused": self.prefill_reused,
             "llm_evaluated_tokens": self.llm_evaluated_tokens,

@@ -28,10 +28,11 @@ sound would end, and either can end it:
         --> ENDPOINT now (by "fused"; by "text" when the sound's model failed)
     otherwise --(words_unsure_silence_ms)--> ENDPOINT (by "silence")
 
-A sound verdict that says finished while words are expected waits for them at most ``words_wait_ms``
-(the words can still say "not finished": "... out of the"); the words alone never end a pause (a gap
-between two words is one too), they wait for the sound. A verdict for a pause that is over (the
-person spoke again) is ignored.
+While words are expected, whatever the sound says, the pause waits for them at most ``words_wait_ms``
+after the sound's verdict: no silence timer ends it before (the words can still say "not finished":
+"... out of the", and on a slow machine they come after end_silence_ms); if they do not come in
+time, the sound's rule decides. The words alone never end a pause (a gap between two words is one
+too), they wait for the sound. A verdict for a pause that is over (the person spoke again) is ignored.
 """
 
 from __future__ import annotations
@@ -325,8 +326,12 @@ class Endpointer:
             else:
                 self._hold(params.words_unsure_silence_s, "silence")
         elif known.audio is not None or known.audio_failed:
-            if known.text_expected and self._sounds_complete() and not self._text_wait_over():
-                return self._silence_endpoint()  # the words may still say "not finished" ("... out of the")
+            if known.text_expected and not self._text_wait_over():
+                # The words are on their way (the reply's own prompt pass): no timer of the sound ends
+                # the pause before them, so a slow machine is not cut off by end_silence_ms; they
+                # decide at once when they come ("... out of the" holds, "... at nine?" ends).
+                self._hold(math.inf, "silence")
+                return []
             if self._sounds_complete():
                 return [self._end(by="smart_turn")]
             if known.audio is not None and known.audio < params.turn_incomplete_threshold:
@@ -409,8 +414,10 @@ class Endpointer:
                 recheck = self.params.turn_recheck_s
                 self._next_check_s = self._next_check_s + recheck if recheck > 0 else math.inf
                 events.append(self._event(EventKind.TURN_CHECK, speech_end_s=self._last_voiced_end_s))
-            waited = self._verdicts.text_expected and self._sounds_complete() and self._text_wait_over()
-            ended = self._judge() if waited and self._verdicts.text is None else self._silence_endpoint()
+            known = self._verdicts
+            heard = known.audio is not None or known.audio_failed
+            waited = known.text_expected and known.text is None and heard and self._text_wait_over()
+            ended = self._judge() if waited else self._silence_endpoint()
             if ended:
                 return events + ended
         if self._over_max_length():
