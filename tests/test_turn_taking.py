@@ -6,7 +6,11 @@ mode still ends turns on silence alone."""
 from __future__ import annotations
 
 import asyncio
+import dataclasses
+import time
+from collections.abc import Iterator, Sequence
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -17,6 +21,7 @@ from appliance.pipeline.engines import SessionEngines
 from appliance.pipeline.session import Session
 from bench.turn_set import background, quietest_near
 from engines.audio import load_audio_16k
+from engines.llm import LlmEngine, Message
 
 SENTENCE = "speech/en/speechbrain_spk1_snt2.wav"  # "DROP THE TWO WHEN | YOU ADD THE FIGURES"
 HOW_OLD = "speech/en/google_audio.wav"  # "How old is the Brooklyn Bridge?"
@@ -136,3 +141,71 @@ def test_the_words_hold_a_pause_the_sound_alone_ends(real_engines: SessionEngine
     assert alone.turns_done == 2, [(t.transcript, t.endpoint_by) for t in alone.traces]
     assert both.turns_done == 1, [(t.transcript, t.endpoint_by, t.words_complete_p) for t in both.traces]
     assert "hearts" in both.traces[0].transcript.lower(), both.traces[0].transcript
+
+
+class _SlowPromptPass:
+    """The reply model of a slower or busier machine: each reply's prompt pass (which gives the words'
+    verdict) starts ``delay_s`` later, longer than endpointer.end_silence_ms."""
+
+    def __init__(self, llm: LlmEngine, delay_s: float) -> None:
+        self._llm = llm
+        self._delay_s = delay_s
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._llm, name)
+
+    def stream(self, history: Sequence[Message], **options: Any) -> Iterator[str]:
+        time.sleep(self._delay_s)  # on the LLM's worker, where the pass itself runs
+        yield from self._llm.stream(history, **options)
+
+
+def _live(engines: SessionEngines, audio: np.ndarray, *, delay_s: float, **endpointer: object) -> Session:
+    """As a microphone feeds it (real time), the words' verdict arriving after end_silence_ms."""
+    slow = dataclasses.replace(engines, llm=_SlowPromptPass(engines.llm, delay_s))
+    settings = override(load_settings(None), endpointer={"mode": "smart_turn", **endpointer})
+    session = Session(
+        engines=slow,
+        source=ArraySource(audio, realtime=True),
+        sink=MemorySink(engines.tts.sample_rate_hz),
+        config=session_config(settings),
+    )
+    asyncio.run(asyncio.wait_for(session.run(), 300))
+    return session
+
+
+def test_live_with_slow_words_a_pause_after_the_is_still_answered_once(
+    real_engines: SessionEngines, data_dir: Path
+) -> None:
+    """The words come 0.7 s after the prompt pass would start (after Whisper too): later than the 500 ms
+    of end_silence_ms. The pause after "the" waits for them instead of ending on the sound's timer."""
+    session = _live(real_engines, _paused(data_dir, SUNDAY, SUNDAY_THE_ENDS_S), delay_s=0.7)
+
+    summary = [(t.transcript, t.endpoint_by, t.turn_complete_p, t.words_complete_p) for t in session.traces]
+    assert len(session.traces) == 1, summary
+    assert "week" in session.traces[0].transcript.lower(), summary
+
+
+def test_live_with_slow_words_a_finished_sentence_ends_when_they_arrive(
+    real_engines: SessionEngines, data_dir: Path
+) -> None:
+    speech = load_audio_16k(data_dir / HOW_OLD)
+    _, quiet = _sentence(data_dir)
+    # words_wait_ms at its longest: the words come within it on a loaded machine too (the test is of
+    # what decides the pause, not of this machine's speed)
+    audio = np.concatenate([quiet[:8000], speech, quiet, quiet])
+    session = _live(real_engines, audio, delay_s=0.7, words_wait_ms=2000)
+
+    (trace,) = session.traces
+    assert trace.endpoint_by == "fused" and trace.words_complete_p is not None, trace
+    assert trace.words_not_expected == ""
+    waited = trace.stage_s("endpoint_wait")
+    assert waited is not None and waited < 2.5, trace  # it ended on the words, not on a silence
+
+
+def test_when_the_words_cannot_judge_the_trace_says_why(real_engines: SessionEngines, data_dir: Path) -> None:
+    speech, quiet = _sentence(data_dir)
+    session = _run(real_engines, np.concatenate([quiet[:8000], speech, quiet]), judge_words=False)
+
+    (trace,) = session.traces
+    assert trace.words_not_expected == "off" and trace.words_complete_p is None, trace
+    assert '"words":"not expected, off"' in trace.log_line()
