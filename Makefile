@@ -1,5 +1,6 @@
 # Two entry points; both set up what is missing first (see scripts/setup).
 # Another interpreter in its own environment: make test PYTHON=python3.10 VENV=.venv-py310
+# Some tests only: make test PYTEST_ARGS="tests/test_sip_calls.py -x"
 .PHONY: run test setup lint
 
 VENV ?= .venv
@@ -18,4 +19,4 @@ lint:
 	$(VENV)/bin/mypy
 
 test: setup lint
-	$(VENV)/bin/python -m pytest
+	$(VENV)/bin/python -m pytest $(PYTEST_ARGS)

@@ -2,6 +2,7 @@
 message)), both fused, and a trivial baseline, on complete sentences and on mid-sentence pauses.
 
     .venv/bin/python -m bench turn [--call-path] [--out FILE] [--plot FILE]
+    .venv/bin/python -m bench turn --live [--limit N] [--call-path]   (the real pipeline, bench/turn_live.py)
 
 The labelled set (bench/turn_set.py) is built from ../shared/data/speech/en: every sentence of at
 least five words as recorded, and the same sentence with 300-1200 ms of its own background inserted
@@ -418,6 +419,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--call-path", action="store_true", help="also the shipped settings on 8 kHz G.711")
     parser.add_argument("--out", type=Path, default=None)
     parser.add_argument("--plot", type=Path, default=None, help="the trade-off PNG (default beside --out)")
+    parser.add_argument(
+        "--live", action="store_true", help="the real pipeline in real time instead (bench/turn_live.py)"
+    )
+    args, _rest = parser.parse_known_args(argv)
+    if args.live:
+        from bench import turn_live
+
+        given = list(argv if argv is not None else sys.argv[1:])
+        return turn_live.main([a for a in given if a != "--live"])
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
 

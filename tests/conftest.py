@@ -40,3 +40,22 @@ def settings() -> Settings:
 def bundle(settings: Settings) -> Bundle:
     """The real default bundle built by scripts/setup; size-checked, not re-hashed, per session."""
     return Bundle.open(settings.bundle.dir, verify=True, full=False)
+
+
+_DURATIONS: dict[str, float] = {}
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    _DURATIONS[report.nodeid] = _DURATIONS.get(report.nodeid, 0.0) + report.duration
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    """With APPLIANCE_TEST_DURATIONS=FILE (as .ci/run sets it), every test's time (set-up, call and
+    tear-down together), slowest first: where the suite's time goes, kept beside the build."""
+    target = os.environ.get("APPLIANCE_TEST_DURATIONS")
+    if not target or not _DURATIONS:
+        return
+    path = Path(target)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    ranked = sorted(_DURATIONS.items(), key=lambda item: item[1], reverse=True)
+    path.write_text("".join(f"{seconds:.2f}\t{node}\n" for node, seconds in ranked), encoding="utf-8")
