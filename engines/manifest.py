@@ -53,7 +53,7 @@ def check_relative(path: str) -> None:
     """An artifact's path stays inside its bundle folder: relative, POSIX, no ``..``. Raises ValueError."""
     parts = path.split("/")
     if not path or path.startswith("/") or "\\" in path or ":" in parts[0] or ".." in parts or "\0" in path:
-        raise ValueError(f"path {path[:80]!r} is not a relative path inside the bundle")
+        raise ValueError(f"unsafe path {path[:80]!r}: not a relative path inside the bundle")
 
 
 def inside(root: Path, path: Path) -> bool:

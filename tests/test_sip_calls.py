@@ -332,7 +332,7 @@ def test_dtmf_telephone_events_are_received_and_logged(
             )
             return result.returncode, result.output
 
-    with caplog.at_level("INFO", logger="appliance.rtp.stream"):
+    with caplog.at_level("INFO", logger="appliance.rtp.keys"):
         returncode, output = asyncio.run(scenario())
     assert returncode == 0, output
     call = recorder.calls[0]

@@ -56,7 +56,7 @@ class KeyGate:
             )
             return False
         self.admitted.append(key)
-        log.debug("%s: key %s (%s)", self.label, key, how)
+        log.info("%s: DTMF %s (%s)", self.label, key, how)  # at most 8 a second, 256 a call
         return True
 
     def _refusal(self, key: str) -> str | None:
