@@ -145,7 +145,9 @@ def test_calibrate_measures_the_loopback_and_writes_the_site_configuration(tmp_p
     assert first["steady"] and float(first["snr"]) > 20, first  # type: ignore[arg-type]
     delay = float(first["echo_delay_ms"])  # type: ignore[arg-type]
     assert 40.0 <= delay < 600.0, first  # the "air", and the playback buffer
-    assert abs(float(second["echo_delay_ms"]) - delay) <= 10.0, (first, second)  # type: ignore[arg-type]
+    # The same device measures the same, within the scheduling jitter of a software loopback on a busy
+    # machine (16.5 ms seen with load 2-5 on 2 cores; within 3 ms idle).
+    assert abs(float(second["echo_delay_ms"]) - delay) <= 20.0, (first, second)  # type: ignore[arg-type]
     written = loads_toml(site.read_text())
     assert written["audio"]["echo_delay_ms"] == second["echo_delay_ms"]
     assert written["audio"]["input_device"] == CAPTURE  # the rest of the file is kept
@@ -153,4 +155,4 @@ def test_calibrate_measures_the_loopback_and_writes_the_site_configuration(tmp_p
 
     with running_loopback(0.14, tmp_path) as longer:  # 100 ms more "air": 100 ms more delay
         third = _calibrate(longer, tmp_path / "other.toml")
-    assert float(third["echo_delay_ms"]) - delay == pytest.approx(100.0, abs=12.0), (first, third)  # type: ignore[arg-type]
+    assert float(third["echo_delay_ms"]) - delay == pytest.approx(100.0, abs=20.0), (first, third)  # type: ignore[arg-type]
