@@ -4,6 +4,7 @@ descriptions and loads back as the same settings."""
 
 from __future__ import annotations
 
+import importlib
 from pathlib import Path
 
 import pytest
@@ -13,35 +14,52 @@ from appliance.agent import Conversation
 from appliance.config import Settings, load_settings
 from appliance.config_default import default_toml
 from appliance.engine_set import session_config
-from appliance.pipeline.echo_gate import EchoGate, EchoGateParams
-from appliance.pipeline.params import HistoryParams, PartialsParams, PrefillParams, ReplyParams
+from appliance.pipeline.echo_gate import EchoGate
+from appliance.pipeline.params import HistoryParams, ReplyParams
 from appliance.pipeline.partials import PartialsConfig
 from appliance.pipeline.session import SessionConfig
 from appliance.pipeline.turn import TurnConfig
-from engines.aec.params import AecParams
-from engines.asr.params import AsrParams
-from engines.llm.params import LlmParams, LlmServerParams
+from engines.files import loads_toml
 from engines.params import Params
 from engines.tts.clauses import ClauseSplitter
 from engines.tts.params import TtsParams
-from engines.vad.endpointer import Endpointer, EndpointerParams
-from engines.vad.params import VadParams
+from engines.vad.endpointer import Endpointer
 
-# Each component's parameter object and the configuration section it is part of.
-COMPONENTS: list[tuple[type[Params], str]] = [
-    (VadParams, "vad"),
-    (EchoGateParams, "vad"),
-    (EndpointerParams, "endpointer"),
-    (AsrParams, "asr"),
-    (PartialsParams, "asr"),
-    (LlmParams, "llm"),
-    (LlmServerParams, "llm"),
-    (PrefillParams, "llm"),
-    (TtsParams, "tts"),
-    (AecParams, "audio"),
-    (ReplyParams, "agent"),
-    (HistoryParams, "agent"),
-]
+REPO = Path(__file__).resolve().parents[1]
+
+
+def _components() -> list[tuple[type[Params], str]]:
+    """Every component's parameter object in the product (found by importing every module of
+    ``appliance`` and ``engines`` and walking ``Params``' subclasses, not from a list kept by hand),
+    with the configuration section it is part of ("" when none is)."""
+    for path in sorted([*(REPO / "appliance").rglob("*.py"), *(REPO / "engines").rglob("*.py")]):
+        parts = path.relative_to(REPO).with_suffix("").parts
+        if parts[-1] != "__main__":
+            importlib.import_module(".".join(parts[:-1] if parts[-1] == "__init__" else parts))
+    found: set[type[Params]] = set()
+    pending = list(Params.__subclasses__())
+    while pending:
+        cls = pending.pop()
+        pending += cls.__subclasses__()
+        if cls.__module__.startswith(("appliance.", "engines.")) and cls.__module__ != "appliance.config":
+            found.add(cls)
+    sections = {name: field.annotation for name, field in Settings.model_fields.items()}
+    return sorted(
+        (
+            (cls, next((n for n, s in sections.items() if isinstance(s, type) and issubclass(s, cls)), ""))
+            for cls in found
+        ),
+        key=lambda pair: pair[0].__name__,
+    )
+
+
+COMPONENTS = _components()
+
+
+def test_every_component_with_parameters_is_part_of_the_configuration() -> None:
+    orphans = [cls.__qualname__ for cls, section in COMPONENTS if not section]
+    assert not orphans, f"parameter objects no configuration section is made of: {orphans}"
+    assert {cls.__name__ for cls, _s in COMPONENTS} >= {"CallParams", "EndpointerParams", "LlmParams"}
 
 
 def _part(section: BaseModel, part: type[Params]) -> Params:
@@ -49,12 +67,18 @@ def _part(section: BaseModel, part: type[Params]) -> Params:
 
 
 @pytest.mark.parametrize(("part", "section"), COMPONENTS, ids=[p.__name__ for p, _s in COMPONENTS])
-def test_a_component_with_its_own_defaults_is_the_shipped_configuration(
+def test_the_shipped_default_file_gives_each_component_its_own_defaults(
     part: type[Params], section: str
 ) -> None:
+    """The file `appliance config default` writes (what a site starts from), read through the
+    component's own schema, is the component built with its own defaults: a section that redefined a
+    key with another default, or a writer that put another value, differs here."""
+    written = loads_toml(default_toml()).get(section, {})
+    keys = {key: written[key] for key in part.model_fields if key in written}
+    assert part.model_validate(keys) == part(), section
     shipped = load_settings(None)
-    assert _part(getattr(shipped, section), part) == part()
     assert isinstance(getattr(shipped, section), part)  # the section is made of it, not a copy
+    assert _part(getattr(shipped, section), part) == part()
 
 
 def test_the_default_file_written_from_the_descriptions_loads_back_as_the_defaults(tmp_path: Path) -> None:
