@@ -99,7 +99,7 @@ def _version(folder: Path, path: str, *, size: int = 4) -> Path:
 
 @pytest.mark.parametrize("path", ["../outside.bin", "/etc/passwd", "a/../../outside.bin", "C:/x"])
 def test_a_manifest_naming_a_path_outside_its_folder_is_refused(tmp_path: Path, path: str) -> None:
-    with pytest.raises(BundleError, match="unsafe path .*not a relative path inside the bundle"):
+    with pytest.raises(BundleError, match=r"unsafe path .*not a relative path inside the bundle"):
         Bundle.open(_version(tmp_path / "v", path))
 
 
