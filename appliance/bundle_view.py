@@ -35,7 +35,11 @@ def summarize_bundle(bundle: Bundle) -> BundleSummary:
     """The bundle as the admin page shows it, from the manifest the daemon opened."""
     artifacts = [
         ArtifactSummary(
-            name=a.name, kind=a.kind, size_bytes=a.size_bytes, sha256_prefix=a.sha256[:12], source=a.source
+            name=a.name,
+            kind=a.kind,
+            size_bytes=a.size_bytes,
+            sha256_prefix=a.sha256[:12],
+            source=bounded_meta(a.source),
         )
         for a in sorted(bundle.manifest.artifacts.values(), key=lambda a: a.name)
     ]
