@@ -1,6 +1,6 @@
 """End of turn, live: the real pipeline on this machine, not replayed costs.
 
-    .venv/bin/python -m bench turn --live [--limit N] [--call-path] [--reply-tokens 12] [--out FILE]
+    .venv/bin/python -m bench turn --live [--limit N] [--call-path | --call-path-only] [--reply-tokens 12]
 
 Each clip of the labelled set (bench/turn_set.py: complete sentences, and the same sentences with a
 pause after a function word and elsewhere) is fed to a real ``Session`` in real time, as a microphone
@@ -152,6 +152,7 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--limit", type=int, default=None, help="only the first N recordings")
     parser.add_argument("--call-path", action="store_true", help="also as a SIP call delivers the audio")
+    parser.add_argument("--call-path-only", action="store_true", help="only as a SIP call delivers it")
     parser.add_argument("--reply-tokens", type=int, default=12)
     parser.add_argument("--out", type=Path, default=None)
     args = parser.parse_args(argv)
@@ -167,8 +168,8 @@ def main(argv: list[str]) -> int:
     clips = build_clips(args.data or DEFAULT_DATA, load_whisper(bundle), seed=args.seed, limit=args.limit)
     engines = build_engines(settings, bundle)
     asyncio.run(load_engines(engines))
-    paths = {"16 kHz": [c.audio for c in clips]}
-    if args.call_path:
+    paths = {} if args.call_path_only else {"16 kHz": [c.audio for c in clips]}
+    if args.call_path or args.call_path_only:
         paths["8 kHz call"] = [call_path(c.audio) for c in clips]
     results: dict[str, Any] = {}
     rows: list[dict[str, Any]] = []
