@@ -1,7 +1,7 @@
 # Two entry points; both set up what is missing first (see scripts/setup).
 # Another interpreter in its own environment: make test PYTHON=python3.10 VENV=.venv-py310
 # Some tests only: make test PYTEST_ARGS="tests/test_sip_calls.py -x"
-.PHONY: run test setup lint
+.PHONY: run test test-quick setup lint
 
 VENV ?= .venv
 export VENV
@@ -20,3 +20,7 @@ lint:
 
 test: setup lint
 	$(VENV)/bin/python -m pytest $(PYTEST_ARGS)
+
+# Before a commit: lint and the tests not marked slow (the whole suite is `make test`, and CI's).
+test-quick: setup lint
+	$(VENV)/bin/python -m pytest -m "not slow" $(PYTEST_ARGS)
