@@ -19,18 +19,11 @@ from engines.asr.text import normalize_text
 from engines.bundle import Bundle
 from engines.errors import BundleError
 from engines.manifest import MAX_MANIFEST_BYTES, Artifact, Manifest, sha256_of
-
-
-class _Clock:
-    def __init__(self) -> None:
-        self.now = 0.0
-
-    def __call__(self) -> float:
-        return self.now
+from tests.test_admin_parts import Clock
 
 
 def test_the_key_gate_takes_keys_only_at_a_persons_pace_and_a_calls_worth() -> None:
-    clock = _Clock()
+    clock = Clock()
     gate = KeyGate("call", per_s=8, burst=16, per_call=40, clock=clock)
     assert not gate.admit("x", "SIP INFO") and not gate.admit("12", "SIP INFO")
     assert sum(gate.admit("5", "RTP") for _ in range(100)) == 16  # a burst, then nothing that second

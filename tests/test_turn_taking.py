@@ -33,12 +33,19 @@ CUT_S = 1.56  # the word boundary after "when" (Whisper's word times, see tests/
 
 
 def _run(
-    engines: SessionEngines, audio: np.ndarray, mode: str = "smart_turn", **endpointer: object
+    engines: SessionEngines,
+    audio: np.ndarray,
+    mode: str = "smart_turn",
+    *,
+    realtime: bool = False,
+    **endpointer: object,
 ) -> Session:
+    """A session over ``audio``: as fast as it is taken (each pause's verdicts come before the next
+    frame), or ``realtime`` as a microphone feeds it (the verdicts come when this machine gives them)."""
     settings = override(load_settings(None), endpointer={"mode": mode, **endpointer})
     session = Session(
         engines=engines,
-        source=ArraySource(audio, realtime=False),
+        source=ArraySource(audio, realtime=realtime),
         sink=MemorySink(engines.tts.sample_rate_hz),
         config=session_config(settings),
     )
@@ -159,18 +166,12 @@ class _SlowPromptPass:
         yield from self._llm.stream(history, **options)
 
 
-def _live(engines: SessionEngines, audio: np.ndarray, *, delay_s: float, **endpointer: object) -> Session:
-    """As a microphone feeds it (real time), the words' verdict arriving after end_silence_ms."""
+def _live(
+    engines: SessionEngines, audio: np.ndarray, *, delay_s: float, words_wait_ms: int = 1000
+) -> Session:
+    """In real time, the words' verdict arriving after end_silence_ms."""
     slow = dataclasses.replace(engines, llm=_SlowPromptPass(engines.llm, delay_s))
-    settings = override(load_settings(None), endpointer={"mode": "smart_turn", **endpointer})
-    session = Session(
-        engines=slow,
-        source=ArraySource(audio, realtime=True),
-        sink=MemorySink(engines.tts.sample_rate_hz),
-        config=session_config(settings),
-    )
-    asyncio.run(asyncio.wait_for(session.run(), 300))
-    return session
+    return _run(slow, audio, realtime=True, words_wait_ms=words_wait_ms)
 
 
 def test_live_with_slow_words_a_pause_after_the_is_still_answered_once(
