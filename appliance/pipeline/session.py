@@ -439,7 +439,7 @@ class Session:
             await self._on_event(ended, time.monotonic())
 
     def _words_unavailable(self) -> WordsNotExpected | None:
-        """Why the reply's language model cannot judge this pause's words at no extra wait ("" when it
+        """Why the reply's language model cannot judge this pause's words at no extra wait (None when it
         can): it must judge turns and not be answering another session (whose reply would delay our
         prompt's evaluation). The turn's trace keeps the reason; /metrics counts it."""
         params, llm = self.config.endpointer, self.engines.llm

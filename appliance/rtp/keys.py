@@ -10,10 +10,11 @@ import time
 from collections.abc import Callable
 
 from appliance.ratelog import ThrottledLog
+from appliance.rtp.dtmf import EVENT_NAMES
 
 log = logging.getLogger(__name__)
 
-KEYS = frozenset("0123456789*#ABCD")
+KEYS = frozenset(EVENT_NAMES)  # the sixteen keypad events of RFC 4733
 KEYS_PER_S = 8.0  # a person on a keypad presses at most a few keys a second
 KEYS_BURST = 16  # ... and a phone may send a number stored in it at once
 KEYS_PER_CALL = 256
