@@ -26,7 +26,7 @@ from engines.asr.params import AsrParams
 from engines.bundle_store import DEFAULT_KEEP
 from engines.files import TOMLDecodeError, loads_toml
 from engines.llm.params import LlmParams, LlmServerParams
-from engines.params import Params
+from engines.params import Params, check_sentence
 from engines.tts.params import TtsParams
 from engines.vad.endpointer import EndpointerParams
 from engines.vad.params import VadParams
@@ -229,7 +229,42 @@ class AgentConfig(HistoryParams, ReplyParams):
     max_tool_calls: int = Field(2, ge=1, le=8, description="tool calls in one turn at most")
     tool_preamble: str = Field(
         "Let me check that.",
-        description="said at once when the model starts a tool call (before it names the tool)",
+        description="said when a tool call has started and its answer has not begun after "
+        "tool_preamble_after_ms",
+    )
+    tool_preamble_after_ms: int = Field(
+        700,
+        ge=0,
+        le=10000,
+        description="a tool call whose answer starts sooner than this says no preamble (0: always say it)",
+    )
+    facts_prompt_tokens: int = Field(
+        800,
+        ge=0,
+        le=8000,
+        description="the site's facts stay whole in the system prompt (evaluated once) when they take at "
+        "most this many tokens, estimated at 4 characters a token; larger files give each question the "
+        "facts_per_turn sections that match its words (0: always so)",
+    )
+    facts_per_turn: int = Field(
+        2, ge=1, le=8, description="sections of a large facts file given per question"
+    )
+    grounding: bool = Field(
+        True,
+        description="check each clause of a reply before it is spoken: one stating a figure (number, time, "
+        "extension, room, price) that no source gave (the site's facts, a tool's answer, the conversation, "
+        "allowed_figures) is not said, and the reply ends with not_known_reply",
+    )
+    allowed_figures: tuple[str, ...] = Field(
+        (), description='figures any reply may state besides the sources: "112", "24 hours a day"'
+    )
+    not_known_reply: str = Field(
+        "Sorry, I don't have that information here.",
+        min_length=1,
+        description="said when the facts do not answer a question (the model is told to say it too)",
+    )
+    goodbye_reply: str = Field(
+        "Thank you for calling. Goodbye.", min_length=1, description="said when the model ends a call"
     )
     tool_failed_reply: str = Field(
         "Sorry, I could not reach {tool} just now.",
@@ -240,6 +275,11 @@ class AgentConfig(HistoryParams, ReplyParams):
         "Sorry, I could not work out how to look that up.",
         description="said when the model's tool call is malformed, unknown or over agent.max_tool_calls",
     )
+
+    @field_validator("not_known_reply", "goodbye_reply", "tool_preamble")
+    @classmethod
+    def _sentence(cls, value: str) -> str:
+        return check_sentence(value)
 
 
 def _ip_address(value: str) -> str:

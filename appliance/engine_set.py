@@ -13,7 +13,7 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING
 
-from appliance.agent import system_prompt
+from appliance.agent import FactsPlace, system_prompt
 from appliance.config import ConfigProblem, Settings
 from appliance.pipeline.echo_gate import EchoGate
 from appliance.pipeline.engines import SessionEngines
@@ -198,7 +198,11 @@ def tool_box(settings: Settings) -> ToolBox | None:
 
     if not settings.agent.tools:
         return None
-    return ToolBox(settings.agent, transfer_targets=tuple(settings.sip.transfer_targets))
+    return ToolBox(
+        settings.agent,
+        transfer_targets=tuple(settings.sip.transfer_targets),
+        transfer_sentence=settings.sip.transfer_preamble,
+    )
 
 
 def llm_engine(
@@ -230,7 +234,7 @@ def _server_llm(settings: Settings, bundle: Bundle, *, prompt: str | None, seed:
 
     llm = settings.llm
     key_file = llm.server_api_key_file
-    persona = system_prompt(settings.agent, tools_offered=False) if prompt is None else prompt
+    persona = llm_prompt(settings, bundle, tools=False)[0] if prompt is None else prompt
     remote = OpenAiLlm(
         llm,
         api_key=key_file.read_text(encoding="utf-8").strip() if key_file is not None else None,
@@ -244,13 +248,32 @@ def _server_llm(settings: Settings, bundle: Bundle, *, prompt: str | None, seed:
     return ServerWithFallback(remote, local, retry_s=llm.server_retry_s)
 
 
-def llm_prompt(settings: Settings, bundle: Bundle) -> tuple[str, list[dict[str, object]]]:
+def llm_prompt(
+    settings: Settings, bundle: Bundle, *, tools: bool = True
+) -> tuple[str, list[dict[str, object]]]:
     """The system prompt and the tool definitions the LLM is shown: the tools only when the model's
-    chat template has a tool format, and the persona's abilities saying so either way."""
+    chat template has a tool format, and the persona's abilities saying so either way; the site's
+    facts in the prompt when they fit ``agent.facts_prompt_tokens``."""
+    from appliance.tools.facts import as_text
+
     box = tool_box(settings)
-    offered = box is not None and model_has_tool_format(bundle, settings.llm.model)
+    if box is not None:
+        box.load()
+    offered = tools and box is not None and model_has_tool_format(bundle, settings.llm.model)
     definitions = box.definitions() if box is not None and offered else []
-    return system_prompt(settings.agent, tools_offered=offered), definitions
+    place = facts_place(box)
+    facts_text = as_text(box.site_facts) if box is not None and place == "prompt" else ""
+    prompt = system_prompt(
+        settings.agent, tools_offered=offered and bool(definitions), facts=place, facts_text=facts_text
+    )
+    return prompt, definitions
+
+
+def facts_place(box: ToolBox | None) -> FactsPlace:
+    """Where the site's facts reach the model: the system prompt, each question, or nowhere."""
+    if box is None or not box.site_facts:
+        return "none"
+    return "prompt" if box.facts_in_prompt else "question"
 
 
 def model_has_tool_format(bundle: Bundle, model: str) -> bool:

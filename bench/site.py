@@ -35,7 +35,7 @@ def site_agent(port: int) -> dict[str, object]:
                 "parameters": {"line": {"type": "integer", "description": "the line number"}},
                 "keep": ["status", "since"],
             },
-            {"name": "device_status", "kind": "device", "description": "the time and date"},
+            {"name": "device_status", "kind": "device", "description": "the current time and today's date"},
         ],
         "allowed_hosts": ["127.0.0.1"],
     }

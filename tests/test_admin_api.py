@@ -224,7 +224,7 @@ def test_config_write_is_validated_atomic_and_says_what_applies_now(admin_env: A
     assert not [p for p in admin_env.root.iterdir() if p.name.endswith(".tmp")]
     # The budget is in force now: the latency report and the running settings use it.
     assert client.get("/api/latency").json()["budget_ms"] == 650
-    assert client.get("/api/config").json()["settings"]["llm"]["temperature"] == 0.2  # not until restart
+    assert client.get("/api/config").json()["settings"]["llm"]["temperature"] == 0.0  # not until restart
 
 
 def test_invalid_config_is_refused_with_every_problem_and_nothing_written(admin_env: AdminEnv) -> None:

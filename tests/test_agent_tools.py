@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 from appliance.audio import MemorySink
-from appliance.config import Settings, load_settings, override
+from appliance.config import AgentConfig, Settings, ToolConfig, load_settings, override
 from appliance.engine_set import llm_engine, tool_box
 from appliance.pipeline.playback import Player
 from appliance.pipeline.turn import Turn, TurnConfig, TurnEngines
@@ -65,7 +65,7 @@ def line_service() -> Iterator[int]:
 def site_settings(port: int) -> Settings:
     return override(
         load_settings(None),
-        agent=site_agent(port) | {"tool_timeout_s": 1.5},
+        agent=site_agent(port) | {"tool_timeout_s": 1.5, "tool_preamble_after_ms": 0},
         llm={"model": "qwen-1.5b", "context_tokens": 1024, "max_reply_tokens": 40, "temperature": 0.0},
     )
 
@@ -142,15 +142,26 @@ def tools(line_service: int) -> Iterator[ToolBox]:
     _LineService.mode = "ok"
 
 
-def test_a_facts_question_is_answered_from_the_facts_file(
+def test_a_facts_question_is_answered_from_the_facts_in_the_prompt_without_a_tool_call(
     qwen_tools: LlmEngine, piper_tts: TtsEngine, tools: ToolBox
 ) -> None:
-    spoken, trace, sink = _turn("What time does the canteen open?", qwen_tools, piper_tts, tools)
-    assert trace.tool_calls == ["site_facts"] and trace.preamble_audio and trace.error is None
-    assert spoken[0] == tools.agent.tool_preamble  # said at once, while the tool ran
-    answer = " ".join(spoken[1:])
-    assert "7" in answer, answer
+    assert tools.facts_in_prompt  # the test site's six sections fit agent.facts_prompt_tokens
+    spoken, trace, sink = _turn("When does the canteen open?", qwen_tools, piper_tts, tools)
+    # (Qwen 1.5B may look at the clock first, device_status: the facts come from the prompt.)
+    assert "site_facts" not in trace.tool_calls and trace.error is None
+    assert "Canteen" in trace.facts_given and trace.withheld == [] and not trace.declined
+    assert "7" in " ".join(spoken), spoken
     assert sink.duration_s > 1.0
+
+
+def test_a_question_the_facts_do_not_answer_is_declined_with_no_figure(
+    qwen_tools: LlmEngine, piper_tts: TtsEngine, tools: ToolBox
+) -> None:
+    from appliance.grounding import figures
+
+    spoken, trace, _ = _turn("How much does a coffee cost in the canteen?", qwen_tools, piper_tts, tools)
+    assert trace.declined and trace.tool_calls == [], spoken
+    assert not figures(" ".join(spoken)), spoken
 
 
 def test_the_line_status_is_fetched_with_the_right_argument_and_spoken(
@@ -243,3 +254,56 @@ def test_a_tool_answer_goes_back_to_the_model_marked_as_data(piper_tts: TtsEngin
     assert call.role == "assistant" and call.content.startswith("<tool_call>")
     assert answer.role == "tool" and answer.content.startswith("Data from line_status (facts to answer with")
     assert "status: running" in answer.content
+
+
+def test_a_reply_that_goes_on_to_an_invented_figure_is_cut_before_that_clause(
+    piper_tts: TtsEngine, tools: ToolBox
+) -> None:
+    model = FakeLlm(
+        "The canteen opens at seven. A coffee there costs 2 euros 50, and the tea is free.",
+        token_delay_s=0.0,
+        offers_tools=True,
+    )
+    spoken, trace, sink = _turn("When does the canteen open, and what is a coffee?", model, piper_tts, tools)
+    assert spoken == ["The canteen opens at seven.", tools.agent.not_known_reply], spoken
+    assert [(w["why"], w["figures"]) for w in trace.withheld] == [("figure", ["2", "50"])], trace.withheld
+    assert trace.declined and "euros" in trace.reply  # the model's text, kept for the operator
+    assert "euros" not in trace.played_reply and "seven" in trace.played_reply  # what the history holds
+    assert sink.duration_s > 1.0
+
+
+def test_a_transfer_says_the_configured_sentence_and_nothing_the_model_was_told(
+    piper_tts: TtsEngine,
+) -> None:
+    box = ToolBox(
+        AgentConfig(tools=(ToolConfig(name="transfer_call", kind="transfer", description="a person"),)),
+        transfer_targets=("front desk",),
+        transfer_sentence="Putting you through to {target} now.",
+    )
+    model = _scripted(
+        '<tool_call> {"name": "transfer_call", "arguments": {"destination": "front desk"}} </tool_call>'
+    )
+    spoken, trace, _ = _turn("Can I talk to someone at the front desk?", model, piper_tts, box)
+    assert spoken == ["Putting you through to front desk now."] and len(model.calls) == 1
+    assert trace.tool_calls == ["transfer_call"] and not trace.preamble_audio
+
+
+@pytest.mark.parametrize(("answer_delay_s", "preamble"), [(0.0, False), (1.0, True)])
+def test_the_preamble_is_said_only_when_the_answer_is_slow_to_start(
+    piper_tts: TtsEngine, line_service: int, answer_delay_s: float, preamble: bool
+) -> None:
+    settings = override(site_settings(line_service), agent={"tool_preamble_after_ms": 300})
+    box = tool_box(settings)
+    assert box is not None
+    box.load()
+    model = FakeLlm(
+        '<tool_call> {"name": "device_status", "arguments": {}} </tool_call>',
+        then=["Here is what I found."],
+        token_delay_s=0.0,
+        first_token_s=answer_delay_s,
+        offers_tools=True,
+    )
+    spoken, trace, _ = _turn("What time is it?", model, piper_tts, box)
+    assert trace.preamble_audio is preamble
+    assert (spoken[0] == box.agent.tool_preamble) is preamble, spoken
+    assert " ".join(spoken[1 if preamble else 0 :]) == "Here is what I found."

@@ -14,7 +14,7 @@ import pytest
 
 from appliance.agent import Conversation
 from appliance.audio import ArraySource, MemorySink
-from appliance.config import ToolConfig
+from appliance.config import AgentConfig, ToolConfig
 from appliance.pipeline.echo_gate import EchoGate
 from appliance.pipeline.engines import SessionEngines
 from appliance.pipeline.params import CallParams, ReplyParams
@@ -673,7 +673,7 @@ def test_the_model_ends_a_call_after_its_goodbye_and_a_kiosk_keeps_listening(on_
     started = time.monotonic()
     _run(session.run(max_turns=None if on_call else 1))
     (trace,) = session.traces
-    assert trace.tool_calls == ["end_call"] and trace.reply.endswith("Goodbye, and have a nice day.")
+    assert trace.tool_calls == ["end_call"] and trace.reply == AgentConfig().goodbye_reply  # not the model's
     assert not trace.cancelled and trace.reply_audio_s > 0  # the goodbye was played before the end
     if on_call:
         assert time.monotonic() - started < 6.0  # ended by the agent, not by the end of the audio
@@ -710,7 +710,9 @@ def test_the_model_puts_the_caller_through_after_saying_so(why: str | None) -> N
     )
     _run(session.run(max_turns=None if why is None else 2))
     asked = session.traces[0]
-    assert asked.tool_calls == ["transfer_call"] and asked.reply.endswith("through to the front desk.")
+    assert (
+        asked.tool_calls == ["transfer_call"] and asked.reply == "I'll put you through to front desk."
+    )  # sip.transfer_preamble, not the model
     assert source.transfers == ["sip:2000@10.20.0.2"]
     if why is None:
         assert len(session.traces) == 1  # put through: the session ended the call

@@ -189,7 +189,7 @@ def test_tools_answer_marked_as_data_cut_to_size_and_fail_with_a_sentence(servic
     assert broken.text == "Sorry, I could not reach a broken service just now."
     definitions = {d["function"]["name"]: d["function"] for d in box.definitions()}
     assert definitions["line_status"]["parameters"]["required"] == ["line"]
-    assert definitions["site_facts"]["parameters"]["properties"]["question"]["type"] == "string"
+    assert "site_facts" not in definitions  # the facts reach the model in its prompt, not by a call
 
 
 def test_a_slow_tool_is_given_up_after_its_timeout() -> None:
@@ -243,24 +243,26 @@ def test_the_persona_says_what_the_device_can_and_cannot_do() -> None:
 
     plain = system_prompt(AgentConfig())
     assert "cannot look anything up" in plain and "reminders" in plain
-    tooled = system_prompt(
-        AgentConfig.model_validate(
-            {
-                "tools": [
-                    {
-                        "name": "site_facts",
-                        "kind": "facts",
-                        "description": "the site's facts",
-                        "file": str(FACTS),
-                    }
-                ]
-            }
-        )
+    agent = AgentConfig.model_validate(
+        {
+            "tools": [
+                {
+                    "name": "site_facts",
+                    "kind": "facts",
+                    "description": "the site's facts",
+                    "file": str(FACTS),
+                },
+                {"name": "device_status", "kind": "device", "description": "the time and date"},
+            ]
+        }
     )
-    assert "the site's facts come only from your tools" in tooled and "reminders" in tooled
-    assert (
-        '<tool_call>{"name": "site_facts", "arguments": {"question": "opening hours"}}</tool_call>' in tooled
-    )
+    tooled = system_prompt(agent, facts="prompt", facts_text="Canteen: opens at 7:00.")
+    assert "The time and date come only from your tools" in tooled and "reminders" in tooled
+    assert '<tool_call>{"name": "device_status", "arguments": {}}</tool_call>' in tooled
+    assert "These are the site facts. Answer other questions" in tooled and agent.not_known_reply in tooled
+    assert tooled.endswith('"\nCanteen: opens at 7:00.')
+    asked = system_prompt(agent, facts="question")
+    assert "A question about the site comes with site facts" in asked and "Canteen" not in asked
 
 
 def test_orders_and_control_tokens_in_an_answer_are_defanged() -> None:

@@ -23,6 +23,7 @@ import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -31,6 +32,9 @@ from appliance.pipeline.turn import TurnEngines
 from engines.asr import AsrEngine
 from engines.cancel import CancelEvent, Cancelled
 from engines.llm import Message
+
+if TYPE_CHECKING:
+    from appliance.tools import ToolBox
 
 log = logging.getLogger(__name__)
 
@@ -97,9 +101,11 @@ class Partials:
         asr: AsrEngine | None = None,
         wait: bool = False,
         conversation: str | None = None,
+        tools: ToolBox | None = None,
     ) -> None:
         self.engines = engines
         self.conversation = conversation  # the session's id: its LLM cache slot
+        self.tools = tools  # the site's facts a question is given (ToolBox.for_question)
         self.asr = asr or engines.asr
         self.config = config
         self.messages_for = messages_for
@@ -179,9 +185,10 @@ class Partials:
 
     async def _prefill(self, words: str, cancel: CancelEvent) -> None:
         engines = self.engines
-        job = functools.partial(
-            engines.llm.prefill, self.messages_for(words), cancel=cancel, conversation=self.conversation
-        )
+        messages = self.messages_for(words)
+        if self.tools is not None:
+            messages, _ = self.tools.for_question(messages, words)  # the facts its final words will be given
+        job = functools.partial(engines.llm.prefill, messages, cancel=cancel, conversation=self.conversation)
         stats = await engines.llm_worker.background(job, cancel=cancel)
         if stats is None:
             return

@@ -144,6 +144,7 @@ class Session:
             asr=engines.partial_asr,
             wait=not self.source.realtime,
             conversation=self.session_id,
+            tools=engines.tools,
         )
 
     @property

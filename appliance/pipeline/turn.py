@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import re
 import threading
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
@@ -20,6 +21,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from appliance.grounding import Sources
 from appliance.pipeline.params import ReplyParams
 from appliance.pipeline.playback import Player
 from appliance.pipeline.played import played_text
@@ -112,6 +114,10 @@ class Turn:
         self._llm_cancel = threading.Event()
         self._reply_parts: list[str] = []
         self._speaking_fallback = False
+        self._sources: Sources | None = None  # what figures may come from (agent.grounding)
+        self._withheld = False  # a clause was not spoken: the reply ended with agent.not_known_reply
+        self._preamble: asyncio.Task[None] | None = None
+        self._preamble_from = 0  # clauses said before the tool call began
 
     @property
     def confirmed(self) -> bool:
@@ -143,6 +149,7 @@ class Turn:
             self._llm_cancel.set()
             await self._speak_fallback()
         finally:
+            self._no_preamble()
             self._tell_words(None)  # none came (if one did, this does nothing)
             self._llm_cancel.set()
             self.trace.reply = "".join(self._reply_parts).strip()
@@ -154,6 +161,10 @@ class Turn:
             self.trace.llm_queued_ms = round(self.stats.queued_s * 1000.0, 1)
             self.trace.prefill_reused = self.stats.prefilled_tokens
             self.trace.llm_backend = self.stats.backend
+            if self.tools is not None:
+                self.trace.declined = self._withheld or _says(
+                    self.trace.reply, self.tools.agent.not_known_reply
+                )
             self.trace.mark("turn_done")
 
     async def _respond(self) -> None:
@@ -171,12 +182,31 @@ class Turn:
             return
         clauses: asyncio.Queue[str | None] = asyncio.Queue(self.config.max_pending_clauses)
         chunks: asyncio.Queue[tuple[int, np.ndarray] | None] = asyncio.Queue(self.config.max_pending_chunks)
-        messages = self.messages_for(self.transcript)
+        messages = self._with_site_facts(self.messages_for(self.transcript))
         await _run_together(
             self._generate(messages, clauses),
             self._synthesize(clauses, chunks),
             self._play(chunks),
         )
+
+    def _with_site_facts(self, messages: list[Message]) -> list[Message]:
+        """The facts this question is given (in the prompt already, or before its words), and the
+        sources its reply's figures are checked against."""
+        tools = self.tools
+        if tools is None:
+            return messages
+        messages, facts = tools.for_question(messages, self.transcript)
+        self.trace.facts_given = [fact.title or fact.text[:40] for fact in facts]
+        if tools.agent.grounding:
+            sources = Sources()
+            for fact in facts:
+                sources.add(fact.text, title=fact.title)
+            sources.add_all(message.content for message in messages)
+            sources.add_all((*tools.agent.allowed_figures, tools.agent.site_name, tools.agent.device_id))
+            for text in tools.instructions():
+                sources.add_internal(text)
+            self._sources = sources
+        return messages
 
     async def _say_only(self, text: str) -> None:
         clauses: asyncio.Queue[str | None] = asyncio.Queue()
@@ -225,7 +255,8 @@ class Turn:
             messages = [*messages, Message("assistant", as_template_text(calls)), *answers]
             stats = GenerationStats()  # the first round's stays the turn's (its prompt, its cache)
         for clause in splitter.flush():
-            await self._put_clause(clause, clauses)
+            await self._put_checked(clause, clauses)
+        self._no_preamble()
         await clauses.put(None)
 
     async def _reply_or_call(
@@ -262,11 +293,13 @@ class Turn:
                         if decided is None:
                             decided = starts_a_call("".join(held))
                             if decided:
-                                await self._say_preamble(clauses)
+                                self._preamble_later(clauses)
                         if decided is not False:
                             continue
                         piece, held = "".join(held), []
                     await self._speak_piece(piece, splitter, clauses)
+                    if self._withheld:
+                        break
         except Exception as err:
             raise TurnFailed(Stage.LLM, err) from err
         finally:
@@ -296,13 +329,50 @@ class Turn:
     ) -> None:
         self._reply_parts.append(piece)
         for clause in splitter.push(piece):
-            await self._put_clause(clause, clauses)
+            await self._put_checked(clause, clauses)
 
-    async def _say_preamble(self, clauses: asyncio.Queue[str | None]) -> None:
-        if self.trace.preamble_audio or self.tools is None:
+    async def _put_checked(self, clause: str, clauses: asyncio.Queue[str | None]) -> None:
+        """A clause of the model's reply, spoken only if its figures come from the sources; else the
+        reply ends here with ``agent.not_known_reply`` (the model is stopped)."""
+        if self._withheld:
+            return
+        verdict = self._sources.check(clause) if self._sources is not None else None
+        if verdict is None or verdict.ok:
+            await self._put_clause(clause, clauses)
+            return
+        assert self.tools is not None and verdict.why is not None
+        self._withheld = True
+        self._llm_cancel.set()
+        self.trace.withheld.append(
+            {"clause": clause[:200], "why": verdict.why.value, "figures": verdict.ungrounded}
+        )
+        log.warning(
+            "turn %s: a clause was not spoken (%s%s)",
+            self.trace.turn_id,
+            verdict.why.value,
+            f": {', '.join(verdict.ungrounded)} in no source" if verdict.ungrounded else "",
+        )
+        await self._put_clause(self.tools.agent.not_known_reply, clauses)
+
+    def _preamble_later(self, clauses: asyncio.Queue[str | None]) -> None:
+        """A tool call has started: say the preamble if nothing else is said within
+        ``agent.tool_preamble_after_ms`` (a quick tool and answer need none)."""
+        if self.trace.preamble_audio or self.tools is None or self._preamble is not None:
             return  # once per turn
-        self.trace.preamble_audio = True
-        await self._put_clause(self.tools.agent.tool_preamble, clauses)
+        delay_s = self.tools.agent.tool_preamble_after_ms / 1000.0
+        self._preamble_from = len(self.clauses)
+        self._preamble = asyncio.create_task(self._say_preamble(delay_s, clauses), name="tool-preamble")
+
+    async def _say_preamble(self, delay_s: float, clauses: asyncio.Queue[str | None]) -> None:
+        if delay_s > 0:
+            await asyncio.sleep(delay_s)
+        if self.tools is not None and not self.clauses[self._preamble_from :]:
+            self.trace.preamble_audio = True
+            await self._put_clause(self.tools.agent.tool_preamble, clauses)
+
+    def _no_preamble(self) -> None:
+        if self._preamble is not None and not self._preamble.done():
+            self._preamble.cancel()
 
     async def _call_tools(
         self, tools: ToolBox, call_text: str, calls_left: int, clauses: asyncio.Queue[str | None]
@@ -346,6 +416,11 @@ class Turn:
                 )
                 await self._say_instead(outcome.text, clauses)
                 return None
+            if outcome.final:
+                await self._say_instead(outcome.text, clauses)  # a transfer, a goodbye: fixed sentences
+                return None
+            if self._sources is not None:
+                self._sources.add(outcome.text)
             if outcome.removed_instructions:
                 log.error(
                     "turn %s: the answer of tool %s gave orders to the model; %d sentence(s) left out",
@@ -421,6 +496,12 @@ class Turn:
             await self.player.drain()
         except Exception:
             log.exception("turn %s: the fallback reply could not be spoken either", self.trace.turn_id)
+
+
+def _says(reply: str, sentence: str) -> bool:
+    """``reply`` says ``sentence`` (case, punctuation and spacing aside)."""
+    words = " ".join(re.findall(r"[a-z0-9']+", sentence.lower()))
+    return bool(words) and words in " ".join(re.findall(r"[a-z0-9']+", reply.lower()))
 
 
 def _rounded(value: float | None) -> float | None:

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
+from appliance.agent import with_facts
 from appliance.config import AgentConfig, ToolConfig
 from appliance.tools.calls import (
     ToolCall,
@@ -26,8 +27,9 @@ from appliance.tools.calls import (
     parse_calls,
     starts_a_call,
 )
-from appliance.tools.facts import FactsFileError, FactsIndex
+from appliance.tools.facts import Fact, FactsFileError, FactsIndex, as_text, estimated_tokens
 from appliance.tools.lan import ToolFailed, build_url, call_service
+from engines.llm import Message
 
 __all__ = [
     "ToolBox",
@@ -58,6 +60,9 @@ class ToolOutcome:
     removed_instructions: int = 0  # sentences of the answer that read as orders, left out
     detail: str = ""  # what went wrong, for the log (the caller logs it with its turn id)
     transfer_to: str | None = None  # a transfer tool's destination (a name of sip.transfer_targets)
+    # The turn's reply is ``text``, said as it is (a transfer, the end of a call): nothing goes back to
+    # the model, which would otherwise read an instruction about it aloud.
+    final: bool = False
 
 
 class ToolBox:
@@ -67,13 +72,16 @@ class ToolBox:
         *,
         device_status: Callable[[], Mapping[str, object]] | None = None,
         transfer_targets: Sequence[str] = (),
+        transfer_sentence: str = "I'll put you through to {target}.",
     ) -> None:
         self.agent = agent
         self.transfer_targets = tuple(transfer_targets)
+        self.transfer_sentence = transfer_sentence
         self.tools = {tool.name: tool for tool in agent.tools}
         # More of the device's state than the clock (calls in progress, engines), set by the daemon.
         self.device_status = device_status
         self._facts: dict[str, FactsIndex] = {}
+        self._site: FactsIndex | None = None  # every facts file's sections, for the prompt
         self._started = time.monotonic()
 
     def load(self) -> None:
@@ -81,14 +89,46 @@ class ToolBox:
         for tool in self.tools.values():
             if tool.kind == "facts" and tool.file is not None:
                 self._facts[tool.name] = FactsIndex.from_file(tool.file)
+        every = [fact for index in self._facts.values() for fact in index.facts]
+        self._site = FactsIndex(every) if every else None
+
+    @property
+    def site_facts(self) -> list[Fact]:
+        return [] if self._site is None else list(self._site.facts)
+
+    @property
+    def facts_in_prompt(self) -> bool:
+        """The site's facts fit ``agent.facts_prompt_tokens``: they are in the system prompt."""
+        facts = self.site_facts
+        return bool(facts) and estimated_tokens(facts) <= self.agent.facts_prompt_tokens
+
+    def facts_for(self, words: str) -> list[Fact]:
+        """The facts a question with ``words`` is given: all of them when they are in the system
+        prompt, else the sections that match the words best."""
+        if self._site is None:
+            return []
+        if self.facts_in_prompt:
+            return self.site_facts
+        return self._site.search(words, limit=self.agent.facts_per_turn)
 
     def schemas(self) -> dict[str, Mapping[str, ToolParameter]]:
         return {name: self._parameters(tool) for name, tool in self.tools.items()}
+
+    def for_question(self, messages: list[Message], words: str) -> tuple[list[Message], list[Fact]]:
+        """``messages`` (ending with the person's ``words``) as the model is given them, and the facts
+        they carry: a large facts file's matching sections go before the words; facts that are in
+        the system prompt are all given already."""
+        facts = self.facts_for(words)
+        if facts and not self.facts_in_prompt:
+            messages = with_facts(messages, as_text(facts))
+        return messages, facts
 
     def definitions(self) -> list[dict[str, Any]]:
         """The tools as OpenAI-style function definitions, for the chat template."""
         out = []
         for name, tool in self.tools.items():
+            if tool.kind == "facts":
+                continue  # the facts reach the model in its prompt (agent.facts_prompt_tokens)
             parameters = self._parameters(tool)
             properties = {
                 key: {"type": p.type, "description": p.description}
@@ -119,6 +159,10 @@ class ToolBox:
         tool = self.tools.get(name)
         return tool is not None and tool.kind == "end_call"
 
+    def instructions(self) -> tuple[str, ...]:
+        """What the product tells the model around tools' answers: no reply may repeat it."""
+        return (DATA_NOTE.format(name="the tool"), ANSWER_NOTE)
+
     def failure_sentence(self, name: str) -> str:
         tool = self.tools.get(name)
         spoken = (tool.spoken_name or tool.description) if tool is not None else "that"
@@ -140,6 +184,10 @@ class ToolBox:
             return self._failed(tool, "bad_answer", str(err), started)
         if tool.kind == "transfer":
             return self._transferring(call, started)
+        if tool.kind == "end_call":
+            return ToolOutcome(
+                call.name, True, self.agent.goodbye_reply, time.monotonic() - started, final=True
+            )
         text, removed = defang(answer.strip() or "(nothing)")
         limit = self.agent.tool_result_chars
         if len(text) > limit:
@@ -157,9 +205,10 @@ class ToolBox:
         return ToolOutcome(
             call.name,
             True,
-            TRANSFER_ANSWER.format(target=destination),
+            self.transfer_sentence.format(target=destination),
             time.monotonic() - started,
             transfer_to=destination,
+            final=True,
         )
 
     def _failed(self, tool: ToolConfig, kind: str, detail: str, started: float) -> ToolOutcome:
@@ -212,7 +261,7 @@ class ToolBox:
         if tool.kind == "device":
             return "; ".join(f"{key}: {value}" for key, value in self.device_facts().items())
         if tool.kind in ("end_call", "transfer"):
-            return END_CALL_ANSWER
+            return ""  # done by the session once the reply has been played
         url = build_url(tool.url, arguments if tool.method == "GET" else {})
         _, answer = call_service(
             url,
@@ -234,14 +283,6 @@ _ORDERS = re.compile(
     re.IGNORECASE,
 )
 _CONTROL = re.compile(r"<\|[^|>]{0,40}\|>|</?tool_call>|</?tools>")
-
-
-# What the model is told when it ends a call: its reply is then the last thing the caller hears
-# (on a phone call; elsewhere, a kiosk, nothing ends and the goodbye is just said).
-END_CALL_ANSWER = "The call ends once your reply has been played: say a short goodbye."
-TRANSFER_ANSWER = (
-    "The caller is put through to {target} once your reply has been played: tell them so, briefly."
-)
 
 
 def defang(text: str) -> tuple[str, int]:

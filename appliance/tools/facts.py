@@ -32,6 +32,18 @@ class Fact:
     text: str
 
 
+CHARS_PER_TOKEN = 4  # English text in the models' tokenizers, near enough to choose by
+
+
+def as_text(facts: list[Fact]) -> str:
+    """The facts as the model reads them: each section under its title."""
+    return "\n".join(f"{fact.title}: {fact.text}" if fact.title else fact.text for fact in facts)
+
+
+def estimated_tokens(facts: list[Fact]) -> int:
+    return len(as_text(facts)) // CHARS_PER_TOKEN + 1
+
+
 class FactsFileError(InputError):
     """The facts file cannot be read or holds nothing; the message names the file and the fix."""
 

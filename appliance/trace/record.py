@@ -113,6 +113,11 @@ class TurnTrace:
     tool_calls: list[str] = field(default_factory=list)  # tools called (name, or name:why it failed)
     tool_ms: float = 0.0  # time the tools took, summed
     preamble_audio: bool = False  # agent.tool_preamble was said while a tool ran
+    # What the reply could say (appliance.grounding): the facts sections given for the question, the
+    # clauses not spoken ({"clause", "why": figure | internal, "figures"}), and whether it declined.
+    facts_given: list[str] = field(default_factory=list)
+    withheld: list[dict[str, Any]] = field(default_factory=list)
+    declined: bool = False
     # Output quality (appliance.quality): Whisper's confidence in the transcript, the person saying
     # again what they said the turn before, and the bundle version whose engines answered.
     asr_avg_logprob: float | None = None
@@ -183,4 +188,6 @@ class TurnTrace:
             "llm_evaluated_tokens": self.llm_evaluated_tokens,
             "stages_ms": self.stages_ms(),
         }
+        if self.withheld:
+            payload["withheld"] = self.withheld
         return json.dumps(payload, ensure_ascii=False, separators=(",", ":"))

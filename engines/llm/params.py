@@ -20,7 +20,13 @@ class LlmParams(Params):
     gpu_layers: int = Field(0, ge=-1, description="layers on the GPU; -1 = all of them")
     context_tokens: int = Field(2048, ge=256, le=131072, description="KV cache per conversation")
     max_reply_tokens: int = Field(96, ge=1, le=4096, description="a reply is cut at this many tokens")
-    temperature: float = Field(0.2, ge=0.0, le=2.0, description="sampling temperature (0: greedy)")
+    temperature: float = Field(
+        0.0,
+        ge=0.0,
+        le=2.0,
+        description="sampling temperature; 0: greedy, the same question gets the same answer every time "
+        "(above 0, answers vary between restarts unless a seed is fixed)",
+    )
     threads: int = Field(2, ge=1, le=64, description="llama.cpp threads")
     stop: tuple[str, ...] = Field(("\n\n",), description="a reply ends at any of these")
     max_queue: int = Field(

@@ -1,0 +1,342 @@
+"""The grounding check: a clause of a reply may state a figure (a number, a time, an extension, a room,
+a price) only when the turn's sources gave it: the site's facts given for the turn, a tool's answer,
+the conversation's own words, or the figures the site allows (``agent.allowed_figures``).
+
+A figure is matched by value in any of its spoken or written forms ("twenty-five" = 25, "half past
+seven" = "7:30" = "7.30 am", "2 pm" = "14:00") and by what it measures: the word after it in the
+clause ("3 levels") must occur in the source sentence that gives the value ("valid for 3 days" does
+not ground "3 levels"). A clause is also withheld when it repeats the product's own instructions to
+the model. Pure and fast (a clause is checked in well under a millisecond): it runs in the clause
+stream between the model and the voice.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from enum import Enum
+
+_SMALL = {
+    "zero": 0, "one": 1, "two": 2, "three": 3, "four": 4, "five": 5, "six": 6, "seven": 7, "eight": 8,
+    "nine": 9, "ten": 10, "eleven": 11, "twelve": 12, "thirteen": 13, "fourteen": 14, "fifteen": 15,
+    "sixteen": 16, "seventeen": 17, "eighteen": 18, "nineteen": 19,
+}  # fmt: skip
+_TENS = {
+    "twenty": 20, "thirty": 30, "forty": 40, "fifty": 50, "sixty": 60, "seventy": 70, "eighty": 80,
+    "ninety": 90,
+}  # fmt: skip
+_SCALES = {"hundred": 100, "thousand": 1000, "million": 1_000_000}
+_ORDINALS = {
+    "first": 1, "second": 2, "third": 3, "fourth": 4, "fifth": 5, "sixth": 6, "seventh": 7,
+    "eighth": 8, "ninth": 9, "tenth": 10, "eleventh": 11, "twelfth": 12,
+}  # fmt: skip
+_NUMBER_WORDS = {**_SMALL, **_TENS, **_SCALES}
+# Words that are numbers but say no figure on their own ("one of them", "a second").
+_NOT_FIGURES = {"one", "zero", "first", "second"}
+# Written units and symbols, as the word they are said with.
+_UNIT_SYNONYMS = {
+    "nm": "newton", "newtonmetr": "newton", "kg": "kilogram", "kilo": "kilogram", "g": "gram",
+    "km": "kilometr", "m": "metr", "meter": "metr", "cm": "centimetr", "mm": "millimetr",
+    "h": "hour", "hr": "hour", "min": "minut", "sec": "second", "s": "second", "%": "percent",
+    "cent": "percent", "€": "euro", "eur": "euro", "$": "dollar", "usd": "dollar", "£": "pound",
+    "gbp": "pound", "°": "degre", "°c": "degre", "c": "degre", "kph": "kilometr", "km/h": "kilometr",
+    "mph": "mile", "l": "litr", "liter": "litr", "ext": "extension", "no": "number", "nr": "number",
+}  # fmt: skip
+# Words after a figure that do not say what it measures.
+_FILLER = frozenset(
+    (  # noqa: SIM905 (a word list reads better as text)
+        "a an and are as at be but by for from in into is it of on or so than that the then this to up "
+        "until was were which with till through via each every per o'clock oclock"
+    ).split()
+)
+_TOKEN = re.compile(
+    r"[€$£]?\d+(?:[.,:]\d+)*(?:st|nd|rd|th)?%?"  # 25, 1,200, 3.5, 7:30, 3rd, 40%, €4.50
+    r"|[A-Za-z]+\d[\w-]*"  # B12, A3-2
+    r"|[A-Za-z°€$£%]+(?:[-'][A-Za-z]+)*"  # words, twenty-five, o'clock
+    r"|[,;:.!?()]"  # kept so that what a figure measures is not read across a comma
+)
+_CLAUSE_END = re.compile(r"(?<=[.!?;])\s+|\n+")
+_BEFORE_TIMES = frozenset({"at", "from", "until", "till", "before", "after", "by", "to"})
+_MERIDIEM = {"am": 0, "a.m": 0, "a.m.": 0, "pm": 12, "p.m": 12, "p.m.": 12}
+
+
+class WithheldWhy(str, Enum):
+    """Why a clause was not spoken (the trace, /metrics)."""
+
+    FIGURE = "figure"  # states a figure no source gave
+    INTERNAL = "internal"  # repeats the product's instructions to the model
+
+    def __str__(self) -> str:
+        return self.value
+
+
+@dataclass(frozen=True)
+class Figure:
+    text: str  # as the clause writes it
+    values: frozenset[str]  # every canonical value it may mean: "25", "t:450" (7:30 as minutes)
+    unit: str  # what it measures: the stem of the word after it ("level"), or ""
+
+
+@dataclass
+class _Occurrence:
+    values: frozenset[str]
+    context: frozenset[str]  # the stems of the words of its sentence (and the section's title)
+
+
+@dataclass
+class Verdict:
+    ungrounded: list[str] = field(default_factory=list)  # the figures no source gave, as written
+    why: WithheldWhy | None = None
+
+    @property
+    def ok(self) -> bool:
+        return self.why is None
+
+
+def stem(word: str) -> str:
+    word = word.lower().strip(".'’")
+    word = _UNIT_SYNONYMS.get(word, word)
+    for ending in ("ies", "ing", "es", "ed", "s"):
+        if word.endswith(ending) and len(word) - len(ending) >= 3:
+            word = word[: -len(ending)] + ("y" if ending == "ies" else "")
+            break
+    return word[:-1] if word.endswith("e") and len(word) >= 4 else word
+
+
+def _tokens(text: str) -> list[str]:
+    text = re.sub(r"\b([ap])\.\s?m\.?(?=\W|$)", r"\1m", text, flags=re.IGNORECASE)
+    return _TOKEN.findall(text.replace("\u2019", "'").replace("\u2013", " to ").replace("\u2014", " "))
+
+
+def figures(text: str) -> list[Figure]:
+    """The figures ``text`` states, each with the values it may mean and what it measures."""
+    found, _ = _scan(text)
+    return found
+
+
+def _scan(text: str) -> tuple[list[Figure], list[str]]:
+    tokens = _tokens(text)
+    lowered = [t.lower() for t in tokens]
+    out: list[Figure] = []
+    index = 0
+    while index < len(tokens):
+        timed = _time_at(lowered, index)
+        taken = timed or _number_at(lowered, index)
+        if taken is None:
+            index += 1
+            continue
+        values, end = taken
+        word = lowered[index]
+        symbol = word[0] if word[0] in "€$£" else "%" if word.endswith("%") else ""
+        if timed:
+            unit = ""  # a time of day measures nothing else
+        elif symbol:
+            unit = stem(symbol)
+        else:
+            unit = _unit_after(lowered, end)
+        if index and lowered[index - 1] in _BEFORE_TIMES and len(values) == 1:
+            hour = _hour_word(next(iter(values)))
+            if hour is not None and end - index == 1:
+                values = values | _hours(hour)  # "opens at seven": a time too
+        out.append(Figure(" ".join(tokens[index:end]), values, unit))
+        index = end
+    return out, lowered
+
+
+def _unit_after(lowered: list[str], end: int) -> str:
+    if end >= len(lowered):
+        return ""
+    word = lowered[end]
+    if not word[0].isalnum() or word in _FILLER or word in _NUMBER_WORDS or any(ch.isdigit() for ch in word):
+        return ""
+    return stem(word)
+
+
+def _number_value(token: str) -> str | None:
+    """A written number's canonical value ("1,200" -> "1200", "3.50" -> "3.5", "3rd" -> "3")."""
+    token = token.lstrip("€$£").rstrip("%")
+    token = re.sub(r"(st|nd|rd|th)$", "", token)
+    if re.fullmatch(r"\d{1,3}(,\d{3})+", token):
+        token = token.replace(",", "")
+    token = token.replace(",", ".")
+    if not re.fullmatch(r"\d+(\.\d+)?", token):
+        return None
+    if "." in token:
+        token = token.rstrip("0").rstrip(".")
+    return token.lstrip("0") or "0"
+
+
+def _number_at(lowered: list[str], index: int) -> tuple[frozenset[str], int] | None:
+    word = lowered[index]
+    if word[0].isdigit() or word[0] in "€$£":
+        if ":" in word:
+            return None  # a time, handled by _time_at; anything else with a colon is not a figure
+        value = _number_value(word)
+        return (frozenset({value}), index + 1) if value is not None else None
+    if re.fullmatch(r"[a-z]+\d[\w-]*", word):
+        return frozenset({word.replace("-", "")}), index + 1  # B12: a room, a machine
+    if word in _ORDINALS and word not in _NOT_FIGURES:
+        return frozenset({str(_ORDINALS[word])}), index + 1
+    spelled = _spelled_at(lowered, index)
+    if spelled is None:
+        return None
+    number, end = spelled
+    if end == index + 1 and word in _NOT_FIGURES:
+        return None
+    return frozenset({str(number)}), end
+
+
+def _spelled_at(lowered: list[str], index: int) -> tuple[int, int] | None:
+    """A spelled-out number from ``index``: "twenty-five", "one hundred and twenty", "two thousand"."""
+    total, current, end, seen = 0, 0, index, False
+    while end < len(lowered):
+        parts = lowered[end].split("-")
+        if not all(p in _NUMBER_WORDS for p in parts):
+            if (
+                lowered[end] == "and"
+                and seen
+                and end + 1 < len(lowered)
+                and lowered[end + 1] in _NUMBER_WORDS
+            ):
+                end += 1
+                continue
+            break
+        for part in parts:
+            number = _NUMBER_WORDS[part]
+            if number in (100,):
+                current = max(current, 1) * 100
+            elif number >= 1000:
+                total += max(current, 1) * number
+                current = 0
+            else:
+                current += number
+        seen = True
+        end += 1
+    if not seen:
+        return None
+    return total + current, end
+
+
+def _time_at(lowered: list[str], index: int) -> tuple[frozenset[str], int] | None:
+    """A time of day: "7:30", "14:00", "7.30 am", "7 pm", "noon", "half past seven", "quarter to
+    eight", "seven thirty am". Its values are minutes after midnight ("t:450"); without am or pm both
+    halves of the day are meant."""
+    word = lowered[index]
+    if word in ("noon", "midday"):
+        return frozenset({"t:720"}), index + 1
+    if word == "midnight":
+        return frozenset({"t:0"}), index + 1
+    if word in ("half", "quarter") and index + 2 < len(lowered) and lowered[index + 1] in ("past", "to"):
+        hour = _hour_word(lowered[index + 2])
+        if hour is None:
+            return None
+        minutes = 30 if word == "half" else 15
+        hours, mins = (hour, minutes) if lowered[index + 1] == "past" else (hour - 1, 60 - minutes)
+        return _clock(hours % 24, mins, lowered, index + 3)
+    match = re.fullmatch(r"(\d{1,2})([:.])(\d{2})", word)
+    after = lowered[index + 1] if index + 1 < len(lowered) else ""
+    if match and (match.group(2) == ":" or after in _MERIDIEM):  # 3.50 is a price, 3.50 pm a time
+        return _clock(int(match.group(1)), int(match.group(3)), lowered, index + 1)
+    hour = _hour_word(word)
+    if hour is None:
+        return None
+    if after in _MERIDIEM or after in ("o'clock", "oclock"):
+        return _clock(hour, 0, lowered, index + 1)
+    spoken = _minute_words(lowered, index + 1) if not word[0].isdigit() else None
+    if spoken is not None:
+        minutes, end = spoken
+        if end < len(lowered) and lowered[end] in _MERIDIEM:
+            return _clock(hour, minutes, lowered, end)
+    return None
+
+
+def _hour_word(word: str) -> int | None:
+    if word.isdigit() and len(word) <= 2 and int(word) <= 24:
+        return int(word)
+    value = _SMALL.get(word)
+    return value if value is not None and 1 <= value <= 12 else None
+
+
+def _hours(hour: int) -> frozenset[str]:
+    return frozenset({f"t:{hour % 24 * 60}"} | ({f"t:{(hour % 12 + 12) * 60}"} if hour <= 12 else set()))
+
+
+def _minute_words(lowered: list[str], index: int) -> tuple[int, int] | None:
+    spelled = _spelled_at(lowered, index)
+    if spelled is None or not 10 <= spelled[0] <= 59:
+        return None
+    return spelled
+
+
+def _clock(hours: int, minutes: int, lowered: list[str], end: int) -> tuple[frozenset[str], int] | None:
+    if not (0 <= hours <= 24 and 0 <= minutes <= 59):
+        return None
+    meridiem = lowered[end] if end < len(lowered) else ""
+    if meridiem in _MERIDIEM:
+        base = hours % 12 + _MERIDIEM[meridiem]
+        return frozenset({f"t:{base * 60 + minutes}"}), end + 1
+    if meridiem in ("o'clock", "oclock"):
+        end += 1
+    candidates = {hours % 24 * 60 + minutes}
+    if hours <= 12:
+        candidates.add((hours % 12 + 12) * 60 + minutes)
+    return frozenset(f"t:{c}" for c in candidates), end
+
+
+class Sources:
+    """What a turn may state figures from."""
+
+    def __init__(self) -> None:
+        self._occurrences: dict[str, list[_Occurrence]] = {}
+        self._internal: set[tuple[str, ...]] = set()
+
+    def add(self, text: str, *, title: str = "") -> None:
+        """A source text (a facts section with its ``title``, a tool's answer, a message)."""
+        heading = {stem(w) for w in _tokens(title) if _is_word(w) and not _is_filler(w)}
+        for sentence in _CLAUSE_END.split(text):
+            found, lowered = _scan(sentence)
+            if not found:
+                continue
+            context = frozenset({stem(w) for w in lowered if _is_word(w) and not _is_filler(w)} | heading)
+            for figure in found:
+                occurrence = _Occurrence(figure.values, context)
+                for value in figure.values:
+                    self._occurrences.setdefault(value, []).append(occurrence)
+
+    def add_all(self, texts: Iterable[str]) -> None:
+        for text in texts:
+            self.add(text)
+
+    def add_internal(self, text: str) -> None:
+        """An instruction of the product's to the model, which no reply may repeat."""
+        words = tuple(_plain_words(text))
+        for start in range(max(len(words) - 4, 0) + (1 if len(words) >= 5 else 0)):
+            self._internal.add(words[start : start + 5])
+
+    def grounds(self, figure: Figure) -> bool:
+        for value in figure.values:
+            for occurrence in self._occurrences.get(value, ()):
+                if not figure.unit or figure.unit in occurrence.context:
+                    return True
+        return False
+
+    def check(self, clause: str) -> Verdict:
+        """Whether ``clause`` may be spoken."""
+        words = _plain_words(clause)
+        if any(tuple(words[i : i + 5]) in self._internal for i in range(len(words) - 4)):
+            return Verdict(why=WithheldWhy.INTERNAL)
+        missing = [figure.text for figure in figures(clause) if not self.grounds(figure)]
+        return Verdict(missing, WithheldWhy.FIGURE) if missing else Verdict()
+
+
+def _is_filler(word: str) -> bool:
+    return word.lower() in _FILLER
+
+
+def _is_word(token: str) -> bool:
+    return token[0].isalnum()
+
+
+def _plain_words(text: str) -> list[str]:
+    return re.findall(r"[a-z0-9]+", text.lower())
