@@ -27,6 +27,7 @@ BENCHMARKS = {
     "sip_register": "registering with a Kamailio registrar: REGISTER time, renewal punctuality, idle vs busy",
     "fleet": "calls through the Kamailio proxy vs direct (turn latency, call setup); a dead appliance's cost",
     "tools": "spoken questions about a test site: right tool and arguments, fact in the answer, latency",
+    "answers": "spoken questions about a site: answered from its facts, declined, invented figures, latency",
     "aec": "echo cancellation in simulated rooms: ERLE, false and real barge-ins, WER, CPU vs the raised threshold",
 }
 

@@ -17,6 +17,7 @@ from prometheus_client.registry import Collector
 from appliance.admin.backend import AdminBackend
 from appliance.admin.schemas import StatusReport
 from appliance.admin.views import BUDGET_STAGE
+from appliance.grounding import WithheldWhy
 from appliance.quality import signals as quality_signals
 from appliance.service.loop_watch import STALL_S, current_figures
 from appliance.trace import STAGES, TurnTrace
@@ -45,6 +46,7 @@ LATENCY_BUCKETS_S = (
 # Turns read from the store per scrape; more than this between two scrapes are counted from the newest.
 SCRAPE_TURNS = 1000
 _WORDS_REASONS = frozenset(why.value for why in WordsNotExpected)
+_WITHHELD_REASONS = frozenset(why.value for why in WithheldWhy)
 
 
 class _LiveGauges(Collector):
@@ -257,6 +259,16 @@ class TraceMetrics:
         )
         for verdict in ("checked", "unfinished", "failed"):
             self.turn_checks.labels(verdict=verdict)
+        self.withheld = Counter(
+            "appliance_clauses_withheld",
+            "clauses of replies not spoken, by why: figure (a figure no source gave), internal (the "
+            "product's instructions to the model)",
+            ["why"],
+            registry=self.registry,
+        )
+        self.declined = Counter(
+            "appliance_turns_declined", "replies that said agent.not_known_reply", registry=self.registry
+        )
         for by in (
             "silence",
             "smart_turn",
@@ -271,6 +283,8 @@ class TraceMetrics:
             self.verdicts.labels(judge=judge)
         for why in WordsNotExpected:
             self.words_missing.labels(why=why.value)
+        for reason in WithheldWhy:
+            self.withheld.labels(why=reason.value)
         for stage in STAGES:
             self.stage_seconds.labels(stage=stage)
         for outcome in ("ok", "cancelled", "error"):
@@ -290,6 +304,11 @@ class TraceMetrics:
             self.endings.labels(by=trace.endpoint_by).inc()
         if trace.words_not_expected in _WORDS_REASONS:
             self.words_missing.labels(why=trace.words_not_expected).inc()
+        for clause in trace.withheld:
+            if clause.get("why") in _WITHHELD_REASONS:
+                self.withheld.labels(why=clause["why"]).inc()
+        if trace.declined:
+            self.declined.inc()
         for judge, probability in (("sound", trace.turn_complete_p), ("words", trace.words_complete_p)):
             if probability is not None:
                 self.verdicts.labels(judge=judge).observe(probability)

@@ -145,6 +145,14 @@ class LiveSession(Body):
     turns: int = 0
 
 
+class WithheldClause(Body):
+    clause: str = Field(description="the clause the model wrote")
+    why: str = Field(
+        description="figure: it states a figure no source gave; internal: it repeats an instruction"
+    )
+    figures: list[str] = Field(default_factory=list, description="the figures no source gave")
+
+
 class TurnView(Body):
     turn_id: str
     session_id: str
@@ -186,6 +194,13 @@ class TurnView(Body):
         '(no chat template, site server), llm_busy (answering another call), no_pause; "" when they could',
     )
     turn_incomplete: int = Field(description="... and did not hear it as finished")
+    facts_given: list[str] = Field(
+        default_factory=list, description="the site facts' sections the question was given (their titles)"
+    )
+    withheld: list[WithheldClause] = Field(
+        default_factory=list, description="clauses of the reply not spoken (agent.grounding), and why"
+    )
+    declined: bool = Field(False, description="the reply said agent.not_known_reply")
     partials: int = Field(0, description="partial transcripts made while the person spoke")
     prefill_reused: int = Field(0, description="prompt tokens the LLM had evaluated before the end of speech")
     llm_evaluated_tokens: int = Field(

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections import Counter
 
-from appliance.admin.schemas import LatencyReport, StageLatency, TurnView, VersionQualityView
+from appliance.admin.schemas import LatencyReport, StageLatency, TurnView, VersionQualityView, WithheldClause
 from appliance.quality import by_version
 from appliance.trace import STAGES, TurnTrace, summarize
 
@@ -40,6 +40,9 @@ def turn_view(trace: TurnTrace, budget_ms: float) -> TurnView:
         words_complete_p=trace.words_complete_p,
         words_not_expected=trace.words_not_expected,
         turn_incomplete=trace.turn_incomplete,
+        facts_given=trace.facts_given,
+        withheld=[WithheldClause.model_validate(clause) for clause in trace.withheld],
+        declined=trace.declined,
         partials=trace.partials,
         prefill_reused=trace.prefill_reused,
         llm_evaluated_tokens=trace.llm_evaluated_tokens,
