@@ -32,6 +32,7 @@ class GreedyDecoder:
         self.n_text_ctx = dims["n_text_ctx"]
         vocab = dims["n_vocab"]
         self.eot = int(config.special["eot"])
+        self.sot = int(config.special["sot"])
         # Without timestamps only text tokens and end-of-text may follow: every other special token
         # (language, task, timestamps) is masked, as are the model's own suppressed tokens.
         always = np.zeros(vocab, dtype=bool)
@@ -70,12 +71,15 @@ class GreedyDecoder:
         caches = self.empty_cache()
         no_speech_p = None
         if no_speech is not None and len(prompt) > 1:
+            # Up to the start of the transcript (after any text given as before it): the no-speech
+            # token is read where it would follow.
+            head = prompt.index(self.sot) + 1 if self.sot in prompt else 1
             outputs = self.decoder.run(
-                {"tokens": np.asarray([prompt[:1]], dtype=np.int64), **caches, **cross}, cancel
+                {"tokens": np.asarray([prompt[:head]], dtype=np.int64), **caches, **cross}, cancel
             )
             no_speech_p = float(np.exp(_log_softmax_at(outputs["logits"][0].astype(np.float32), no_speech)))
             caches = {name: outputs[f"new_{name}"] for name in caches}
-            prompt = prompt[1:]
+            prompt = prompt[head:]
         step_tokens = np.asarray([prompt], dtype=np.int64)
         generated: list[int] = []
         logprob_sum = 0.0

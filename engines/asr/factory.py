@@ -94,7 +94,7 @@ def create_whisper(bundle: Bundle, params: AsrParams) -> WhisperEngine:
             k: built_for[k] for k in ("tensorrt", "gpu", "compute_capability") if k in built_for
         }
         runner = partial(_tensorrt_runner, expected=expected)
-        return WhisperEngine(files, runner, language=language, policy=policy)
+        return WhisperEngine(files, runner, language=language, policy=policy, vocabulary=params.vocabulary)
     files = WhisperFiles(
         config=bundle.path(config_artifact(model)),
         tokenizer=bundle.path(tokenizer_artifact(model)),
@@ -102,4 +102,4 @@ def create_whisper(bundle: Bundle, params: AsrParams) -> WhisperEngine:
         decoder=bundle.path(onnx_artifact(model, "decoder", precision)),
     )
     factory = partial(_onnxruntime_runner, device=device, threads=threads)
-    return WhisperEngine(files, factory, language=language, policy=policy)
+    return WhisperEngine(files, factory, language=language, policy=policy, vocabulary=params.vocabulary)

@@ -28,3 +28,9 @@ class AsrParams(Params):
         description="encode the audio plus 5 s, not a 30 s window (a full window again on degenerate text)",
     )
     threads: int = Field(2, ge=1, le=64, description="ONNX Runtime threads")
+    vocabulary: tuple[str, ...] = Field(
+        (),
+        description="words the site uses (places, names, products) that Whisper is told to expect, as "
+        "the text before what it hears: site questions are heard better, other speech a little worse "
+        "(docs/answers.md)",
+    )

@@ -37,5 +37,10 @@ class WhisperTokenizer:
                 return int(found)
         return None
 
+    def previous_text_id(self) -> int | None:
+        """``<|startofprev|>``: what opens the text Whisper is told came before (its prompt)."""
+        found = self._tokenizer.token_to_id("<|startofprev|>")
+        return None if found is None else int(found)
+
     def encode(self, text: str) -> list[int]:
         return list(self._tokenizer.encode(text, add_special_tokens=False).ids)

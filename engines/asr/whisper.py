@@ -82,10 +82,13 @@ class WhisperEngine:
         *,
         language: str,
         policy: EncodePolicy = EncodePolicy(),
+        vocabulary: tuple[str, ...] = (),
     ) -> None:
+        """``vocabulary``: words Whisper is told came before (its prompt), so it expects them."""
         self.files = files
         self.language = language
         self.policy = policy
+        self.vocabulary = vocabulary
         self._runner_factory = runner_factory
         self._encoder: GraphRunner | None = None
         self._decoder: GraphRunner | None = None
@@ -106,6 +109,7 @@ class WhisperEngine:
         self._prompt = _prompt(config, self.language)
         self._n_mels = config.dims["n_mels"]
         self._tokenizer = WhisperTokenizer(self.files.tokenizer, eot=int(config.special["eot"]))
+        self._prompt = self._vocabulary_tokens() + self._prompt
         self._no_speech = self._tokenizer.no_speech_id()
         self._encoder = self._runner_factory(self.files.encoder)
         self._decoder = self._runner_factory(self.files.decoder)
@@ -114,6 +118,16 @@ class WhisperEngine:
         warm_up = np.random.default_rng(0).normal(0.0, 0.01, SAMPLE_RATE_HZ).astype(np.float32)
         self._transcribe_window(warm_up, max_new_tokens=4)
         log.info("whisper warmed up in %.2f s", time.perf_counter() - started)
+
+    def _vocabulary_tokens(self) -> list[int]:
+        """``<|startofprev|>`` and the vocabulary, as Whisper's prompt (at most MAX_VOCABULARY_TOKENS:
+        a long prompt costs decoder time and pulls the transcript towards it)."""
+        tokenizer = _loaded(self._tokenizer)
+        previous = tokenizer.previous_text_id()
+        words = ", ".join(word.strip() for word in self.vocabulary if word.strip())
+        if previous is None or not words:
+            return []
+        return [previous, *tokenizer.encode(" " + words + ".")[:MAX_VOCABULARY_TOKENS]]
 
     def close(self) -> None:
         for runner in (self._encoder, self._decoder):
@@ -190,6 +204,8 @@ class WhisperEngine:
     def _degenerate(self, decoded: Decoded, text: str) -> bool:
         return decoded.hit_token_limit or compression_ratio(text) > self.policy.max_compression_ratio
 
+
+MAX_VOCABULARY_TOKENS = 48
 
 # English-only checkpoints (tiny.en, base.en, ...) have one token fewer than the multilingual ones.
 MULTILINGUAL_VOCAB = 51865
