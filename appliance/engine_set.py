@@ -188,9 +188,7 @@ def asr_engine(settings: Settings, bundle: Bundle, *, model: str | None = None) 
     from engines.asr import create_asr
 
     asr: AsrParams = settings.asr
-    return create_asr(bundle, asr if model is None else asr.model_copy(update={"model": model}))  # named by the configuration check and by the tools' own load
-        words += [fact.title for fact in box.site_facts if fact.title and fact.title not in words]
-    return tuple(words)
+    return create_asr(bundle, asr if model is None else asr.model_copy(update={"model": model}))
 
 
 def tool_box(settings: Settings) -> ToolBox | None:
