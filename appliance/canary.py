@@ -64,6 +64,7 @@ class Figures:
     load_s: float | None = None
     answer_checks: int = 0  # expected facts and tool calls in the set
     answer_accuracy: float | None = None  # ... the share of them the answers had
+    invented_answers: int = 0  # answers that tried to state a figure no source gave (agent.grounding)
 
 
 @dataclass(frozen=True)
@@ -90,6 +91,7 @@ class Evaluation:
             ("first clause p50", "first_clause_ms_p50", " ms"),
             ("first audio p50", "tts_first_audio_ms_p50", " ms"),
             ("answers right", "answer_accuracy", "share"),
+            ("answers inventing a figure", "invented_answers", ""),
             ("peak memory", "peak_rss_mb", " MB"),
             ("load time", "load_s", " s"),
         )
@@ -213,7 +215,7 @@ def site_questions(settings: Settings) -> list[dict[str, Any]]:
         title = fact.title.strip()
         text = title if title.endswith("?") else f"Can you tell me about {title.rstrip('.').lower()}?"
         figures = [w.strip(".,;") for w in fact.text.split() if any(c.isdigit() for c in w)][:1]
-        questions.append({"text": text, "facts": figures, "tool": tool.name})
+        questions.append({"text": text, "facts": figures})  # the facts are in the prompt: no tool call
     return questions
 
 
@@ -276,6 +278,7 @@ def summarize(result: dict[str, Any]) -> Figures:
         loads=True,
         answer_checks=checks,
         answer_accuracy=round(right / checks, 4) if checks else None,
+        invented_answers=sum(bool(i.get("invented")) for i in items),
         wer=round(word_error_rate([i["reference"] for i in items], [i["transcript"] for i in items]), 4),
         turn_ms_p50=p("turn_ms", 50),
         turn_ms_p95=p("turn_ms", 95),
@@ -324,6 +327,11 @@ def judge(settings: Settings, active: Figures, candidate: Figures) -> list[str]:
         failures.append(
             f"answers right {after:.0%} against {before:.0%} of {candidate.answer_checks} expected facts "
             f"and tool calls (bundle.canary_max_answer_drop = {gates.canary_max_answer_drop:.0%} points)"
+        )
+    if candidate.invented_answers:
+        failures.append(
+            f"{candidate.invented_answers} of its answers stated a figure that no source gave (the "
+            "grounding check kept it from being spoken; in service the person would hear a decline)"
         )
     memory_limit = (active.peak_rss_mb or 0.0) * gates.canary_max_memory_ratio
     if memory_limit and candidate.peak_rss_mb and candidate.peak_rss_mb > memory_limit:

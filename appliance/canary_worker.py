@@ -136,6 +136,7 @@ async def _answer(
                     "facts_found": sum(f" {normalize_text(f)} " in said for f in facts),
                     "tool_expected": bool(item.get("tool")),
                     "tool_called": bool(item.get("tool")) and item.get("tool") in trace.tool_calls,
+                    "invented": [f for w in trace.withheld if w["why"] == "figure" for f in w["figures"]],
                 }
             )
     finally:

@@ -57,6 +57,7 @@ _TOKEN = re.compile(
     r"|[,;:.!?()]"  # kept so that what a figure measures is not read across a comma
 )
 _CLAUSE_END = re.compile(r"(?<=[.!?;])\s+|\n+")
+_CURRENCIES = frozenset({"euro", "dollar", "pound"})
 _BEFORE_TIMES = frozenset({"at", "from", "until", "till", "before", "after", "by", "to"})
 _MERIDIEM = {"am": 0, "a.m": 0, "a.m.": 0, "pm": 12, "p.m": 12, "p.m.": 12}
 
@@ -135,6 +136,13 @@ def _scan(text: str) -> tuple[list[Figure], list[str]]:
             unit = stem(symbol)
         else:
             unit = _unit_after(lowered, end)
+        if unit in _CURRENCIES and not symbol and end + 1 < len(lowered):
+            cents = _number_at(lowered, end + 1)  # "four euros fifty": 4.50
+            if cents is not None and len(values) == 1 and len(cents[0]) == 1:
+                whole, part = next(iter(values)), next(iter(cents[0]))
+                if whole.isdigit() and part.isdigit() and int(part) < 100:
+                    values = frozenset({_number_value(f"{whole}.{int(part):02d}") or whole})
+                    end = cents[1]
         if index and lowered[index - 1] in _BEFORE_TIMES and len(values) == 1:
             hour = _hour_word(next(iter(values)))
             if hour is not None and end - index == 1:

@@ -21,7 +21,14 @@ from appliance.pipeline.engines import SessionEngines
 from appliance.pipeline.oneshot import one_turn
 from appliance.trace import TurnTrace
 from tests.conftest import REPO
-from tests.fixtures.admin import ADMIN_PASSWORD, ADMIN_USER, VIEWER_PASSWORD, VIEWER_USER, AdminEnv
+from tests.fixtures.admin import (
+    ADMIN_PASSWORD,
+    ADMIN_USER,
+    VIEWER_PASSWORD,
+    VIEWER_USER,
+    AdminEnv,
+    recorded_turn,
+)
 
 CHROMIUM = Path("/usr/bin/chromium")
 CHROMIUM_ARGS = [
@@ -217,6 +224,13 @@ def test_dashboard_logs_in_and_plots_a_real_turn_from_the_device_only(
 
     context.close()
 
+    # A turn whose reply was cut by the grounding check shows what was not said, and why.
+    grounded = recorded_turn(transcript="how much is parking")
+    grounded.played_reply = "Sorry, I don't have that information here."
+    grounded.withheld = [{"clause": "Parking is 5 euros.", "why": "figure", "figures": ["5"]}]
+    grounded.declined, grounded.facts_given = True, ["Parking"]
+    admin_env.store.add(grounded)
+
     # A viewer sees the same page without the settings form.
     viewer = browser.new_context()  # type: ignore[attr-defined]
     viewer.on("request", lambda request: requested.append(request.url))
@@ -228,6 +242,8 @@ def test_dashboard_logs_in_and_plots_a_real_turn_from_the_device_only(
     viewer_page.wait_for_selector("#turns-table tbody tr[data-turn-id]")
     assert viewer_page.inner_text("#whoami") == f"{VIEWER_USER} (viewer)"
     assert viewer_page.locator("#config-form").is_hidden()
+    viewer_page.wait_for_selector("#turns-table td:has-text('not said: 5 (a figure no source gave)')")
+    assert "facts: Parking" in viewer_page.inner_text("#turns-table")
     viewer.close()
 
     assert requested, "no request was seen"

@@ -135,7 +135,7 @@ def test_without_recordings_the_sites_facts_are_asked_and_the_report_says_the_au
     settings, _recordings, versions = site
     evaluation = evaluate(settings, versions["candidate"])
     assert evaluation.synthetic_audio and evaluation.recordings == 2  # one question per fact
-    assert evaluation.figures["candidate"].answer_checks == 4  # a figure and the tool, each
+    assert evaluation.figures["candidate"].answer_checks == 2  # a figure each (the facts are in the prompt)
     assert "synthetic" in evaluation.report() and "answers right" in evaluation.report()
     # The voice's questions are heard: a bound, not the 0.08 seen on one machine (13 words, each 0.077;
     # the int8 kernels of another processor heard 4 wrong on the same audio, "canteen" the hardest).
@@ -162,6 +162,9 @@ def test_the_gates_name_each_regression_with_its_figures() -> None:
     told = Figures(**{**vars(active), "answer_checks": 10, "answer_accuracy": 0.8})
     (failure,) = judge(settings, told, fewer_facts)
     assert failure.startswith("answers right 60% against 80% of 10 expected facts and tool calls")
+    inventing = Figures(**{**vars(same), "invented_answers": 1})
+    (failure,) = judge(settings, active, inventing)  # right figures elsewhere do not make up for one
+    assert failure.startswith("1 of its answers stated a figure that no source gave")
 
 
 def test_without_a_set_the_questions_come_from_the_sites_facts(site) -> None:
@@ -169,8 +172,8 @@ def test_without_a_set_the_questions_come_from_the_sites_facts(site) -> None:
 
     settings, _recordings, _versions = site
     assert site_questions(settings) == [
-        {"text": "Can you tell me about brooklyn bridge?", "facts": ["1883"], "tool": "site_facts"},
-        {"text": "Can you tell me about canteen?", "facts": ["7:30"], "tool": "site_facts"},
+        {"text": "Can you tell me about brooklyn bridge?", "facts": ["1883"]},
+        {"text": "Can you tell me about canteen?", "facts": ["7:30"]},
     ]
     no_facts = override(settings, agent={"tools": []})
     assert [q["text"] for q in site_questions(no_facts)] == list(TYPICAL_QUESTIONS)

@@ -145,6 +145,17 @@ function endOfTurn(t) {
   return `${wait}${how}${unfinished}${verdicts ? ` (${verdicts})` : ""}`;
 }
 
+const WITHHELD = { figure: "a figure no source gave", internal: "an instruction to the model" };
+
+function replyShown(t) {
+  const said = t.played_reply || t.reply;
+  const notSaid = (t.withheld || []).map((w) =>
+    `not said: ${w.figures.length ? w.figures.join(", ") : "a clause"} (${WITHHELD[w.why] || w.why})`);
+  const facts = (t.facts_given || []).length ? [`facts: ${t.facts_given.slice(0, 3).join(", ")}`] : [];
+  const declined = t.declined && !notSaid.length ? ["declined"] : [];
+  return [said, ...notSaid, ...declined, ...facts].join(" · ");
+}
+
 function showLatency(report, turns) {
   text("over-budget", `${report.over_budget} of ${report.turns}`);
   text("turn-incomplete", report.turn_checks
@@ -160,7 +171,7 @@ function showLatency(report, turns) {
     if (t.over_budget) row.className = "over";
     row.dataset.turnId = t.turn_id;
     cell(row, new Date(t.wall_time * 1000).toLocaleTimeString());
-    cell(row, t.session_id); cell(row, t.transcript); cell(row, t.played_reply || t.reply);
+    cell(row, t.session_id); cell(row, t.transcript); cell(row, replyShown(t));
     cell(row, t.turn_latency_ms, t.over_budget ? "num over" : "num");
     cell(row, endOfTurn(t));
     const outcome = t.error ? `error: ${t.error}` : (OUTCOMES[t.outcome] || t.outcome);
