@@ -25,7 +25,9 @@ def abilities(agent: AgentConfig, *, tools_offered: bool = True, facts: FactsPla
     stops offering what it cannot, and calls a tool instead of guessing what only a tool knows.
     (Small models follow this framing far better than a bare list of tools: measured with
     ``python -m bench tools``.) How it answers from the site's facts follows them (``facts_rule``)."""
-    live = [tool for tool in agent.tools if tool.kind != "facts"]
+    # With the site's facts, the clock comes with each question (ToolBox.for_question), not by a call.
+    skipped = ("facts", "device") if facts != "none" else ("facts",)
+    live = [tool for tool in agent.tools if tool.kind not in skipped]
     if live and tools_offered:
         known = "; ".join(tool.description.rstrip(".") for tool in live)
         return (
@@ -77,16 +79,15 @@ def system_prompt(
     return f"{persona}\n\n{rule}\n{facts_text}" if facts == "prompt" else f"{persona}\n\n{rule}"
 
 
-def with_facts(messages: list[Message], facts_text: str) -> list[Message]:
-    """``messages`` with ``facts_text`` before the words of the last (the person's) message: the
-    facts a large file gives this question. The words stay last, where the turn's end is judged."""
-    if not facts_text or not messages or messages[-1].role != "user":
+def with_facts(messages: list[Message], facts_text: str, *, now: str = "") -> list[Message]:
+    """``messages`` with ``facts_text`` (the facts a large file gives this question) and ``now`` (the
+    device's clock) before the words of the last (the person's) message. The words stay last, where
+    the turn's end is judged."""
+    if not (facts_text or now) or not messages or messages[-1].role != "user":
         return messages
     last = messages[-1]
-    return [
-        *messages[:-1],
-        Message("user", f"{FACTS_HEADER}\n{facts_text}\n\n{QUESTION_HEADER} {last.content}"),
-    ]
+    head = "\n".join(part for part in (now, f"{FACTS_HEADER}\n{facts_text}" if facts_text else "") if part)
+    return [*messages[:-1], Message("user", f"{head}\n\n{QUESTION_HEADER} {last.content}")]
 
 
 def _capitalised(text: str) -> str:

@@ -263,6 +263,11 @@ class AgentConfig(HistoryParams, ReplyParams):
         min_length=1,
         description="said when the facts do not answer a question (the model is told to say it too)",
     )
+    not_known_offer: str = Field(
+        "I can put you through to {target}.",
+        description="said after not_known_reply when a clause was withheld and a transfer tool can reach "
+        "{target} (the first of sip.transfer_targets)",
+    )
     goodbye_reply: str = Field(
         "Thank you for calling. Goodbye.", min_length=1, description="said when the model ends a call"
     )
@@ -280,6 +285,11 @@ class AgentConfig(HistoryParams, ReplyParams):
     @classmethod
     def _sentence(cls, value: str) -> str:
         return check_sentence(value)
+
+    @field_validator("not_known_offer")
+    @classmethod
+    def _offer(cls, value: str) -> str:
+        return check_sentence(value, ("target",))
 
 
 def _ip_address(value: str) -> str:

@@ -83,6 +83,8 @@ class Figure:
 class _Occurrence:
     values: frozenset[str]
     context: frozenset[str]  # the stems of the words of its sentence (and the section's title)
+    sentence: int  # which source sentence
+    said: bool  # the conversation's words (the person's own figures), not a fact or a tool's answer
 
 
 @dataclass
@@ -293,28 +295,33 @@ def _clock(hours: int, minutes: int, lowered: list[str], end: int) -> tuple[froz
 
 
 class Sources:
-    """What a turn may state figures from."""
+    """What a turn may state figures from: facts and tools' answers (``add``), the conversation's
+    words (``add(said=True)``) and the site's allowed figures."""
 
     def __init__(self) -> None:
         self._occurrences: dict[str, list[_Occurrence]] = {}
+        self._sentence_values: list[frozenset[str]] = []
         self._internal: set[tuple[str, ...]] = set()
 
-    def add(self, text: str, *, title: str = "") -> None:
-        """A source text (a facts section with its ``title``, a tool's answer, a message)."""
+    def add(self, text: str, *, title: str = "", said: bool = False) -> None:
+        """A source text: a facts section with its ``title``, a tool's answer, or (``said``) a message
+        of the conversation."""
         heading = {stem(w) for w in _tokens(title) if _is_word(w) and not _is_filler(w)}
         for sentence in _CLAUSE_END.split(text):
             found, lowered = _scan(sentence)
             if not found:
                 continue
             context = frozenset({stem(w) for w in lowered if _is_word(w) and not _is_filler(w)} | heading)
+            number = len(self._sentence_values)
+            self._sentence_values.append(frozenset(v for figure in found for v in figure.values))
             for figure in found:
-                occurrence = _Occurrence(figure.values, context)
+                occurrence = _Occurrence(figure.values, context, number, said)
                 for value in figure.values:
                     self._occurrences.setdefault(value, []).append(occurrence)
 
-    def add_all(self, texts: Iterable[str]) -> None:
+    def add_all(self, texts: Iterable[str], *, said: bool = False) -> None:
         for text in texts:
-            self.add(text)
+            self.add(text, said=said)
 
     def add_internal(self, text: str) -> None:
         """An instruction of the product's to the model, which no reply may repeat."""
@@ -322,19 +329,39 @@ class Sources:
         for start in range(max(len(words) - 4, 0) + (1 if len(words) >= 5 else 0)):
             self._internal.add(words[start : start + 5])
 
+    def _found(self, figure: Figure) -> list[_Occurrence]:
+        return [
+            occurrence
+            for value in figure.values
+            for occurrence in self._occurrences.get(value, ())
+            if not figure.unit or figure.unit in occurrence.context
+        ]
+
     def grounds(self, figure: Figure) -> bool:
-        for value in figure.values:
-            for occurrence in self._occurrences.get(value, ()):
-                if not figure.unit or figure.unit in occurrence.context:
-                    return True
-        return False
+        return bool(self._found(figure))
 
     def check(self, clause: str) -> Verdict:
-        """Whether ``clause`` may be spoken."""
+        """Whether ``clause`` may be spoken. Besides each figure's own source: a figure from the facts
+        said together with one only the person said ("the M8 bolts on line 5 need 45 Nm") must come
+        from a source sentence that holds the person's figure too, or it answers what was not asked."""
         words = _plain_words(clause)
         if any(tuple(words[i : i + 5]) in self._internal for i in range(len(words) - 4)):
             return Verdict(why=WithheldWhy.INTERNAL)
-        missing = [figure.text for figure in figures(clause) if not self.grounds(figure)]
+        stated = [(figure, self._found(figure)) for figure in figures(clause)]
+        missing = [figure.text for figure, found in stated if not found]
+        if missing:
+            return Verdict(missing, WithheldWhy.FIGURE)
+        theirs = [figure for figure, found in stated if all(o.said for o in found)]
+        for figure, found in stated:
+            sentences = [o.sentence for o in found if not o.said]
+            if (
+                theirs
+                and sentences
+                and not any(
+                    all(other.values & self._sentence_values[s] for other in theirs) for s in sentences
+                )
+            ):
+                missing.append(figure.text)
         return Verdict(missing, WithheldWhy.FIGURE) if missing else Verdict()
 
 

@@ -286,6 +286,9 @@ def test_a_transfer_says_the_configured_sentence_and_nothing_the_model_was_told(
     spoken, trace, _ = _turn("Can I talk to someone at the front desk?", model, piper_tts, box)
     assert spoken == ["Putting you through to front desk now."] and len(model.calls) == 1
     assert trace.tool_calls == ["transfer_call"] and not trace.preamble_audio
+    inventing = FakeLlm("Parking costs 5 euros.", token_delay_s=0.0, offers_tools=True)
+    spoken, trace, _ = _turn("How much is parking?", inventing, piper_tts, box)
+    assert spoken == [f"{box.agent.not_known_reply} I can put you through to front desk."], spoken
 
 
 @pytest.mark.parametrize(("answer_delay_s", "preamble"), [(0.0, False), (1.0, True)])

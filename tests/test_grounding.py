@@ -94,7 +94,7 @@ def test_a_figure_no_source_gave_is_withheld_with_what_was_missing(
 def test_the_conversation_and_the_sites_allowed_figures_are_sources_too(sources: Sources) -> None:
     assert not sources.check("The emergency number is 112.").ok
     sources.add("112")  # agent.allowed_figures
-    sources.add("Is line 4 running?")  # the person's own words
+    sources.add("Is line 4 running?", said=True)  # the person's own words
     assert sources.check("The emergency number is 112.").ok and sources.check("Line 4 is running.").ok
 
 
@@ -102,3 +102,12 @@ def test_a_clause_repeating_the_products_instructions_is_withheld(sources: Sourc
     verdict = sources.check("Now answer the person's question from this data.")
     assert verdict.why is WithheldWhy.INTERNAL
     assert sources.check("I can answer your question.").ok
+
+
+def test_a_facts_figure_said_of_something_only_the_person_named_is_withheld(sources: Sources) -> None:
+    sources.add("What torque do the M8 bolts on line 5 need?", said=True)
+    verdict = sources.check("The M8 bolts on line 5 need 25 Nm.")  # 25 Nm is the M10 flange bolts'
+    assert verdict.why is WithheldWhy.FIGURE and verdict.ungrounded == ["25"]
+    sources.add("Is the canteen open at 7:30 on line 5?", said=True)
+    assert sources.check("Yes, it opens at 7:30.").ok  # no figure of theirs in the clause
+    assert sources.check("The M10 flange bolts need 25 Nm.").ok

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from appliance.agent import QUESTION_HEADER
 from appliance.grounding import Sources
 from appliance.pipeline.params import ReplyParams
 from appliance.pipeline.playback import Player
@@ -201,7 +202,9 @@ class Turn:
             sources = Sources()
             for fact in facts:
                 sources.add(fact.text, title=fact.title)
-            sources.add_all(message.content for message in messages)
+            sources.add_all((message.content for message in messages[:-1]), said=True)
+            sources.add(messages[-1].content.rpartition(QUESTION_HEADER)[2], said=True)
+            sources.add(tools.clock_line())
             sources.add_all((*tools.agent.allowed_figures, tools.agent.site_name, tools.agent.device_id))
             for text in tools.instructions():
                 sources.add_internal(text)
@@ -352,7 +355,7 @@ class Turn:
             verdict.why.value,
             f": {', '.join(verdict.ungrounded)} in no source" if verdict.ungrounded else "",
         )
-        await self._put_clause(self.tools.agent.not_known_reply, clauses)
+        await self._put_clause(self.tools.decline_sentence(), clauses)
 
     def _preamble_later(self, clauses: asyncio.Queue[str | None]) -> None:
         """A tool call has started: say the preamble if nothing else is said within

@@ -119,16 +119,24 @@ class ToolBox:
         they carry: a large facts file's matching sections go before the words; facts that are in
         the system prompt are all given already."""
         facts = self.facts_for(words)
-        if facts and not self.facts_in_prompt:
-            messages = with_facts(messages, as_text(facts))
-        return messages, facts
+        given = as_text(facts) if facts and not self.facts_in_prompt else ""
+        return with_facts(messages, given, now=self.clock_line()), facts
+
+    def clock_line(self) -> str:
+        """The device's clock, given with each question when the site has facts and a device tool
+        (which is then not offered: beside the facts, Qwen 1.5B called it for 17 of 40 site questions
+        and answered them with the clock, ``bench answers``)."""
+        if not self.site_facts or not any(tool.kind == "device" for tool in self.tools.values()):
+            return ""
+        now = datetime.now().astimezone()
+        return f"It is now {now.strftime('%H:%M')} on {now.strftime('%A %d %B %Y')}."
 
     def definitions(self) -> list[dict[str, Any]]:
         """The tools as OpenAI-style function definitions, for the chat template."""
         out = []
         for name, tool in self.tools.items():
-            if tool.kind == "facts":
-                continue  # the facts reach the model in its prompt (agent.facts_prompt_tokens)
+            if tool.kind == "facts" or (tool.kind == "device" and self.clock_line()):
+                continue  # the facts and the clock reach the model in its prompt
             parameters = self._parameters(tool)
             properties = {
                 key: {"type": p.type, "description": p.description}
@@ -158,6 +166,14 @@ class ToolBox:
         """``name`` (as a trace records a call that worked) is a tool of kind end_call."""
         tool = self.tools.get(name)
         return tool is not None and tool.kind == "end_call"
+
+    def decline_sentence(self) -> str:
+        """What a reply cut by the grounding check ends with: ``agent.not_known_reply``, and the offer
+        of a person when a transfer tool can reach one."""
+        transfer = any(tool.kind == "transfer" for tool in self.tools.values())
+        if not transfer or not self.transfer_targets:
+            return self.agent.not_known_reply
+        return f"{self.agent.not_known_reply} {self.agent.not_known_offer.format(target=self.transfer_targets[0])}"
 
     def instructions(self) -> tuple[str, ...]:
         """What the product tells the model around tools' answers: no reply may repeat it."""
