@@ -48,8 +48,9 @@ def facts_rule(agent: AgentConfig, facts: FactsPlace) -> str:
         "These are the site facts" if facts == "prompt" else "A question about the site comes with site facts"
     )
     return (
-        f"{where}. Answer other questions about the site only from them, with only what was asked, "
-        f'never a figure they do not give; if they do not say, reply exactly: "{agent.not_known_reply}"'
+        f"{where}. Answer other questions about the site only from them or a tool's data, with only what "
+        "was asked, never a figure they do not give; if neither says, reply exactly: "
+        f'"{agent.not_known_reply}"'
     )
 
 

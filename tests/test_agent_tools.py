@@ -9,6 +9,7 @@ import asyncio
 import http.server
 import time
 from collections.abc import Iterator
+from datetime import datetime
 from typing import Any, ClassVar
 
 import numpy as np
@@ -20,13 +21,15 @@ from appliance.engine_set import llm_engine, tool_box
 from appliance.pipeline.playback import Player
 from appliance.pipeline.turn import Turn, TurnConfig, TurnEngines
 from appliance.pipeline.workers import EngineWorker
-from appliance.tools import ToolBox
+from appliance.tools import NOT_ASKED_NOTE, ToolBox
 from appliance.trace.record import TurnTrace
 from bench.site import send, serve_http, site_agent
 from engines.bundle import Bundle
 from engines.llm import LlmEngine, Message
 from engines.tts import TtsEngine
 from tests.fixtures.pipeline import FakeAsr, FakeLlm
+
+NOON = datetime(2026, 12, 3, 12, 0)
 
 
 class _LineService(http.server.BaseHTTPRequestHandler):
@@ -136,32 +139,62 @@ def tools(line_service: int) -> Iterator[ToolBox]:
     box = tool_box(site_settings(line_service))
     assert box is not None
     box.load()
+    box.clock = lambda: NOON  # the clock line is part of each question's prompt: one answer per question
     _LineService.mode = "ok"
     _LineService.paths.clear()
     yield box
     _LineService.mode = "ok"
 
 
+@pytest.fixture(scope="module")
+def riverside(bundle: Bundle) -> Iterator[tuple[LlmEngine, ToolBox]]:
+    """Qwen with a site of thirteen sections of facts and the clock (``bench answers``' site)."""
+    from bench.answers import site_settings as riverside_settings
+
+    settings = override(
+        riverside_settings("qwen-1.5b", "prompt"), llm={"context_tokens": 1024, "max_reply_tokens": 40}
+    )
+    box = tool_box(settings)
+    assert box is not None
+    box.load()
+    box.clock = lambda: NOON
+    engine = llm_engine(settings, bundle)
+    engine.load()
+    yield engine, box
+    engine.close()
+
+
 def test_a_facts_question_is_answered_from_the_facts_in_the_prompt_without_a_tool_call(
-    qwen_tools: LlmEngine, piper_tts: TtsEngine, tools: ToolBox
+    riverside: tuple[LlmEngine, ToolBox], piper_tts: TtsEngine
 ) -> None:
-    assert tools.facts_in_prompt  # the test site's six sections fit agent.facts_prompt_tokens
-    spoken, trace, sink = _turn("When does the canteen open?", qwen_tools, piper_tts, tools)
-    # (Qwen 1.5B may look at the clock first, device_status: the facts come from the prompt.)
-    assert "site_facts" not in trace.tool_calls and trace.error is None
+    llm, box = riverside
+    assert box.facts_in_prompt and not box.definitions()  # the facts and the clock are in the prompt
+    spoken, trace, sink = _turn("When does the canteen open?", llm, piper_tts, box)
+    assert trace.tool_calls == [] and not trace.preamble_audio and trace.error is None
     assert "Canteen" in trace.facts_given and trace.withheld == [] and not trace.declined
-    assert "7" in " ".join(spoken), spoken
+    assert "7:30" in " ".join(spoken), spoken
     assert sink.duration_s > 1.0
 
 
+@pytest.mark.parametrize("question", ["When is the next fire drill?", "What is the wifi password?"])
 def test_a_question_the_facts_do_not_answer_is_declined_with_no_figure(
-    qwen_tools: LlmEngine, piper_tts: TtsEngine, tools: ToolBox
+    riverside: tuple[LlmEngine, ToolBox], piper_tts: TtsEngine, question: str
 ) -> None:
     from appliance.grounding import figures
 
-    spoken, trace, _ = _turn("How much does a coffee cost in the canteen?", qwen_tools, piper_tts, tools)
+    llm, box = riverside
+    spoken, trace, _ = _turn(question, llm, piper_tts, box)
     assert trace.declined and trace.tool_calls == [], spoken
     assert not figures(" ".join(spoken)), spoken
+
+
+def test_a_tool_call_with_arguments_the_person_did_not_say_is_not_made(
+    piper_tts: TtsEngine, tools: ToolBox
+) -> None:
+    model = _scripted('<tool_call> {"name": "line_status", "arguments": {"line": 2}} </tool_call>')
+    _, trace, _ = _turn("When does the canteen open?", model, piper_tts, tools)
+    assert trace.tool_calls == ["refused:not_asked:line_status"] and _LineService.paths == []
+    assert model.calls[1].history[-1].content == NOT_ASKED_NOTE
 
 
 def test_the_line_status_is_fetched_with_the_right_argument_and_spoken(
@@ -266,7 +299,7 @@ def test_a_reply_that_goes_on_to_an_invented_figure_is_cut_before_that_clause(
     )
     spoken, trace, sink = _turn("When does the canteen open, and what is a coffee?", model, piper_tts, tools)
     assert spoken == ["The canteen opens at seven.", tools.agent.not_known_reply], spoken
-    assert [(w["why"], w["figures"]) for w in trace.withheld] == [("figure", ["2", "50"])], trace.withheld
+    assert [(w["why"], w["figures"]) for w in trace.withheld] == [("figure", ["2 euros 50"])], trace.withheld
     assert trace.declined and "euros" in trace.reply  # the model's text, kept for the operator
     assert "euros" not in trace.played_reply and "seven" in trace.played_reply  # what the history holds
     assert sink.duration_s > 1.0

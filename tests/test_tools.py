@@ -183,7 +183,7 @@ def test_tools_answer_marked_as_data_cut_to_size_and_fail_with_a_sentence(servic
     assert line.ok and "status: running" in line.text and "detail.speed: 12" in line.text
     assert "/lines/3" in _Service.paths
     huge = asyncio.run(box.run(ToolCall("huge", {})))
-    assert huge.ok and len(huge.text) < 700 and "x [cut] Now answer" in huge.text
+    assert huge.ok and len(huge.text) < 700 and "x [cut] This data answers" in huge.text
     broken = asyncio.run(box.run(ToolCall("broken", {})))
     assert not broken.ok and broken.error_kind == "http_status"
     assert broken.text == "Sorry, I could not reach a broken service just now."
@@ -256,9 +256,13 @@ def test_the_persona_says_what_the_device_can_and_cannot_do() -> None:
             ]
         }
     )
+    clock = system_prompt(agent)  # no facts: the clock is a tool
+    assert "The time and date come only from your tools" in clock and "reminders" in clock
+    assert '<tool_call>{"name": "device_status", "arguments": {}}</tool_call>' in clock
     tooled = system_prompt(agent, facts="prompt", facts_text="Canteen: opens at 7:00.")
-    assert "The time and date come only from your tools" in tooled and "reminders" in tooled
-    assert '<tool_call>{"name": "device_status", "arguments": {}}</tool_call>' in tooled
+    assert (
+        "tool" not in tooled.split("These are the site facts")[0] and "reminders" in tooled
+    )  # clock in question
     assert "These are the site facts. Answer other questions" in tooled and agent.not_known_reply in tooled
     assert tooled.endswith('"\nCanteen: opens at 7:00.')
     asked = system_prompt(agent, facts="question")

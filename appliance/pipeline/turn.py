@@ -27,7 +27,15 @@ from appliance.pipeline.params import ReplyParams
 from appliance.pipeline.playback import Player
 from appliance.pipeline.played import played_text
 from appliance.pipeline.workers import EngineWorker
-from appliance.tools import ToolBox, ToolCall, ToolCallError, as_template_text, parse_calls, starts_a_call
+from appliance.tools import (
+    NOT_ASKED_NOTE,
+    ToolBox,
+    ToolCall,
+    ToolCallError,
+    as_template_text,
+    parse_calls,
+    starts_a_call,
+)
 from appliance.trace.record import TurnTrace
 from engines.asr import AsrEngine
 from engines.llm import GenerationStats, LlmEngine, Message
@@ -408,6 +416,13 @@ class Turn:
             return None
         answers = []
         for call in calls:
+            if not tools.asked_for(call, self.transcript):
+                # The model copied the prompt's example call (line 2 for "when does the canteen open"):
+                # nothing is called, and it is told to answer from the facts.
+                log.warning("turn %s: a call of %s with arguments the person did not say", turn_id, call.name)
+                self.trace.tool_calls.append(f"refused:not_asked:{call.name}")
+                answers.append(Message("tool", NOT_ASKED_NOTE))
+                continue
             outcome = await tools.run(call)
             self.trace.tool_ms += round(outcome.seconds * 1000.0, 1)
             self.trace.tool_calls.append(call.name if outcome.ok else f"{call.name}:{outcome.error_kind}")
