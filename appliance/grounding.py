@@ -47,7 +47,8 @@ _UNIT_SYNONYMS = {
 _FILLER = frozenset(
     (  # noqa: SIM905 (a word list reads better as text)
         "a an and are as at be but by for from in into is it of on or so than that the then this to up "
-        "until was were which with till through via each every per o'clock oclock"
+        "until was were which with till through via each every per o'clock oclock need needs must should can could will would "
+        "may might has have had do does did get gets take takes you it they we he she i"
     ).split()
 )
 _TOKEN = re.compile(

@@ -28,14 +28,13 @@ from typing import Any
 
 import numpy as np
 
-from appliance.audio import ArraySource, MemorySink
 from appliance.config import Settings, load_settings, override
-from appliance.engine_set import build_engines, load_engines, open_bundle, session_config
+from appliance.engine_set import build_engines, load_engines, open_bundle
 from appliance.grounding import Sources, figures
-from appliance.pipeline.session import Session
 from appliance.tools.facts import read_facts
 from bench.machine import write_result
 from bench.sip import _percentiles
+from bench.site import one_turn
 from engines.audio import resample
 
 log = logging.getLogger("bench.answers")
@@ -158,16 +157,7 @@ def _holds(text: str, expected: str) -> bool:
 
 
 async def _ask(engines: Any, settings: Settings, question: Question, audio: np.ndarray) -> dict[str, Any]:
-    traces: list[Any] = []
-    session = Session(
-        engines=engines,
-        source=ArraySource(audio, realtime=True),
-        sink=MemorySink(22050),
-        config=session_config(settings),
-        on_turn=traces.append,
-    )
-    await session.run(max_turns=1)
-    trace = next((t for t in traces if t.transcript), None)
+    trace = await one_turn(engines, settings, audio)
     if trace is None:
         return {"question": question.text, "heard": "", "error": "no turn"}
     played, reply = trace.played_reply, trace.reply

@@ -9,6 +9,9 @@ import json
 import threading
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
+
+import numpy as np
 
 REPO = Path(__file__).resolve().parents[1]
 FACTS = REPO / "tests" / "fixtures" / "site" / "facts.md"  # the test site's facts file
@@ -39,6 +42,24 @@ def site_agent(port: int) -> dict[str, object]:
         ],
         "allowed_hosts": ["127.0.0.1"],
     }
+
+
+async def one_turn(engines: Any, settings: Any, audio: np.ndarray) -> Any:
+    """``audio`` (16 kHz) said to a session in real time; the trace of the turn that heard words."""
+    from appliance.audio import ArraySource, MemorySink
+    from appliance.engine_set import session_config
+    from appliance.pipeline.session import Session
+
+    traces: list[Any] = []
+    session = Session(
+        engines=engines,
+        source=ArraySource(audio, realtime=True),
+        sink=MemorySink(22050),
+        config=session_config(settings),
+        on_turn=traces.append,
+    )
+    await session.run(max_turns=1)
+    return next((t for t in traces if t.transcript), None)
 
 
 @contextlib.contextmanager

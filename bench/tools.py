@@ -25,13 +25,11 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from appliance.audio import ArraySource, MemorySink
 from appliance.config import Settings, load_settings, override
-from appliance.engine_set import build_engines, load_engines, open_bundle, session_config
-from appliance.pipeline.session import Session
+from appliance.engine_set import build_engines, load_engines, open_bundle
 from bench.machine import write_result
 from bench.sip import _percentiles
-from bench.site import send, serve_http, site_agent
+from bench.site import one_turn, send, serve_http, site_agent
 from engines.audio import resample
 
 log = logging.getLogger("bench.tools")
@@ -122,18 +120,9 @@ async def _ask(
             np.zeros(24000, np.float32),
         ]
     )
-    traces: list[Any] = []
     timed.clauses.clear()
     _LineService.paths.clear()
-    session = Session(
-        engines=engines,
-        source=ArraySource(audio, realtime=True),
-        sink=MemorySink(22050),
-        config=session_config(settings),
-        on_turn=traces.append,
-    )
-    await session.run(max_turns=1)
-    trace = next((t for t in traces if t.transcript), None)
+    trace = await one_turn(engines, settings, audio)
     if trace is None:
         return {"question": question.text, "heard": "", "error": "no turn"}
     preamble = settings.agent.tool_preamble

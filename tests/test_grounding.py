@@ -111,3 +111,4 @@ def test_a_facts_figure_said_of_something_only_the_person_named_is_withheld(sour
     sources.add("Is the canteen open at 7:30 on line 5?", said=True)
     assert sources.check("Yes, it opens at 7:30.").ok  # no figure of theirs in the clause
     assert sources.check("The M10 flange bolts need 25 Nm.").ok
+    assert sources.check("The M10 flange bolts need 25.").ok  # "need" says nothing of what 25 measures
