@@ -328,10 +328,12 @@ def judge(settings: Settings, active: Figures, candidate: Figures) -> list[str]:
             f"answers right {after:.0%} against {before:.0%} of {candidate.answer_checks} expected facts "
             f"and tool calls (bundle.canary_max_answer_drop = {gates.canary_max_answer_drop:.0%} points)"
         )
-    if candidate.invented_answers:
+    if candidate.invented_answers > active.invented_answers:
+        # Against the active bundle's count: a site whose model already does so can still update.
         failures.append(
-            f"{candidate.invented_answers} of its answers stated a figure that no source gave (the "
-            "grounding check kept it from being spoken; in service the person would hear a decline)"
+            f"{candidate.invented_answers} of its answers stated a figure that no source gave, against "
+            f"{active.invented_answers} (the grounding check kept it from being spoken; in service the "
+            "person would hear a decline)"
         )
     memory_limit = (active.peak_rss_mb or 0.0) * gates.canary_max_memory_ratio
     if memory_limit and candidate.peak_rss_mb and candidate.peak_rss_mb > memory_limit:

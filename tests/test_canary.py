@@ -164,7 +164,8 @@ def test_the_gates_name_each_regression_with_its_figures() -> None:
     assert failure.startswith("answers right 60% against 80% of 10 expected facts and tool calls")
     inventing = Figures(**{**vars(same), "invented_answers": 1})
     (failure,) = judge(settings, active, inventing)  # right figures elsewhere do not make up for one
-    assert failure.startswith("1 of its answers stated a figure that no source gave")
+    assert failure.startswith("1 of its answers stated a figure that no source gave, against 0")
+    assert judge(settings, inventing, inventing) == []  # no worse than the model in service
 
 
 def test_without_a_set_the_questions_come_from_the_sites_facts(site) -> None:
