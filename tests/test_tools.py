@@ -7,6 +7,7 @@ import asyncio
 import http.server
 import socket
 from collections.abc import Iterator
+from datetime import datetime
 from pathlib import Path
 from typing import ClassVar
 
@@ -279,3 +280,53 @@ def test_orders_and_control_tokens_in_an_answer_are_defanged() -> None:
     assert removed == 2 and "BANANA" not in text and "<|" not in text
     assert text.startswith("Line 3 is running.")
     assert defang("The canteen opens at 7:00.") == ("The canteen opens at 7:00.", 0)
+
+
+def _site_box(**agent: object) -> ToolBox:
+    box = ToolBox(
+        AgentConfig.model_validate(
+            {
+                "tools": [
+                    {"name": "site_facts", "kind": "facts", "description": "facts", "file": str(FACTS)},
+                    {"name": "device_status", "kind": "device", "description": "the time and date"},
+                ],
+                **agent,
+            }
+        )
+    )
+    box.load()
+    box.clock = lambda: datetime(2026, 12, 3, 9, 5)
+    return box
+
+
+def test_a_small_facts_file_is_in_the_prompt_and_each_question_gets_the_clock() -> None:
+    from engines.llm import Message
+
+    box = _site_box()
+    assert box.facts_in_prompt and box.definitions() == []  # neither facts nor clock is a call
+    messages, facts = box.for_question([Message("user", "When does the canteen open?")], "When does it open?")
+    assert len(facts) == len(read_facts(FACTS))
+    assert (
+        messages[-1].content
+        == "It is now 09:05 on Thursday 03 December 2026.\n\nQuestion: When does the canteen open?"
+    )
+
+
+def test_a_large_facts_file_gives_each_question_its_matching_sections() -> None:
+    from engines.llm import Message
+
+    box = _site_box(facts_prompt_tokens=0, facts_per_turn=1)
+    assert not box.facts_in_prompt
+    history = [
+        Message("user", "Hi"),
+        Message("assistant", "Hello."),
+        Message("user", "Where can visitors park?"),
+    ]
+    messages, facts = box.for_question(history, "Where can visitors park?")
+    assert [fact.title for fact in facts] == ["Visitor parking"] and messages[:2] == history[:2]
+    assert messages[-1].content.startswith(
+        "It is now 09:05 on Thursday 03 December 2026.\nSite facts for this question:\n"
+    )
+    assert "car park C" in messages[-1].content and messages[-1].content.endswith(
+        "Question: Where can visitors park?"
+    )
