@@ -25,9 +25,7 @@ def abilities(agent: AgentConfig, *, tools_offered: bool = True, facts: FactsPla
     stops offering what it cannot, and calls a tool instead of guessing what only a tool knows.
     (Small models follow this framing far better than a bare list of tools: measured with
     ``python -m bench tools``.) How it answers from the site's facts follows them (``facts_rule``)."""
-    # With the site's facts, the clock comes with each question (ToolBox.for_question), not by a call.
-    skipped = ("facts", "device") if facts != "none" else ("facts",)
-    live = [tool for tool in agent.tools if tool.kind not in skipped]
+    live = offered_tools(agent, has_facts=facts != "none")
     if live and tools_offered:
         known = "; ".join(tool.description.rstrip(".") for tool in live)
         return (
@@ -38,6 +36,13 @@ def abilities(agent: AgentConfig, *, tools_offered: bool = True, facts: FactsPla
     if facts == "none":
         return f"You answer from what you know and cannot look anything up. {NOT_ABLE}"
     return NOT_ABLE
+
+
+def offered_tools(agent: AgentConfig, *, has_facts: bool) -> list[ToolConfig]:
+    """The tools the model is offered as calls: never the facts (they are in its prompt), and not the
+    device's clock when the site has facts (it comes with each question, ToolBox.for_question)."""
+    skipped = ("facts", "device") if has_facts else ("facts",)
+    return [tool for tool in agent.tools if tool.kind not in skipped]
 
 
 def facts_rule(agent: AgentConfig, facts: FactsPlace) -> str:

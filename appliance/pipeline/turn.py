@@ -12,7 +12,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import re
 import threading
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
@@ -21,7 +20,6 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from appliance.agent import QUESTION_HEADER
 from appliance.grounding import Sources
 from appliance.pipeline.params import ReplyParams
 from appliance.pipeline.playback import Player
@@ -38,6 +36,7 @@ from appliance.tools import (
 )
 from appliance.trace.record import TurnTrace
 from engines.asr import AsrEngine
+from engines.asr.text import normalize_text
 from engines.llm import GenerationStats, LlmEngine, Message
 from engines.tts import TtsEngine
 from engines.tts.params import TtsParams
@@ -204,20 +203,19 @@ class Turn:
         tools = self.tools
         if tools is None:
             return messages
-        messages, facts = tools.for_question(messages, self.transcript)
+        given, facts = tools.for_question(messages, self.transcript)
         self.trace.facts_given = [fact.title or fact.text[:40] for fact in facts]
         if tools.agent.grounding:
             sources = Sources()
             for fact in facts:
                 sources.add(fact.text, title=fact.title)
-            sources.add_all((message.content for message in messages[:-1]), said=True)
-            sources.add(messages[-1].content.rpartition(QUESTION_HEADER)[2], said=True)
+            sources.add_all((message.content for message in messages), said=True)  # before the facts
             sources.add(tools.clock_line())
             sources.add_all((*tools.agent.allowed_figures, tools.agent.site_name, tools.agent.device_id))
             for text in tools.instructions():
                 sources.add_internal(text)
             self._sources = sources
-        return messages
+        return given
 
     async def _say_only(self, text: str) -> None:
         clauses: asyncio.Queue[str | None] = asyncio.Queue()
@@ -517,9 +515,9 @@ class Turn:
 
 
 def _says(reply: str, sentence: str) -> bool:
-    """``reply`` says ``sentence`` (case, punctuation and spacing aside)."""
-    words = " ".join(re.findall(r"[a-z0-9']+", sentence.lower()))
-    return bool(words) and words in " ".join(re.findall(r"[a-z0-9']+", reply.lower()))
+    """``reply`` says ``sentence`` (case, punctuation and spacing aside, as the WER compares words)."""
+    words = normalize_text(sentence)
+    return bool(words) and f" {words} " in f" {normalize_text(reply)} "
 
 
 def _rounded(value: float | None) -> float | None:

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from appliance.agent import with_facts
+from appliance.agent import offered_tools, with_facts
 from appliance.config import AgentConfig, ToolConfig
 from appliance.grounding import figures
 from appliance.tools.calls import (
@@ -88,6 +88,7 @@ class ToolBox:
         self.device_status = device_status
         self._facts: dict[str, FactsIndex] = {}
         self._site: FactsIndex | None = None  # every facts file's sections, for the prompt
+        self._in_prompt = False  # ... and they fit agent.facts_prompt_tokens (set by load)
         self._started = time.monotonic()
 
     def load(self) -> None:
@@ -97,6 +98,7 @@ class ToolBox:
                 self._facts[tool.name] = FactsIndex.from_file(tool.file)
         every = [fact for index in self._facts.values() for fact in index.facts]
         self._site = FactsIndex(every) if every else None
+        self._in_prompt = bool(every) and estimated_tokens(every) <= self.agent.facts_prompt_tokens
 
     @property
     def site_facts(self) -> list[Fact]:
@@ -105,8 +107,12 @@ class ToolBox:
     @property
     def facts_in_prompt(self) -> bool:
         """The site's facts fit ``agent.facts_prompt_tokens``: they are in the system prompt."""
-        facts = self.site_facts
-        return bool(facts) and estimated_tokens(facts) <= self.agent.facts_prompt_tokens
+        return self._in_prompt
+
+    @property
+    def clock_in_question(self) -> bool:
+        """The site has facts and a device tool: the clock comes with each question, not by a call."""
+        return self._site is not None and any(tool.kind == "device" for tool in self.tools.values())
 
     def facts_for(self, words: str) -> list[Fact]:
         """The facts a question with ``words`` is given: all of them when they are in the system
@@ -132,7 +138,7 @@ class ToolBox:
         """The device's clock, given with each question when the site has facts and a device tool
         (which is then not offered: beside the facts, Qwen 1.5B called it for 17 of 40 site questions
         and answered them with the clock, ``bench answers``)."""
-        if not self.site_facts or not any(tool.kind == "device" for tool in self.tools.values()):
+        if not self.clock_in_question:
             return ""
         now = self.clock()
         return f"It is now {now.strftime('%H:%M')} on {now.strftime('%A %d %B %Y')}."
@@ -140,9 +146,10 @@ class ToolBox:
     def definitions(self) -> list[dict[str, Any]]:
         """The tools as OpenAI-style function definitions, for the chat template."""
         out = []
+        offered = {tool.name for tool in offered_tools(self.agent, has_facts=self._site is not None)}
         for name, tool in self.tools.items():
-            if tool.kind == "facts" or (tool.kind == "device" and self.clock_line()):
-                continue  # the facts and the clock reach the model in its prompt
+            if name not in offered:
+                continue  # the facts (and, beside them, the clock) reach the model in its prompt
             parameters = self._parameters(tool)
             properties = {
                 key: {"type": p.type, "description": p.description}

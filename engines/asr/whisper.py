@@ -106,10 +106,9 @@ class WhisperEngine:
                     fix="build the bundle: python -m build_scripts bundle --out DIR",
                 )
         config = WhisperConfig.read(self.files.config)
-        self._prompt = _prompt(config, self.language)
         self._n_mels = config.dims["n_mels"]
         self._tokenizer = WhisperTokenizer(self.files.tokenizer, eot=int(config.special["eot"]))
-        self._prompt = self._vocabulary_tokens() + self._prompt
+        self._prompt = self._vocabulary_tokens() + _prompt(config, self.language)
         self._no_speech = self._tokenizer.no_speech_id()
         self._encoder = self._runner_factory(self.files.encoder)
         self._decoder = self._runner_factory(self.files.decoder)
