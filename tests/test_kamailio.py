@@ -75,6 +75,11 @@ def _calls(tmp_path: Path, data_dir: Path, proxy_port: int, count: int, tag: str
     return results
 
 
+def _proxy_log(tmp_path: Path) -> str:
+    """Where each call went and why it failed over, for a failure's message."""
+    return "\n".join((tmp_path / "kamailio.log").read_text(errors="replace").splitlines()[-40:])
+
+
 def _wait_turns(daemons: list[DaemonProcess], total: int, before: int = 0) -> int:
     deadline = time.monotonic() + 40
     while time.monotonic() < deadline:
@@ -116,7 +121,7 @@ def test_calls_are_spread_over_two_appliances_and_fail_over_when_one_is_killed(
 
         # 4 calls at once through the proxy: each answered with speech, two by each appliance
         results = _calls(tmp_path, data_dir, proxy_port, 4, "spread")
-        assert [code for code, _ in results] == [0, 0, 0, 0], [out for _, out in results]
+        assert [code for code, _ in results] == [0, 0, 0, 0], ([o for _, o in results], _proxy_log(tmp_path))
         assert _wait_turns(daemons, 4) == 4
         assert (_answered(east), _answered(west)) == (2, 2)
 
@@ -126,7 +131,7 @@ def test_calls_are_spread_over_two_appliances_and_fail_over_when_one_is_killed(
         killed_at = time.monotonic()
         after = _calls(tmp_path, data_dir, proxy_port, 2, "after-kill")
         routed_s = time.monotonic() - killed_at - 12.3  # the calls last 12 s, the second starts 0.3 s later
-        assert [code for code, _ in after] == [0, 0], after
+        assert [code for code, _ in after] == [0, 0], (after, _proxy_log(tmp_path))
         assert _wait_turns([east], 2, before=2) == 2  # east: its first 2, then these 2
         print(f"kill to first call answered elsewhere: {routed_s:.1f} s of call setup")
 
@@ -136,7 +141,7 @@ def test_calls_are_spread_over_two_appliances_and_fail_over_when_one_is_killed(
         time.sleep(3)
         before_west = _answered(west)
         results = _calls(tmp_path, data_dir, proxy_port, 2, "restarted")
-        assert [code for code, _ in results] == [0, 0], [out for _, out in results]
+        assert [code for code, _ in results] == [0, 0], ([o for _, o in results], _proxy_log(tmp_path))
         deadline = time.monotonic() + 40
         while _answered(west) == before_west and time.monotonic() < deadline:
             time.sleep(0.5)

@@ -530,6 +530,50 @@ def test_a_call_that_ends_cuts_its_turn_at_once_instead_of_playing_to_nobody(tmp
     store.close()
 
 
+class _SuppressedSilenceSource(_CallLikeSource):
+    """A phone with silence suppression: it sends the question, then nothing while the caller is
+    quiet, and the call stays up."""
+
+    def __init__(self, audio: np.ndarray) -> None:
+        super().__init__(audio, realtime=True)
+        self.hung_up = asyncio.Event()
+
+    async def frames(self) -> AsyncIterator[np.ndarray]:
+        async for frame in super().frames():
+            yield frame
+        await self.hung_up.wait()
+
+
+def test_a_turn_is_finished_and_stored_while_a_quiet_caller_sends_no_audio(tmp_path) -> None:
+    """No frames after the question: the reply plays out and the turn is recorded then, not when the
+    caller next speaks or hangs up."""
+    source = _SuppressedSilenceSource(np.concatenate([silence(0.3), tone(1.0), silence(0.8)]))
+    store = TraceStore(tmp_path / "turns.sqlite3", max_turns=10)
+    session = Session(
+        config=SILENCE_ONLY,
+        engines=make_fakes(REPLY).engines,
+        source=source,
+        sink=MemorySink(16000, realtime=True),
+        store=store,
+    )
+
+    async def call() -> int:
+        task = asyncio.create_task(session.run())
+        for _ in range(200):  # the reply takes ~4 s to play
+            if store.count():
+                break
+            await asyncio.sleep(0.05)
+        stored_while_up = store.count()
+        source.hung_up.set()
+        await task
+        return stored_while_up
+
+    assert asyncio.run(asyncio.wait_for(call(), 30)) == 1
+    (stored,) = store.recent(5)
+    assert stored.outcome == "" and not stored.cancelled and stored.played_reply == REPLY
+    store.close()
+
+
 # --- the words' verdict from the reply LLM --------------------------------------------------------
 
 

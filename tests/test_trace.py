@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import random
+import threading
 from pathlib import Path
 
 import numpy as np
@@ -90,6 +92,28 @@ def test_store_is_bounded_and_survives_a_restart(tmp_path: Path) -> None:
     reopened.add(_trace("t25", 0.5))
     assert reopened.count() == 10
     assert reopened.recent(10)[-1].turn_id == "t16"
+    reopened.close()
+
+
+def test_a_write_still_queued_when_its_session_is_stopped_is_kept(tmp_path: Path) -> None:
+    """The daemon stopping as a call ends cancels the session awaiting its turn's write; the write
+    waits behind another on the store's thread, and is still made."""
+    store = TraceStore(tmp_path / "turns.sqlite3", max_turns=10)
+    busy = threading.Event()
+    store._executor.submit(busy.wait, 5.0)  # the store's thread is writing something else
+
+    async def stopped_while_waiting() -> None:
+        writing = asyncio.create_task(store.add_async(_trace("last", 0.2)))
+        await asyncio.sleep(0.05)
+        writing.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await writing
+
+    asyncio.run(stopped_while_waiting())
+    busy.set()
+    store.close()
+    reopened = TraceStore(tmp_path / "turns.sqlite3", max_turns=10)
+    assert [t.turn_id for t in reopened.recent(5)] == ["last"]
     reopened.close()
 
 

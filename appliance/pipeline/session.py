@@ -29,7 +29,7 @@ import logging
 import math
 import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -43,6 +43,7 @@ from appliance.pipeline.keypad import TypedNumber, typed_text
 from appliance.pipeline.params import CallParams, HistoryParams
 from appliance.pipeline.partials import Partials, PartialsConfig, PartialsRecord
 from appliance.pipeline.playback import Player
+from appliance.pipeline.ticks import frames_or_ticks
 from appliance.pipeline.turn import Turn, TurnConfig
 from appliance.quality import said_again
 from appliance.trace.record import TurnTrace, WordsNotExpected, new_turn_id
@@ -50,6 +51,8 @@ from appliance.trace.store import TraceStore
 from engines.vad.endpointer import Endpointer, EndpointerParams, EndpointEvent, EventKind
 
 log = logging.getLogger(__name__)
+
+TICK_S = 0.1  # how often the session looks up when a live source sends nothing
 
 
 @dataclass(frozen=True)
@@ -178,8 +181,9 @@ class Session:
         self._vad_stream = await self.engines.vad_worker.call(self.engines.vad.stream)
         stopped_early = False
         try:
-            async for frame in self.source.frames():
-                await self._on_frame(frame)
+            async for frame in self._heard():
+                if frame is not None:
+                    await self._on_frame(frame)
                 await self._on_keypad(time.monotonic())
                 if not self.source.realtime:
                     # A file fed faster than real time: answer each turn before listening on, as a
@@ -217,6 +221,11 @@ class Session:
                 cancel=stopped_early or hung_up, outcome="hangup" if self._source_ended else "stopped"
             )
             self.engines.llm.end_conversation(self.session_id)
+
+    def _heard(self) -> AsyncIterator[np.ndarray | HeardFrame | None]:
+        frames = self.source.frames()
+        # A live source can fall silent (a phone's silence suppression) while turns play out.
+        return frames_or_ticks(frames, TICK_S) if self.source.realtime else frames
 
     async def _move_to_offered_engines(self) -> None:
         """Between turns, with nobody speaking and nothing being judged: go on with the engines

@@ -91,8 +91,9 @@ class TraceStore:
             self._db.execute("COMMIT")
 
     async def add_async(self, trace: TurnTrace) -> None:
-        loop = asyncio.get_running_loop()
-        await loop.run_in_executor(self._executor, self.add, trace)
+        # Shielded: a session stopped while it waits (the daemon shutting down as a call ends) must
+        # not take the queued write back; ``close`` waits for it.
+        await asyncio.shield(asyncio.wrap_future(self._executor.submit(self.add, trace)))
 
     def count(self) -> int:
         with self._lock:
