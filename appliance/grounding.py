@@ -299,10 +299,11 @@ class Sources:
     """What a turn may state figures from: facts and tools' answers (``add``), the conversation's
     words (``add(said=True)``) and the site's allowed figures."""
 
-    def __init__(self) -> None:
+    def __init__(self, *, check_figures: bool = True) -> None:
+        self.check_figures = check_figures  # False: only the instructions are checked
         self._occurrences: dict[str, list[_Occurrence]] = {}
         self._sentence_values: list[frozenset[str]] = []
-        self._internal: set[tuple[str, ...]] = set()
+        self._internal: dict[int, set[tuple[str, ...]]] = {}
 
     def add(self, text: str, *, title: str = "", said: bool = False) -> None:
         """A source text: a facts section with its ``title``, a tool's answer, or (``said``) a message
@@ -324,11 +325,21 @@ class Sources:
         for text in texts:
             self.add(text, said=said)
 
-    def add_internal(self, text: str) -> None:
-        """An instruction of the product's to the model, which no reply may repeat."""
+    def add_internal(self, text: str, *, run: int = 5) -> None:
+        """An instruction of the product's to the model, which no reply may repeat: no ``run`` words
+        of it in a row (a persona's phrases need a longer run than a tool's notes, since a reply may
+        fairly say what the device is)."""
         words = tuple(_plain_words(text))
-        for start in range(max(len(words) - 4, 0) + (1 if len(words) >= 5 else 0)):
-            self._internal.add(words[start : start + 5])
+        runs = self._internal.setdefault(run, set())
+        runs.update(words[start : start + run] for start in range(len(words) - run + 1))
+
+    def _repeats_instructions(self, words: list[str], new_from: int) -> bool:
+        """A run of an instruction's words that ends in ``words[new_from:]``."""
+        return any(
+            tuple(words[end - run : end]) in runs
+            for run, runs in self._internal.items()
+            for end in range(max(new_from + 1, run), len(words) + 1)
+        )
 
     def _found(self, figure: Figure) -> list[_Occurrence]:
         return [
@@ -341,13 +352,19 @@ class Sources:
     def grounds(self, figure: Figure) -> bool:
         return bool(self._found(figure))
 
-    def check(self, clause: str) -> Verdict:
-        """Whether ``clause`` may be spoken. Besides each figure's own source: a figure from the facts
-        said together with one only the person said ("the M8 bolts on line 5 need 45 Nm") must come
-        from a source sentence that holds the person's figure too, or it answers what was not asked."""
-        words = _plain_words(clause)
-        if any(tuple(words[i : i + 5]) in self._internal for i in range(len(words) - 4)):
+    def check(self, clause: str, *, after: str = "") -> Verdict:
+        """Whether ``clause`` may be spoken, ``after`` the reply's words so far (a reply is spoken in
+        short clauses: an instruction read out runs across them). Besides each figure's own source:
+        a figure from the facts said together with one only the person said ("the M8 bolts on line 5
+        need 45 Nm") must come from a source sentence that holds the person's figure too, or it
+        answers what was not asked."""
+        back = max(self._internal, default=1) - 1
+        said = _plain_words(after) if back else []
+        before = said[max(len(said) - back, 0) :]
+        if self._repeats_instructions([*before, *_plain_words(clause)], len(before)):
             return Verdict(why=WithheldWhy.INTERNAL)
+        if not self.check_figures:
+            return Verdict()
         stated = [(figure, self._found(figure)) for figure in figures(clause)]
         missing = [figure.text for figure, found in stated if not found]
         if missing:

@@ -104,6 +104,27 @@ def test_a_clause_repeating_the_products_instructions_is_withheld(sources: Sourc
     assert sources.check("I can answer your question.").ok
 
 
+def test_the_system_prompt_read_out_is_withheld_even_where_figures_are_not_checked() -> None:
+    """Without a site's facts the model answers from what it knows (its figures are not checked), but
+    it never reads out its prompt; saying what the device is stays fine."""
+    persona = Sources(check_figures=False)
+    persona.add_internal(
+        "You are a helpful voice assistant on a device at Demo site. You answer from what you know "
+        "and cannot look anything up.",
+        run=10,
+    )
+    assert (
+        persona.check("You are a helpful voice assistant on a device at Demo site.").why
+        is WithheldWhy.INTERNAL
+    )
+    assert (
+        persona.check("You answer from what you know and cannot look anything up.").why
+        is WithheldWhy.INTERNAL
+    )
+    assert persona.check("I'm a voice assistant on a device at Demo site.").ok
+    assert persona.check("The Brooklyn Bridge opened in 1883.").ok
+
+
 def test_a_facts_figure_said_of_something_only_the_person_named_is_withheld(sources: Sources) -> None:
     sources.add("What torque do the M8 bolts on line 5 need?", said=True)
     verdict = sources.check("The M8 bolts on line 5 need 25 Nm.")  # 25 Nm is the M10 flange bolts'

@@ -27,6 +27,7 @@ from engines.llm import Message
 from engines.vad.endpointer import EndpointerParams
 from tests.fixtures.pipeline import (
     SILENCE_ONLY,
+    SYSTEM_PROMPT,
     Fakes,
     ReactiveSource,
     make_fakes,
@@ -330,6 +331,24 @@ def test_a_turn_that_must_wait_for_the_llm_says_so_first() -> None:
     assert trace.reply == "The canteen opens at eight."  # the model's words, the busy line apart
     assert trace.played_reply.startswith("One moment, please.")  # what the person heard, in order
     assert sink.duration_s == pytest.approx(8 * fakes.tts.word_s, abs=0.01)
+
+
+def test_a_reply_reading_out_the_system_prompt_is_cut_and_the_fallback_said_instead() -> None:
+    """A small model that answers with its own prompt: it is cut within the first clause or two (the
+    first is spoken before the next shows what it is)."""
+    fakes = make_fakes(f"{SYSTEM_PROMPT} Sorry.")
+    sink = MemorySink(16000, realtime=False)
+    session = Session(
+        config=SILENCE_ONLY,
+        engines=fakes.engines,
+        source=ArraySource(np.concatenate([silence(0.3), tone(1.0), silence(1.0)]), realtime=False),
+        sink=sink,
+    )
+    _run(session.run())
+    (trace,) = session.traces
+    assert trace.played_reply.endswith(ReplyParams().fallback_reply)
+    assert "assistant on a device" not in trace.played_reply
+    assert [w["why"] for w in trace.withheld] == ["internal"]
 
 
 def test_played_text_counts_whole_clauses_then_whole_words() -> None:

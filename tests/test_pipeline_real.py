@@ -111,6 +111,7 @@ class _BrokenLlm:
     def __init__(self, inner: LlmEngine) -> None:
         self.inner = inner
         self.failures = 1
+        self.system_prompt = inner.system_prompt
 
     def load(self) -> None:
         return None

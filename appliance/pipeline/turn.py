@@ -34,6 +34,7 @@ from appliance.tools import (
     parse_calls,
     starts_a_call,
 )
+from appliance.tools.facts import as_text
 from appliance.trace.record import TurnTrace
 from engines.asr import AsrEngine
 from engines.asr.text import normalize_text
@@ -45,6 +46,10 @@ if TYPE_CHECKING:
     from engines.tts.clauses import ClauseSplitter
 
 log = logging.getLogger(__name__)
+
+# A reply repeating this many words of the system prompt in a row reads it out ("You are a helpful
+# voice assistant on ..."); fewer may fairly say what the device is.
+PERSONA_RUN_WORDS = 10
 
 
 class Stage(str, Enum):
@@ -201,21 +206,28 @@ class Turn:
         """The facts this question is given (in the prompt already, or before its words), and the
         sources its reply's figures are checked against."""
         tools = self.tools
+        self._sources = sources = Sources(check_figures=tools is not None and tools.agent.grounding)
+        sources.add_internal(self._system_instructions(), run=PERSONA_RUN_WORDS)
         if tools is None:
             return messages
         given, facts = tools.for_question(messages, self.transcript)
         self.trace.facts_given = [fact.title or fact.text[:40] for fact in facts]
-        if tools.agent.grounding:
-            sources = Sources()
+        for text in tools.instructions():
+            sources.add_internal(text)
+        if sources.check_figures:
             for fact in facts:
                 sources.add(fact.text, title=fact.title)
             sources.add_all((message.content for message in messages), said=True)  # before the facts
             sources.add(tools.clock_line())
             sources.add_all((*tools.agent.allowed_figures, tools.agent.site_name, tools.agent.device_id))
-            for text in tools.instructions():
-                sources.add_internal(text)
-            self._sources = sources
         return given
+
+    def _system_instructions(self) -> str:
+        """The system prompt without the site's facts (a reply may repeat those)."""
+        system = self.engines.llm.system_prompt
+        if self.tools is not None and self.tools.facts_in_prompt:
+            system = system.replace(as_text(self.tools.site_facts), "")
+        return system
 
     async def _say_only(self, text: str) -> None:
         clauses: asyncio.Queue[str | None] = asyncio.Queue()
@@ -345,11 +357,13 @@ class Turn:
         reply ends here with ``agent.not_known_reply`` (the model is stopped)."""
         if self._withheld:
             return
-        verdict = self._sources.check(clause) if self._sources is not None else None
+        verdict = (
+            self._sources.check(clause, after=" ".join(self.clauses)) if self._sources is not None else None
+        )
         if verdict is None or verdict.ok:
             await self._put_clause(clause, clauses)
             return
-        assert self.tools is not None and verdict.why is not None
+        assert verdict.why is not None
         self._withheld = True
         self._llm_cancel.set()
         self.trace.withheld.append(
@@ -361,7 +375,10 @@ class Turn:
             verdict.why.value,
             f": {', '.join(verdict.ungrounded)} in no source" if verdict.ungrounded else "",
         )
-        await self._put_clause(self.tools.decline_sentence(), clauses)
+        ending = (
+            self.tools.decline_sentence() if self.tools is not None else self.config.replies.fallback_reply
+        )
+        await self._put_clause(ending, clauses)
 
     def _preamble_later(self, clauses: asyncio.Queue[str | None]) -> None:
         """A tool call has started: say the preamble if nothing else is said within

@@ -81,6 +81,11 @@ class LlmOccupancy:
 
 
 class LlmEngine(Protocol):
+    @property
+    def system_prompt(self) -> str:
+        """The engine's own, before every conversation (a reply must not read it out)."""
+        ...
+
     def load(self) -> None: ...
 
     def prefill(

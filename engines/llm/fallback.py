@@ -48,6 +48,10 @@ class ServerWithFallback:
         return False
 
     @property
+    def system_prompt(self) -> str:
+        return self.server.system_prompt
+
+    @property
     def judges_turns(self) -> bool:
         return False  # the audio alone decides when a turn ends (the server's logits are not read)
 
