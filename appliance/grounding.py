@@ -59,6 +59,13 @@ _TOKEN = re.compile(
 )
 _CLAUSE_END = re.compile(r"(?<=[.!?;])\s+|\n+")
 _CURRENCIES = frozenset({"euro", "dollar", "pound"})
+# The words of a question that say what kind of answer is wanted, not what it is about.
+_ASKING = frozenset(
+    (  # noqa: SIM905 (a word list reads better as text)
+        "how many much what when where who whom whose which why there here please tell me my our your "
+        "us know about any anything something time long often again and also still now today"
+    ).split()
+)
 _BEFORE_TIMES = frozenset({"at", "from", "until", "till", "before", "after", "by", "to"})
 _MERIDIEM = {"am": 0, "a.m": 0, "a.m.": 0, "pm": 12, "p.m": 12, "p.m.": 12}
 
@@ -67,6 +74,7 @@ class WithheldWhy(str, Enum):
     """Why a clause was not spoken (the trace, /metrics)."""
 
     FIGURE = "figure"  # states a figure no source gave
+    OFF_SUBJECT = "off_subject"  # a source's figure about something the person did not ask about
     INTERNAL = "internal"  # repeats the product's instructions to the model
 
     def __str__(self) -> str:
@@ -86,6 +94,7 @@ class _Occurrence:
     context: frozenset[str]  # the stems of the words of its sentence (and the section's title)
     sentence: int  # which source sentence
     said: bool  # the conversation's words (the person's own figures), not a fact or a tool's answer
+    any_subject: bool = False  # the site's allowed figures and name: an answer to anything
 
 
 @dataclass
@@ -304,10 +313,11 @@ class Sources:
         self._occurrences: dict[str, list[_Occurrence]] = {}
         self._sentence_values: list[frozenset[str]] = []
         self._internal: dict[int, set[tuple[str, ...]]] = {}
+        self._asked: set[str] = set()
 
-    def add(self, text: str, *, title: str = "", said: bool = False) -> None:
-        """A source text: a facts section with its ``title``, a tool's answer, or (``said``) a message
-        of the conversation."""
+    def add(self, text: str, *, title: str = "", said: bool = False, any_subject: bool = False) -> None:
+        """A source text: a facts section with its ``title``, a tool's answer, (``said``) a message
+        of the conversation, or (``any_subject``) a figure the site allows in any answer."""
         heading = {stem(w) for w in _tokens(title) if _is_word(w) and not _is_filler(w)}
         for sentence in _CLAUSE_END.split(text):
             found, lowered = _scan(sentence)
@@ -317,9 +327,17 @@ class Sources:
             number = len(self._sentence_values)
             self._sentence_values.append(frozenset(v for figure in found for v in figure.values))
             for figure in found:
-                occurrence = _Occurrence(figure.values, context, number, said)
+                occurrence = _Occurrence(figure.values, context, number, said, any_subject)
                 for value in figure.values:
                     self._occurrences.setdefault(value, []).append(occurrence)
+
+    def ask(self, text: str) -> None:
+        """What the person said in this conversation: a figure from the sources must come from a
+        sentence (or section) about one of its subjects ("How many lockers?" is not answered with
+        the visitor spaces' 40)."""
+        self._asked.update(
+            stem(w) for w in _tokens(text) if _is_word(w) and not _is_filler(w) and w.lower() not in _ASKING
+        )
 
     def add_all(self, texts: Iterable[str], *, said: bool = False) -> None:
         for text in texts:
@@ -369,6 +387,13 @@ class Sources:
         missing = [figure.text for figure, found in stated if not found]
         if missing:
             return Verdict(missing, WithheldWhy.FIGURE)
+        off_subject = [
+            figure.text
+            for figure, found in stated
+            if self._asked and not any(o.said or o.any_subject or o.context & self._asked for o in found)
+        ]
+        if off_subject:
+            return Verdict(off_subject, WithheldWhy.OFF_SUBJECT)
         theirs = [figure for figure, found in stated if all(o.said for o in found)]
         for figure, found in stated:
             sentences = [o.sentence for o in found if not o.said]

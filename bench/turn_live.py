@@ -146,6 +146,14 @@ def summarize(outcomes: list[ClipOutcome]) -> dict[str, Any]:
     }
 
 
+def _endpointer_values(spec: str) -> dict[str, str]:
+    """``words_incomplete_silence_ms=2000,incomplete_silence_ms=1200``: the [endpointer] keys changed."""
+    values = dict(part.split("=", 1) for part in spec.split(",") if "=" in part)
+    if not values:
+        raise SystemExit(f"--variant {spec!r}: expected KEY=VALUE[,KEY=VALUE] of [endpointer] settings")
+    return values
+
+
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench turn --live", description=__doc__)
     parser.add_argument("--data", type=Path, default=None)
@@ -155,6 +163,14 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--call-path-only", action="store_true", help="only as a SIP call delivers it")
     parser.add_argument("--reply-tokens", type=int, default=12)
     parser.add_argument("--out", type=Path, default=None)
+    parser.add_argument(
+        "--variant",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE[,KEY=VALUE]",
+        help="also the shipped rule with these [endpointer] settings, side by side (repeatable)",
+    )
+    parser.add_argument("--no-before", action="store_true", help="leave out the rule until December 2026")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(name)s %(levelname)s %(message)s")
 
@@ -173,13 +189,17 @@ def main(argv: list[str]) -> int:
         paths["8 kHz call"] = [call_path(c.audio) for c in clips]
     results: dict[str, Any] = {}
     rows: list[dict[str, Any]] = []
+    variants = {"after": settings} if args.no_before else {"before": settings, "after": settings}
+    for spec in args.variant:
+        variants[spec] = override(settings, endpointer=_endpointer_values(spec))
     for path_name, audios in paths.items():
-        outcomes: dict[str, list[ClipOutcome]] = {"before": [], "after": []}
+        outcomes: dict[str, list[ClipOutcome]] = {name: [] for name in variants}
         for clip, audio in zip(clips, audios, strict=True):
-            for variant in ("before", "after"):  # side by side, clip by clip: the same load on both
-                outcome = run_clip(engines, settings, audio, clip, variant)
+            for variant, chosen in variants.items():  # side by side, clip by clip: the same load on all
+                outcome = run_clip(engines, chosen, audio, clip, variant)
                 outcomes[variant].append(outcome)
-                rows.append({"path": path_name, "variant": variant, **outcome.__dict__})
+                pause = {"pause_s": round(clip.pause_s, 3)} if clip.kind != "complete" else {}
+                rows.append({"path": path_name, "variant": variant, **outcome.__dict__, **pause})
                 log.warning("%s %s %s %s: %s", path_name, variant, clip.name, clip.kind, outcome.endpoint_by)
         results[path_name] = {variant: summarize(found) for variant, found in outcomes.items()}
     stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")

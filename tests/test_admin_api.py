@@ -16,6 +16,7 @@ from appliance.admin.schemas import LlmLoad
 from appliance.admin.security import SESSION_COOKIE
 from appliance.auth.passwords import write_password_file
 from appliance.config import Settings
+from appliance.grounding import WithheldWhy
 from tests.fixtures.admin import (
     ADMIN_PASSWORD,
     ADMIN_USER,
@@ -475,6 +476,13 @@ def test_pages_redirect_to_login_and_carry_security_headers(admin_env: AdminEnv)
         assert client.get(asset).status_code == 200, asset
     assert client.get("/favicon.ico").headers["content-type"].startswith("image/svg")
     assert client.get("/api/status").headers["cache-control"] == "no-store"
+
+
+def test_the_page_names_every_reason_a_clause_was_not_said(admin_env: AdminEnv) -> None:
+    client = admin_env.client()
+    admin_env.login(client)
+    script = client.get("/static/app.js").text
+    assert all(f"{why.value}: " in script for why in WithheldWhy), "app.js WITHHELD lacks a reason"
 
 
 def test_page_assets_name_no_address_outside_the_device(admin_env: AdminEnv) -> None:

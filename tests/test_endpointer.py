@@ -194,6 +194,7 @@ def smart(**keys: Any) -> Endpointer:
         "end_silence_ms": 500,
         "turn_check_ms": 160,
         "incomplete_silence_ms": 1600,
+        "words_incomplete_silence_ms": 2400,
         # the values these cases were written for (the shipped ones are 0.9/0.05, words on, 1000 ms)
         "turn_complete_threshold": 0.5,
         "turn_incomplete_threshold": 0.5,
@@ -307,11 +308,28 @@ def test_unfinished_words_hold_a_pause_that_sounds_finished() -> None:
     assert ep.verdict(check, 0.97) == []  # no end: the words are expected
     assert ep.text_verdict(pause, 0.0002) == []
     assert ep.verdicts.text == 0.0002 and ep.verdicts.audio == 0.97
-    events = feed_all(ep, [OFF] * 60)
+    events = feed_all(ep, [OFF] * 90)
     (end,) = [e for e in events if e.kind is EventKind.ENDPOINT]
     assert end.by == "incomplete_silence" and end.time_s - (end.speech_end_s or 0.0) == pytest.approx(
-        1.6, abs=0.04
+        2.4, abs=0.04
     )
+
+
+def test_unfinished_words_hold_longer_than_an_unfinished_sound() -> None:
+    """A pause after "the" is a pause, however long the person thinks: the words' own limit
+    (words_incomplete_silence_ms) holds it past the sound's (incomplete_silence_ms)."""
+    held = {}
+    for words in (None, 0.0002):
+        ep = smart(judge_words=words is not None, turn_incomplete_threshold=0.3)
+        pause, check = _pause(ep)
+        if words is not None:
+            ep.expect_text(pause)
+        ep.verdict(check, 0.1)  # the sound: unfinished
+        if words is not None:
+            ep.text_verdict(pause, words)
+        (end,) = [e for e in feed_all(ep, [OFF] * 90) if e.kind is EventKind.ENDPOINT]
+        held[words] = round(end.time_s - (end.speech_end_s or 0.0), 1)
+    assert held == {None: 1.6, 0.0002: 2.4}
 
 
 def test_finished_words_and_sound_end_the_pause_at_once() -> None:

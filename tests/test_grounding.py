@@ -125,6 +125,25 @@ def test_the_system_prompt_read_out_is_withheld_even_where_figures_are_not_check
     assert persona.check("The Brooklyn Bridge opened in 1883.").ok
 
 
+def test_a_facts_figure_about_something_else_than_was_asked_is_withheld(sources: Sources) -> None:
+    sources.ask("How many lockers are there?")
+    verdict = sources.check("A visitor pass is valid for 3 days.")
+    assert verdict.why is WithheldWhy.OFF_SUBJECT and verdict.ungrounded == ["3"]
+    assert sources.check("I don't have that here.").ok  # no figure: nothing to check
+
+
+def test_a_facts_figure_about_what_was_asked_is_spoken_and_the_sites_own_figures_anywhere(
+    sources: Sources,
+) -> None:
+    sources.ask("When does the canteen open?")
+    assert sources.check("It opens at half past seven.").ok  # the canteen's sentence
+    sources.add("112", any_subject=True)  # agent.allowed_figures
+    assert sources.check("In an emergency, call 112.").ok
+    sources.ask("And how long is a visitor pass valid?")  # a second question of the conversation
+    assert sources.check("For 3 days.").ok
+    assert sources.check("The M10 flange bolts need 25 Nm.").why is WithheldWhy.OFF_SUBJECT
+
+
 def test_a_facts_figure_said_of_something_only_the_person_named_is_withheld(sources: Sources) -> None:
     sources.add("What torque do the M8 bolts on line 5 need?", said=True)
     verdict = sources.check("The M8 bolts on line 5 need 25 Nm.")  # 25 Nm is the M10 flange bolts'

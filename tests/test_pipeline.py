@@ -604,7 +604,10 @@ def _words_session(
     engines = SessionEngines.create(vad=fakes.vad, asr=fakes.asr, llm=fakes.llm, tts=fakes.tts, turn=detector)
     # As shipped (smart_turn, the words judged, 0.9 / 0.35 / 0.02, words waited for 1 s) but for these:
     params = EndpointerParams(
-        turn_incomplete_threshold=0.1, incomplete_silence_ms=1200, words_unsure_silence_ms=500
+        turn_incomplete_threshold=0.1,
+        incomplete_silence_ms=1200,
+        words_incomplete_silence_ms=1200,
+        words_unsure_silence_ms=500,
     )
     audio = np.concatenate([silence(0.3), tone(1.0), silence(2.0)])
     session = Session(

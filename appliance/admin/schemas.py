@@ -6,6 +6,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from appliance.grounding import WithheldWhy
+
 Role = Literal["viewer", "admin"]
 
 
@@ -147,8 +149,9 @@ class LiveSession(Body):
 
 class WithheldClause(Body):
     clause: str = Field(description="the clause the model wrote")
-    why: str = Field(
-        description="figure: it states a figure no source gave; internal: it repeats an instruction"
+    why: WithheldWhy = Field(
+        description="figure: it states a figure no source gave; off_subject: a source's figure about "
+        "something the person did not ask about; internal: it repeats an instruction"
     )
     figures: list[str] = Field(default_factory=list, description="the figures no source gave")
 

@@ -218,8 +218,12 @@ class Turn:
             for fact in facts:
                 sources.add(fact.text, title=fact.title)
             sources.add_all((message.content for message in messages), said=True)  # before the facts
-            sources.add(tools.clock_line())
-            sources.add_all((*tools.agent.allowed_figures, tools.agent.site_name, tools.agent.device_id))
+            for message in messages:
+                if message.role == "user":
+                    sources.ask(message.content)
+            sources.add(tools.clock_line(), title="time date day clock")
+            for allowed in (*tools.agent.allowed_figures, tools.agent.site_name, tools.agent.device_id):
+                sources.add(allowed, any_subject=True)
         return given
 
     def _system_instructions(self) -> str:

@@ -23,7 +23,7 @@ Whenever a verdict arrives the pause is judged on what is known. The sound alone
 ``incomplete_silence_ms``, in between ``end_silence_ms``. With the words, the words can hold a turn the
 sound would end, and either can end it:
 
-    words below words_incomplete_threshold ("... out of the") --(incomplete_silence_ms)--> ENDPOINT
+    words below words_incomplete_threshold ("... out of the") --(words_incomplete_silence_ms)--> ENDPOINT
     words at or above words_complete_threshold, or the sound at or above turn_complete_threshold
         --> ENDPOINT now (by "fused"; by "text" when the sound's model failed)
     otherwise --(words_unsure_silence_ms)--> ENDPOINT (by "silence")
@@ -115,8 +115,14 @@ class EndpointerParams(Params):
         0.02,
         gt=0.0,
         lt=1.0,
-        description="judge_words: words below it keep listening up to incomplete_silence_ms, whatever "
-        "the sound says",
+        description="judge_words: words below it keep listening up to words_incomplete_silence_ms, "
+        "whatever the sound says",
+    )
+    words_incomplete_silence_ms: int = Field(
+        2000,
+        ge=200,
+        le=10000,
+        description='judge_words: silence that ends a turn whose words are unfinished ("... out of the")',
     )
     words_unsure_silence_ms: int = Field(
         1000,
@@ -165,6 +171,10 @@ class EndpointerParams(Params):
     @property
     def turn_recheck_s(self) -> float:
         return ms_to_s(self.turn_recheck_ms)
+
+    @property
+    def words_incomplete_silence_s(self) -> float:
+        return ms_to_s(self.words_incomplete_silence_ms)
 
     @property
     def words_unsure_silence_s(self) -> float:
@@ -316,7 +326,7 @@ class Endpointer:
         params, known = self.params, self._verdicts
         if known.text is not None:
             if known.text < params.words_incomplete_threshold:
-                self._hold(params.incomplete_silence_s, "incomplete_silence")
+                self._hold(params.words_incomplete_silence_s, "incomplete_silence")
             elif known.audio is None and not known.audio_failed:
                 # The words alone never end a pause: a gap between two words is a pause too, and
                 # "She had a dark suit" could end. They wait for the sound, at turn_check_s.

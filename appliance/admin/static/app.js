@@ -145,7 +145,11 @@ function endOfTurn(t) {
   return `${wait}${how}${unfinished}${verdicts ? ` (${verdicts})` : ""}`;
 }
 
-const WITHHELD = { figure: "a figure no source gave", internal: "an instruction to the model" };
+const WITHHELD = {
+  figure: "a figure no source gave",
+  off_subject: "a figure about something not asked",
+  internal: "an instruction to the model",
+};
 
 function replyShown(t) {
   const said = t.played_reply || t.reply;
