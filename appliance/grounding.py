@@ -376,9 +376,8 @@ class Sources:
         a figure from the facts said together with one only the person said ("the M8 bolts on line 5
         need 45 Nm") must come from a source sentence that holds the person's figure too, or it
         answers what was not asked."""
-        back = max(self._internal, default=1) - 1
-        said = _plain_words(after) if back else []
-        before = said[max(len(said) - back, 0) :]
+        back = max(self._internal, default=1) - 1  # enough words of ``after`` for the longest run
+        before = _plain_words(after)[-back:] if back else []
         if self._repeats_instructions([*before, *_plain_words(clause)], len(before)):
             return Verdict(why=WithheldWhy.INTERNAL)
         if not self.check_figures:

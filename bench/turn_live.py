@@ -146,14 +146,6 @@ def summarize(outcomes: list[ClipOutcome]) -> dict[str, Any]:
     }
 
 
-def _endpointer_values(spec: str) -> dict[str, str]:
-    """``words_incomplete_silence_ms=2000,incomplete_silence_ms=1200``: the [endpointer] keys changed."""
-    values = dict(part.split("=", 1) for part in spec.split(",") if "=" in part)
-    if not values:
-        raise SystemExit(f"--variant {spec!r}: expected KEY=VALUE[,KEY=VALUE] of [endpointer] settings")
-    return values
-
-
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench turn --live", description=__doc__)
     parser.add_argument("--data", type=Path, default=None)
@@ -167,8 +159,9 @@ def main(argv: list[str]) -> int:
         "--variant",
         action="append",
         default=[],
-        metavar="KEY=VALUE[,KEY=VALUE]",
-        help="also the shipped rule with these [endpointer] settings, side by side (repeatable)",
+        metavar="SECTION.KEY=VALUE[,...]",
+        help="also the shipped rule with these settings, side by side (repeatable), as python -m bench "
+        "--variant: endpointer.words_incomplete_silence_ms=1000",
     )
     parser.add_argument("--no-before", action="store_true", help="leave out the rule until December 2026")
     args = parser.parse_args(argv)
@@ -176,6 +169,7 @@ def main(argv: list[str]) -> int:
 
     from appliance.config import load_settings, override
     from appliance.engine_set import build_engines, load_engines, open_bundle
+    from bench.e2e import parse_variant
     from bench.machine import describe_machine
     from bench.turn import DEFAULT_DATA, RESULTS
 
@@ -191,7 +185,7 @@ def main(argv: list[str]) -> int:
     rows: list[dict[str, Any]] = []
     variants = {"after": settings} if args.no_before else {"before": settings, "after": settings}
     for spec in args.variant:
-        variants[spec] = override(settings, endpointer=_endpointer_values(spec))
+        variants[spec] = override(settings, **parse_variant(spec))
     for path_name, audios in paths.items():
         outcomes: dict[str, list[ClipOutcome]] = {name: [] for name in variants}
         for clip, audio in zip(clips, audios, strict=True):
