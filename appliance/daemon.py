@@ -36,6 +36,7 @@ from appliance.engine_set import (
     open_bundle,
     session_config,
 )
+from appliance.pipeline.call_policy import CallLine
 from appliance.pipeline.engines import SessionEngines
 from appliance.pipeline.session import Session, SessionConfig
 from appliance.pipeline.workers import EngineWorker
@@ -273,6 +274,7 @@ async def run_session(
     config: SessionConfig,
     max_turns: int | None = None,
     on_turn: Callable[[TurnTrace], None] | None = None,
+    call: CallLine | None = None,
 ) -> Session:
     """One audio endpoint as a session on the shared engines, shown in ``registry`` while it runs."""
 
@@ -290,6 +292,7 @@ async def run_session(
         session_id=session_id,
         on_turn=turn_done,
         engines_offered=lambda: daemon.engines,
+        call=call,
     )
     registry.open_session(
         session_id, kind, peer, state_of=lambda: session.state, heard_of=lambda: session.heard
@@ -440,6 +443,7 @@ async def _answer_calls(
 ) -> None:
     """Each SIP call is a session of its own on the shared engines. ``listening`` is set once the
     port takes calls on every transport asked for."""
+    from appliance.audio.call import CallLine as SipLine
     from appliance.audio.call import CallSink, CallSource
     from appliance.sip.call import CallAudio
     from appliance.sip.server import SipServer
@@ -463,6 +467,7 @@ async def _answer_calls(
             kind="sip",
             peer=str(call.caller),
             config=call_config,
+            call=SipLine(call),
         )
         if not call.ended:  # the session ended the call (a goodbye, a silent caller): let it be heard
             with contextlib.suppress(asyncio.TimeoutError):

@@ -169,7 +169,9 @@ def replay(
             if event.kind is EventKind.ENDPOINT:
                 assert event.speech_end_s is not None
                 at = event.time_s if stamp is None else stamp
-                endings.append(Ending(at, event.speech_end_s, event.by, (at - event.speech_end_s) * 1000.0))
+                endings.append(
+                    Ending(at, event.speech_end_s, str(event.by), (at - event.speech_end_s) * 1000.0)
+                )
                 pending.clear()
             elif event.kind is EventKind.TURN_CHECK:
                 start, end = int(event.utterance_start_s * 16000), round(event.time_s * 16000)

@@ -39,6 +39,7 @@ from typing import Any
 import numpy as np
 
 from bench.turn_set import Clip, build_clips, call_path, load_whisper
+from engines.vad.ended_by import EndedBy
 from engines.vad.endpointer import Endpointer, EndpointEvent
 
 log = logging.getLogger("bench.turn_live")
@@ -55,11 +56,11 @@ class BeforeEndpointer(Endpointer):
             if known.text_expected and self._sounds_complete() and not self._text_wait_over():
                 return self._silence_endpoint()
             if self._sounds_complete():
-                return [self._end(by="smart_turn")]
+                return [self._end(by=EndedBy.SMART_TURN)]
             if known.audio is not None and known.audio < params.turn_incomplete_threshold:
-                self._hold(params.incomplete_silence_s, "incomplete_silence")
+                self._hold(params.incomplete_silence_s, EndedBy.INCOMPLETE_SILENCE)
             else:
-                self._hold(params.end_silence_s, "silence")
+                self._hold(params.end_silence_s, EndedBy.SILENCE)
             return self._silence_endpoint()
         return super()._judge()
 

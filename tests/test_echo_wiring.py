@@ -16,7 +16,8 @@ from appliance.audio.echo import EchoCancelledSource, TappedSink
 from appliance.audio.files import ArraySource, MemorySink
 from appliance.config import Settings, load_settings, override
 from appliance.engine_set import session_config
-from appliance.pipeline.session import EchoGate, Session
+from appliance.pipeline.echo_gate import EchoGate
+from appliance.pipeline.session import Session
 from appliance.pipeline.workers import EngineWorker
 from engines.aec import EchoCanceller
 from engines.vad.endpointer import EndpointerParams

@@ -163,7 +163,7 @@ def _barge_in_session(
 def test_barge_in_stops_playback_and_keeps_only_what_was_played() -> None:
     session, source, fakes, sink = _barge_in_session(gate=False)
     sink_s_after_first: list[float] = []
-    session.on_turn = lambda trace: sink_s_after_first.append(sink.duration_s)
+    session.turns.on_turn = lambda trace: sink_s_after_first.append(sink.duration_s)
     _run(session.run(max_turns=2))
 
     assert source.injected_at is not None
@@ -659,7 +659,10 @@ class _KeypadSource(ArraySource):
         self.started: float | None = None
         self.first_key_at: float | None = None
 
-    def keypad(self) -> list[str]:
+    async def transfer(self, uri: str) -> str | None:
+        return "no transfers here"
+
+    def pressed(self) -> list[str]:
         assert self.session is not None
         now = time.monotonic()
         if self.started is None and self.session.speaking:
@@ -679,7 +682,11 @@ def test_keys_typed_during_a_reply_cut_it_and_are_answered_as_a_turn(keys: str, 
     source = _KeypadSource(np.concatenate([tone(0.6), silence(5.0)]), keys, after_s=0.3)
     config = dataclasses.replace(SILENCE_ONLY, call=CallParams(keypad_timeout_ms=800))
     session = Session(
-        engines=fakes.engines, source=source, sink=MemorySink(16000, realtime=True), config=config
+        engines=fakes.engines,
+        source=source,
+        sink=MemorySink(16000, realtime=True),
+        config=config,
+        call=source,
     )
     source.session = session
     _run(session.run(max_turns=2))
@@ -698,9 +705,16 @@ def test_keys_typed_during_a_reply_cut_it_and_are_answered_as_a_turn(keys: str, 
 
 
 class _CallAudioArray(ArraySource):
-    """Audio fed in real time whose end would be the caller hanging up (a call's source)."""
+    """Audio fed in real time whose end would be the caller hanging up (a call's source), and the
+    call's line: no keys pressed, no transfer answered."""
 
     ends_with_listener = True
+
+    def pressed(self) -> list[str]:
+        return []
+
+    async def transfer(self, uri: str) -> str | None:
+        return "no transfers here"
 
 
 def test_a_silent_caller_is_asked_once_whether_they_are_there_then_the_call_ends() -> None:
@@ -712,6 +726,7 @@ def test_a_silent_caller_is_asked_once_whether_they_are_there_then_the_call_ends
         source=source,
         sink=MemorySink(16000, realtime=True),
         config=dataclasses.replace(SILENCE_ONLY, call=call),
+        call=source,
     )
     started = time.monotonic()
     _run(session.run())  # ends by itself, long before the 30 s of silence
@@ -734,7 +749,11 @@ def test_the_model_ends_a_call_after_its_goodbye_and_a_kiosk_keeps_listening(on_
     audio = np.concatenate([tone(0.6), silence(8.0)])
     source = _CallAudioArray(audio, realtime=True) if on_call else ArraySource(audio, realtime=True)
     session = Session(
-        engines=fakes.engines, source=source, sink=MemorySink(16000, realtime=True), config=SILENCE_ONLY
+        engines=fakes.engines,
+        source=source,
+        sink=MemorySink(16000, realtime=True),
+        config=SILENCE_ONLY,
+        call=source if isinstance(source, _CallAudioArray) else None,
     )
     started = time.monotonic()
     _run(session.run(max_turns=None if on_call else 1))
@@ -753,8 +772,8 @@ class _TransferringCall(_CallAudioArray):
         self.why = why
         self.transfers: list[str] = []
 
-    async def transfer(self, target: str) -> str | None:
-        self.transfers.append(target)
+    async def transfer(self, uri: str) -> str | None:
+        self.transfers.append(uri)
         return self.why
 
 
@@ -773,6 +792,7 @@ def test_the_model_puts_the_caller_through_after_saying_so(why: str | None) -> N
         source=source,
         sink=MemorySink(16000, realtime=True),
         config=dataclasses.replace(SILENCE_ONLY, call=call),
+        call=source,
     )
     _run(session.run(max_turns=None if why is None else 2))
     asked = session.traces[0]

@@ -14,8 +14,9 @@ import numpy as np
 from appliance.audio.call import call_session_kwargs
 from appliance.config import load_settings
 from appliance.engine_set import session_config
+from appliance.pipeline.echo_gate import EchoGate
 from appliance.pipeline.engines import SessionEngines
-from appliance.pipeline.session import EchoGate, Session
+from appliance.pipeline.session import Session
 from appliance.rtp import g711
 from appliance.rtp.packet import RtpPacket, parse_rtp
 from appliance.sip import CallAudio

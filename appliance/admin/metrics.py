@@ -21,7 +21,7 @@ from appliance.grounding import WithheldWhy
 from appliance.quality import signals as quality_signals
 from appliance.service.loop_watch import STALL_S, current_figures
 from appliance.trace import STAGES, TurnTrace
-from appliance.trace.record import WordsNotExpected
+from appliance.trace.labels import EndedBy, Judge, WordsNotExpected
 
 # 25 ms .. 30 s: a GPU turn is ~0.15 s, a CPU turn several seconds.
 LATENCY_BUCKETS_S = (
@@ -45,6 +45,7 @@ LATENCY_BUCKETS_S = (
 )
 # Turns read from the store per scrape; more than this between two scrapes are counted from the newest.
 SCRAPE_TURNS = 1000
+_ENDINGS = frozenset(by.value for by in EndedBy)
 _WORDS_REASONS = frozenset(why.value for why in WordsNotExpected)
 _WITHHELD_REASONS = frozenset(why.value for why in WithheldWhy)
 
@@ -269,18 +270,10 @@ class TraceMetrics:
         self.declined = Counter(
             "appliance_turns_declined", "replies that said agent.not_known_reply", registry=self.registry
         )
-        for by in (
-            "silence",
-            "smart_turn",
-            "fused",
-            "text",
-            "incomplete_silence",
-            "max_length",
-            "stream_end",
-        ):
-            self.endings.labels(by=by)
-        for judge in ("sound", "words"):
-            self.verdicts.labels(judge=judge)
+        for by in EndedBy:
+            self.endings.labels(by=by.value)
+        for judge in Judge:
+            self.verdicts.labels(judge=judge.value)
         for why in WordsNotExpected:
             self.words_missing.labels(why=why.value)
         for reason in WithheldWhy:
@@ -300,7 +293,7 @@ class TraceMetrics:
         self.turn_checks.labels(verdict="checked").inc(trace.turn_checks)
         self.turn_checks.labels(verdict="unfinished").inc(trace.turn_incomplete)
         self.turn_checks.labels(verdict="failed").inc(trace.turn_check_failed)
-        if trace.endpoint_by:
+        if trace.endpoint_by in _ENDINGS:
             self.endings.labels(by=trace.endpoint_by).inc()
         if trace.words_not_expected in _WORDS_REASONS:
             self.words_missing.labels(why=trace.words_not_expected).inc()
@@ -309,9 +302,12 @@ class TraceMetrics:
                 self.withheld.labels(why=clause["why"]).inc()
         if trace.declined:
             self.declined.inc()
-        for judge, probability in (("sound", trace.turn_complete_p), ("words", trace.words_complete_p)):
+        for judge, probability in (
+            (Judge.SOUND, trace.turn_complete_p),
+            (Judge.WORDS, trace.words_complete_p),
+        ):
             if probability is not None:
-                self.verdicts.labels(judge=judge).observe(probability)
+                self.verdicts.labels(judge=judge.value).observe(probability)
         self._observe_quality(trace)
         if outcome != "ok":
             return

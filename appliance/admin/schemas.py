@@ -7,6 +7,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from appliance.grounding import WithheldWhy
+from appliance.trace.labels import EndedBy, TurnOutcome, WordsNotExpected
 
 Role = Literal["viewer", "admin"]
 
@@ -165,7 +166,7 @@ class TurnView(Body):
     played_reply: str
     cancelled: bool
     error: str | None
-    outcome: str = Field(
+    outcome: TurnOutcome = Field(
         description="how the turn ended: answered, interrupted (the person spoke over the reply), hangup "
         "(the call ended during the reply), stopped (the daemon stopped during it), error"
     )
@@ -178,9 +179,11 @@ class TurnView(Body):
     turn_latency_ms: float | None
     over_budget: bool
     endpoint_wait_ms: float | None = Field(description="end of speech -> end of turn decided")
-    endpoint_by: str = Field(
-        description="what ended the turn: silence, smart_turn (heard as finished), incomplete_silence "
-        "(the long silence after an unfinished verdict), max_length, stream_end; empty in older records"
+    endpoint_by: EndedBy | None = Field(
+        None,
+        description="what ended the turn: silence, smart_turn (heard as finished), fused (sound and words), "
+        "text (the words), incomplete_silence (the long silence after an unfinished verdict), max_length, "
+        "stream_end; on a call keypad, operator_key, silence_prompt, transfer_failed; null in older records",
     )
     turn_checks: int = Field(description="times the end-of-turn model was asked during the utterance")
     turn_complete_p: float | None = Field(
@@ -191,10 +194,10 @@ class TurnView(Body):
         description="the words' verdict: the reply LLM's P(the words end the message) on that pause "
         "(endpointer.judge_words); None when the words were not judged",
     )
-    words_not_expected: str = Field(
-        "",
+    words_not_expected: WordsNotExpected | None = Field(
+        None,
         description="why the words did not judge that pause (the sound decided alone): off, model_cannot "
-        '(no chat template, site server), llm_busy (answering another call), no_pause; "" when they could',
+        "(no chat template, site server), llm_busy (answering another call), no_pause; null when they could",
     )
     turn_incomplete: int = Field(description="... and did not hear it as finished")
     facts_given: list[str] = Field(

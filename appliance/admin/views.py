@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 from collections import Counter
+from enum import Enum
+from typing import TypeVar
 
 from appliance.admin.schemas import LatencyReport, StageLatency, TurnView, VersionQualityView, WithheldClause
 from appliance.quality import by_version
 from appliance.trace import STAGES, TurnTrace, summarize
+from appliance.trace.labels import EndedBy, TurnOutcome, WordsNotExpected
 
 # The stage whose duration is compared with ``trace.budget_ms``.
 BUDGET_STAGE = "turn_latency"
@@ -34,11 +37,11 @@ def turn_view(trace: TurnTrace, budget_ms: float) -> TurnView:
         turn_latency_ms=latency,
         over_budget=latency is not None and latency > budget_ms,
         endpoint_wait_ms=stages.get("endpoint_wait"),
-        endpoint_by=trace.endpoint_by,
+        endpoint_by=_known(EndedBy, trace.endpoint_by),
         turn_checks=trace.turn_checks,
         turn_complete_p=trace.turn_complete_p,
         words_complete_p=trace.words_complete_p,
-        words_not_expected=trace.words_not_expected,
+        words_not_expected=_known(WordsNotExpected, trace.words_not_expected),
         turn_incomplete=trace.turn_incomplete,
         facts_given=trace.facts_given,
         withheld=[WithheldClause.model_validate(clause) for clause in trace.withheld],
@@ -50,12 +53,24 @@ def turn_view(trace: TurnTrace, budget_ms: float) -> TurnView:
     )
 
 
-def turn_outcome(trace: TurnTrace) -> str:
+L = TypeVar("L", bound=Enum)
+
+
+def _known(labels: type[L], value: str) -> L | None:
+    """A stored label as its enum; None for "" (older records) or one this version no longer has."""
+    try:
+        return labels(value)
+    except ValueError:
+        return None
+
+
+def turn_outcome(trace: TurnTrace) -> TurnOutcome:
     if trace.error:
-        return "error"
-    if trace.outcome:
-        return trace.outcome
-    return "interrupted" if trace.cancelled else "answered"
+        return TurnOutcome.ERROR
+    stopped = _known(TurnOutcome, trace.outcome)
+    if stopped is not None:
+        return stopped
+    return TurnOutcome.INTERRUPTED if trace.cancelled else TurnOutcome.ANSWERED
 
 
 def latency_report(traces: list[TurnTrace], budget_ms: float) -> LatencyReport:

@@ -54,14 +54,6 @@ class AudioSource(Protocol):
 
     def frames(self) -> AsyncIterator[np.ndarray | HeardFrame]: ...
 
-    def keypad(self) -> list[str]:
-        """The keys pressed on a phone's keypad since the last time asked (a call's; none elsewhere)."""
-        ...
-
-    async def transfer(self, target: str) -> str | None:
-        """Put the caller through to ``target`` (a SIP URI): None when done, else why not."""
-        ...
-
     async def close(self) -> None: ...
 
 
@@ -75,12 +67,6 @@ class SourceBase:
     @property
     def echo_converged(self) -> bool:
         return True
-
-    def keypad(self) -> list[str]:
-        return []
-
-    async def transfer(self, target: str) -> str | None:
-        return "there is no phone call to transfer here"
 
 
 class AudioSink(Protocol):

@@ -38,15 +38,6 @@ class CallSource(SourceBase):
     def __init__(self, call: CallAudioLike) -> None:
         self.call = call
         self.name = f"call:{call.call_id}"
-        self._keys_taken = 0
-
-    async def transfer(self, target: str) -> str | None:
-        return await self.call.transfer(target)
-
-    def keypad(self) -> list[str]:
-        pressed = self.call.keys_pressed
-        new, self._keys_taken = pressed[self._keys_taken :], len(pressed)
-        return new
 
     async def frames(self) -> AsyncIterator[np.ndarray]:
         async for frame in self.call.frames():
@@ -54,6 +45,22 @@ class CallSource(SourceBase):
 
     async def close(self) -> None:
         return None
+
+
+class CallLine:
+    """The call's keypad and transfers, for the session's call policy."""
+
+    def __init__(self, call: CallAudioLike) -> None:
+        self.call = call
+        self._keys_taken = 0
+
+    def pressed(self) -> list[str]:
+        pressed = self.call.keys_pressed
+        new, self._keys_taken = pressed[self._keys_taken :], len(pressed)
+        return new
+
+    async def transfer(self, uri: str) -> str | None:
+        return await self.call.transfer(uri)
 
 
 class CallSink:
@@ -77,5 +84,10 @@ class CallSink:
 
 
 def call_session_kwargs(call: Any) -> dict[str, Any]:
-    """Source, sink and session id for ``Session(**kwargs, engines=..., config=...)``."""
-    return {"source": CallSource(call), "sink": CallSink(call), "session_id": f"call-{call.call_id}"}
+    """Source, sink, the call's line and session id for ``Session(**kwargs, engines=..., config=...)``."""
+    return {
+        "source": CallSource(call),
+        "sink": CallSink(call),
+        "call": CallLine(call),
+        "session_id": f"call-{call.call_id}",
+    }

@@ -169,12 +169,6 @@ class EchoCancelledSource(SourceBase):
         self.realtime = source.realtime
         self.ends_with_listener = source.ends_with_listener
 
-    def keypad(self) -> list[str]:
-        return self.inner.keypad()
-
-    async def transfer(self, target: str) -> str | None:
-        return await self.inner.transfer(target)
-
     async def frames(self) -> AsyncIterator[HeardFrame]:
         async for heard in self.inner.frames():
             frame = split_frame(heard)[1]

@@ -6,22 +6,7 @@ import json
 import time
 import uuid
 from dataclasses import asdict, dataclass, field
-from enum import Enum
 from typing import Any
-
-
-class WordsNotExpected(str, Enum):
-    """Why a turn's pause was decided without the words' verdict (endpointer.judge_words): the sound
-    alone decided it. Counted on /metrics, so a site sees how often its turns were."""
-
-    OFF = "off"  # endpointer.mode is silence, or judge_words is false
-    MODEL_CANNOT = "model_cannot"  # no chat template to read the verdict from, or a site server
-    LLM_BUSY = "llm_busy"  # answering another session: our prompt's pass would wait behind it
-    NO_PAUSE = "no_pause"  # the turn started at the endpoint itself (after our reply was cut)
-
-    def __str__(self) -> str:
-        return self.value
-
 
 # In the order they happen in an undisturbed turn. ``asr_start`` may come before ``endpoint``
 # (speculative start), which is the point of starting early.
@@ -78,17 +63,14 @@ class TurnTrace:
     played_reply: str = ""
     cancelled: bool = False
     error: str | None = None
-    # "" for a turn that ran its course (or was cut by barge-in: ``cancelled``); "hangup" when the
-    # source had ended (a call hung up) and the session was stopped with the reply still playing;
-    # "stopped" when the session was stopped otherwise (the daemon shutting down).
+    # "" for a turn that ran its course (or was cut by barge-in: ``cancelled``); TurnOutcome.HANGUP
+    # or STOPPED when the session was stopped with the reply still playing.
     outcome: str = ""
     speculative: bool = False  # ASR started before the endpoint was confirmed
     audio_s: float = 0.0  # utterance audio given to ASR
     reply_audio_s: float = 0.0  # reply audio actually played
     llm_tokens: int = 0
-    # What ended the utterance: "silence", "smart_turn" (judged complete), "incomplete_silence" (the
-    # long silence after an unfinished verdict), "max_length", "stream_end"; "" in older records.
-    endpoint_by: str = ""
+    endpoint_by: str = ""  # what ended the turn (EndedBy); "" in older records
     turn_checks: int = 0  # times the turn detector was asked during the utterance
     turn_incomplete: int = 0  # ... and did not hear it as finished (below endpointer.turn_complete_threshold)
     turn_check_failed: int = 0  # ... and could not answer

@@ -45,6 +45,7 @@ from typing import Literal
 from pydantic import Field, model_validator
 
 from engines.params import Params, ms_to_s
+from engines.vad.ended_by import EndedBy
 from engines.vad.params import VadParams
 
 __all__ = [
@@ -206,15 +207,12 @@ class EndpointEvent:
     speech_start_s: float = 0.0  # start of the first voiced frame of the utterance (no pre-roll)
     check_id: int = 0  # TURN_CHECK: the number to answer verdict() with
     pause_id: int = 0  # PROBABLY_ENDED, TURN_CHECK: the pause, to answer text_verdict() with
-    # ENDPOINT: what decided it: "silence", "smart_turn" (the sound judged complete), "text" (the
-    # words alone), "fused" (words and sound together), "incomplete_silence" (the long silence after an
-    # incomplete or missing verdict), "max_length", "stream_end"
-    by: str = ""
+    by: EndedBy | None = None  # ENDPOINT: what decided it
 
     @property
     def forced(self) -> bool:
         """ENDPOINT because of max_utterance_s."""
-        return self.by == "max_length"
+        return self.by is EndedBy.MAX_LENGTH
 
 
 def _check_threshold(value: float) -> None:
@@ -237,7 +235,7 @@ class Endpointer:
 
     _check_id: int
     _pause_silence_s: float
-    _pause_by: str
+    _pause_by: EndedBy
     _verdicts: PauseVerdicts
     _audio_at_s: float | None
     _next_check_s: float
@@ -326,31 +324,31 @@ class Endpointer:
         params, known = self.params, self._verdicts
         if known.text is not None:
             if known.text < params.words_incomplete_threshold:
-                self._hold(params.words_incomplete_silence_s, "incomplete_silence")
+                self._hold(params.words_incomplete_silence_s, EndedBy.INCOMPLETE_SILENCE)
             elif known.audio is None and not known.audio_failed:
                 # The words alone never end a pause: a gap between two words is a pause too, and
                 # "She had a dark suit" could end. They wait for the sound, at turn_check_s.
                 pass
             elif known.text >= params.words_complete_threshold or self._sounds_complete():
-                return [self._end(by="text" if known.audio_failed else "fused")]
+                return [self._end(by=EndedBy.TEXT if known.audio_failed else EndedBy.FUSED)]
             else:
-                self._hold(params.words_unsure_silence_s, "silence")
+                self._hold(params.words_unsure_silence_s, EndedBy.SILENCE)
         elif known.audio is not None or known.audio_failed:
             if known.text_expected and not self._text_wait_over():
                 # The words are on their way (the reply's own prompt pass): no timer of the sound ends
                 # the pause before them, so a slow machine is not cut off by end_silence_ms; they
                 # decide at once when they come ("... out of the" holds, "... at nine?" ends).
-                self._hold(math.inf, "silence")
+                self._hold(math.inf, EndedBy.SILENCE)
                 return []
             if self._sounds_complete():
-                return [self._end(by="smart_turn")]
+                return [self._end(by=EndedBy.SMART_TURN)]
             if known.audio is not None and known.audio < params.turn_incomplete_threshold:
-                self._hold(params.incomplete_silence_s, "incomplete_silence")
+                self._hold(params.incomplete_silence_s, EndedBy.INCOMPLETE_SILENCE)
             else:
-                self._hold(params.end_silence_s, "silence")
+                self._hold(params.end_silence_s, EndedBy.SILENCE)
         return self._silence_endpoint()
 
-    def _hold(self, silence_s: float, by: str) -> None:
+    def _hold(self, silence_s: float, by: EndedBy) -> None:
         self._pause_silence_s, self._pause_by = silence_s, by
 
     def _sounds_complete(self) -> bool:
@@ -380,7 +378,7 @@ class Endpointer:
         """End of the stream: an ENDPOINT for the utterance in progress, if any."""
         if not self._in_speech:
             return []
-        return [self._end(by="stream_end")]
+        return [self._end(by=EndedBy.STREAM_END)]
 
     def _feed_idle(self, voiced: bool, frame_start_s: float, duration_s: float) -> list[EndpointEvent]:
         if not voiced:
@@ -401,7 +399,7 @@ class Endpointer:
         self._run_voiced_s = 0.0
         events = [self._event(EventKind.SPEECH_START, speech_end_s=None)]
         if self._over_max_length():
-            events.append(self._end(by="max_length"))
+            events.append(self._end(by=EndedBy.MAX_LENGTH))
         return events
 
     def _feed_in_speech(self, voiced: bool) -> list[EndpointEvent]:
@@ -431,7 +429,7 @@ class Endpointer:
             if ended:
                 return events + ended
         if self._over_max_length():
-            events.append(self._end(by="max_length"))
+            events.append(self._end(by=EndedBy.MAX_LENGTH))
         return events
 
     def _silence_reached(self, seconds: float) -> bool:
@@ -448,14 +446,17 @@ class Endpointer:
         self._audio_at_s = None
         # The silence that ends this pause: until a verdict says otherwise, the long one in smart_turn.
         if self.params.mode == "silence":
-            self._pause_silence_s, self._pause_by = self.params.end_silence_s, "silence"
+            self._pause_silence_s, self._pause_by = self.params.end_silence_s, EndedBy.SILENCE
         else:
-            self._pause_silence_s, self._pause_by = self.params.incomplete_silence_s, "incomplete_silence"
+            self._pause_silence_s, self._pause_by = (
+                self.params.incomplete_silence_s,
+                EndedBy.INCOMPLETE_SILENCE,
+            )
 
     def _over_max_length(self) -> bool:
         return self._time_s - self._speech_start_s + _EPS_S >= self.params.max_utterance_s
 
-    def _end(self, *, by: str) -> EndpointEvent:
+    def _end(self, *, by: EndedBy) -> EndpointEvent:
         event = self._event(EventKind.ENDPOINT, speech_end_s=self._last_voiced_end_s, by=by)
         self._in_speech = False
         self._trailing = False
@@ -463,7 +464,9 @@ class Endpointer:
         self._floor_s = self._time_s
         return event
 
-    def _event(self, kind: EventKind, *, speech_end_s: float | None, by: str = "") -> EndpointEvent:
+    def _event(
+        self, kind: EventKind, *, speech_end_s: float | None, by: EndedBy | None = None
+    ) -> EndpointEvent:
         return EndpointEvent(
             kind=kind,
             time_s=self._time_s,

@@ -129,11 +129,13 @@ function showQuality(quality, running) {
 const ENDED_BY = {
   smart_turn: "sounded finished", fused: "sound and words finished", text: "words finished",
   silence: "silence", incomplete_silence: "long silence", max_length: "too long", stream_end: "audio ended",
-  keypad: "typed on the keypad",
+  keypad: "typed on the keypad", operator_key: "operator key", silence_prompt: "asked whether anyone is there",
+  transfer_failed: "transfer failed",
 };
 
 const OUTCOMES = {
   answered: "ok", interrupted: "interrupted", hangup: "caller hung up", stopped: "stopped by shutdown",
+  error: "error",
 };
 
 function endOfTurn(t) {

@@ -1,0 +1,24 @@
+"""What a session is built with: each part's parameters (engine_set.session_config makes it from the
+settings)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from appliance.pipeline.echo_gate import EchoGate
+from appliance.pipeline.params import CallParams, HistoryParams
+from appliance.pipeline.partials import PartialsConfig
+from appliance.pipeline.turn import TurnConfig
+from engines.vad.endpointer import EndpointerParams
+
+
+@dataclass(frozen=True)
+class SessionConfig:
+    endpointer: EndpointerParams = field(default_factory=EndpointerParams)
+    echo: EchoGate = field(default_factory=EchoGate.of)
+    turn: TurnConfig = field(default_factory=TurnConfig)
+    partials: PartialsConfig = field(default_factory=PartialsConfig)
+    history: HistoryParams = field(default_factory=HistoryParams)
+    call: CallParams = field(default_factory=CallParams)
+    keep_traces: int = 100  # recent turns kept in memory on the session (all go to the store)
+    drain_timeout_s: float = 300.0  # how long a turn may still run after the source ended

@@ -1,0 +1,38 @@
+"""Every label a turn's record carries out of the pipeline, to the store, /metrics, the admin page's
+schema and the docs: one enum each (``tests/test_labels.py`` fails on a label emitted as a plain
+string, or one that /metrics, the schema or the page does not know)."""
+
+from __future__ import annotations
+
+from engines.labels import Label
+from engines.vad.ended_by import EndedBy
+
+__all__ = ["EndedBy", "Judge", "TurnOutcome", "WordsNotExpected"]
+
+
+class WordsNotExpected(Label):
+    """Why a turn's pause was decided without the words' verdict (endpointer.judge_words): the sound
+    alone decided it. Counted on /metrics, so a site sees how often its turns were."""
+
+    OFF = "off"  # endpointer.mode is silence, or judge_words is false
+    MODEL_CANNOT = "model_cannot"  # no chat template to read the verdict from, or a site server
+    LLM_BUSY = "llm_busy"  # answering another session: our prompt's pass would wait behind it
+    NO_PAUSE = "no_pause"  # the turn started at the endpoint itself (after our reply was cut)
+
+
+class TurnOutcome(Label):
+    """How a turn ended, as the admin page shows it. The record stores only the last two itself
+    (``TurnTrace.outcome``); the others follow from its error and cancelled fields."""
+
+    ANSWERED = "answered"
+    INTERRUPTED = "interrupted"  # the person spoke (or typed) over the reply
+    ERROR = "error"
+    HANGUP = "hangup"  # the call ended during the reply
+    STOPPED = "stopped"  # the session was stopped during it (the daemon shutting down)
+
+
+class Judge(Label):
+    """Who gave an end-of-turn verdict on a pause."""
+
+    SOUND = "sound"  # the turn detector (Smart Turn) on the audio
+    WORDS = "words"  # the reply's language model on the transcript
