@@ -31,9 +31,13 @@ def plain_string_labels(source: str, filename: str) -> list[str]:
         else:
             continue
         for name, value in pairs:
-            if name in LABEL_NAMES and isinstance(value, ast.Constant) and isinstance(value.value, str):
-                if value.value:
-                    found.append(f"{filename}:{value.lineno}: {name}={value.value!r}")
+            if (
+                name in LABEL_NAMES
+                and isinstance(value, ast.Constant)
+                and isinstance(value.value, str)
+                and value.value
+            ):
+                found.append(f"{filename}:{value.lineno}: {name}={value.value!r}")
     return found
 
 
