@@ -26,7 +26,7 @@ from engines.asr.params import AsrParams
 from engines.bundle_store import DEFAULT_KEEP
 from engines.files import TOMLDecodeError, loads_toml
 from engines.llm.params import LlmParams, LlmServerParams
-from engines.params import Params, check_sentence
+from engines.params import Params, check_sentence, ms_to_s
 from engines.tts.params import TtsParams
 from engines.vad.endpointer import EndpointerParams
 from engines.vad.params import VadParams
@@ -395,6 +395,10 @@ class SipConfig(CallParams, Section):
         """``registrar`` as (host, port), 5060 when it names none."""
         host, port = _split_registrar(self.registrar)
         return host, int(port) if port else 5060
+
+    @property
+    def t1_s(self) -> float:
+        return ms_to_s(self.t1_ms)
 
     def transfer_domain(self) -> str:
         """Where an extension is reached: the extension's domain, else the registrar with its port (a

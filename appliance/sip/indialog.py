@@ -10,19 +10,20 @@ from collections.abc import Callable
 from appliance.rtp.keys import KEYS
 from appliance.sip.call import Call, CallState
 from appliance.sip.calls import CallTable
+from appliance.sip.client import Answered, ClientTransactions, NoAnswer
 from appliance.sip.digest import ChallengeError, ExtensionSecret, authorization, challenge_of
-from appliance.sip.headers import parse_uri, parse_via
+from appliance.sip.headers import parse_uri
 from appliance.sip.message import SipRequest, SipResponse
-from appliance.sip.transactions import Retransmitter, transaction_key
+from appliance.sip.transactions import transaction_key
 from appliance.sip.transport import Address, EndCall, SipTransport, Spawn
 from engines.net import is_ip_literal
 
 log = logging.getLogger(__name__)
 
 REFER_WAIT_S = 30.0  # for the REFER's answer, then for the target to answer
+BYE_WAIT_S = 4.0  # our BYE is repeated this long at most: the call is over for us either way
 FailInvite = Callable[..., None]  # InviteFlow.send_final_failure(invite, source, status, *, to_tag=...)
 Credentials = Callable[[], ExtensionSecret | None]  # for the PBX's challenge, if configured
-Answered = tuple[SipResponse, Address]  # a final response to one of our requests, and where it came from
 
 
 def _no_credentials() -> ExtensionSecret | None:
@@ -67,6 +68,7 @@ class DialogFlow:
         fail_invite: FailInvite,
         end_call: EndCall,
         spawn: Spawn,
+        t1_s: float,
         credentials: Credentials = _no_credentials,
     ) -> None:
         self.transport = transport
@@ -76,8 +78,7 @@ class DialogFlow:
         self.fail_invite = fail_invite
         self.end_call = end_call
         self.spawn = spawn
-        self.client_retx: dict[str, Retransmitter] = {}  # our BYEs and REFERs, by branch
-        self.answers: dict[str, asyncio.Future[Answered]] = {}  # ... whose final response is awaited
+        self.client = ClientTransactions(transport.send, t1_s=t1_s)  # our BYEs and REFERs
 
     def on_cancel(self, cancel: SipRequest, source: Address) -> None:
         invite_key = transaction_key(cancel, "INVITE")
@@ -141,7 +142,7 @@ class DialogFlow:
                     return None
                 if status >= 300:
                     return f"the transfer target did not answer ({status})"
-        except asyncio.TimeoutError:
+        except (asyncio.TimeoutError, NoAnswer):
             return f"the transfer was not confirmed within {timeout_s:.0f} s"
         finally:
             call.refer_progress = None
@@ -149,9 +150,8 @@ class DialogFlow:
     async def _ask(
         self, call: Call, method: str, headers: list[tuple[str, str]], timeout_s: float
     ) -> Answered:
-        answer: asyncio.Future[Answered] = asyncio.get_running_loop().create_future()
-        self._send_in_dialog(call, method, headers=headers, answer=answer)
-        return await asyncio.wait_for(answer, timeout_s)
+        request, destination, over_tcp = self._in_dialog(call, method, headers)
+        return await self.client.ask(request, destination, over_tcp=over_tcp, timeout_s=timeout_s)
 
     def _answer_challenge(
         self, response: SipResponse, source: Address, method: str, uri: str
@@ -192,14 +192,13 @@ class DialogFlow:
             if call.refer_progress is not None:
                 call.refer_progress.put_nowait(int(parts[1]))
 
-    def _send_in_dialog(
-        self,
-        call: Call,
-        method: str,
-        *,
-        headers: list[tuple[str, str]] | None = None,
-        answer: asyncio.Future[Answered] | None = None,
-    ) -> None:
+    def _send_in_dialog(self, call: Call, method: str) -> None:
+        request, destination, over_tcp = self._in_dialog(call, method, [])
+        self.client.send(request, destination, over_tcp=over_tcp, timeout_s=BYE_WAIT_S)
+
+    def _in_dialog(
+        self, call: Call, method: str, headers: list[tuple[str, str]]
+    ) -> tuple[SipRequest, Address, bool]:
         over_tcp = self.transport.over_tcp(call.peer)
         request = call.dialog.make_request(
             method,
@@ -208,46 +207,19 @@ class DialogFlow:
             contact=self.transport.contact_for(call.peer),
             transport="TCP" if over_tcp else "UDP",
         )
-        for name, value in headers or []:
+        for name, value in headers:
             request.add(name, value)
         request.add("User-Agent", self.user_agent)
-        data = request.to_bytes()
-        destination = call.peer if over_tcp else self._destination(call)
-        branch = parse_via(request.get("Via") or "").branch or ""
-        if answer is not None:
-            self.answers[branch] = answer
-        self.client_retx[branch] = Retransmitter(
-            lambda: self.transport.send(data, destination),
-            lambda: self._forget_client(branch),
-            timeout_s=4.0 if method == "BYE" else None,
-            max_sends=1 if over_tcp else None,  # a stream does not lose it
-        )
+        return request, call.peer if over_tcp else self._destination(call), over_tcp
 
     def on_response(self, response: SipResponse, source: Address) -> None:
         """A response to one of our requests stops its retransmissions (a provisional one too); a final
         one goes to whoever waits for it."""
-        hops = response.get_list("Via")
-        try:
-            branch = parse_via(hops[0]).branch if hops else None
-        except ValueError:
-            branch = None
-        retx = self.client_retx.pop(branch or "", None)
-        if retx is not None:
-            retx.stop()
-        answer = self.answers.get(branch or "")
-        if answer is not None and response.status >= 200:
-            self.answers.pop(branch or "", None)
-            if not answer.done():
-                answer.set_result((response, source))
-        if retx is None and answer is None:
+        if not self.client.on_response(response, source):
             log.debug("SIP: dropped a response (%d) that matches no request of ours", response.status)
 
     def stop(self) -> None:
-        for retx in self.client_retx.values():
-            retx.stop()
-
-    def _forget_client(self, branch: str) -> None:
-        self.client_retx.pop(branch, None)
+        self.client.stop()
 
     def _destination(self, call: Call) -> Address:
         """In-dialog requests go to the next hop if it is an IP address, else where the INVITE came from

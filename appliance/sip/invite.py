@@ -191,7 +191,7 @@ class InviteFlow:
         call.ok_retx = Retransmitter(
             lambda: self.transport.send(data, source),
             lambda: self._no_ack(call),
-            t1_s=self.config.t1_ms / 1000.0,
+            t1_s=self.config.t1_s,
             already_sent=True,
         )
         log.info("call %s answered (%s from %s:%d)", call.call_id, call.caller, *source)
@@ -273,7 +273,7 @@ class InviteFlow:
         call.ok_retx = Retransmitter(
             lambda: self.transport.send(data, source),
             lambda: self._no_ack(call),
-            t1_s=self.config.t1_ms / 1000.0,
+            t1_s=self.config.t1_s,
             already_sent=True,
         )
 
@@ -304,7 +304,7 @@ class InviteFlow:
         self.final_retx[key] = Retransmitter(
             lambda: self.transport.send(data, source),
             lambda: self._forget_final(key),
-            t1_s=self.config.t1_ms / 1000.0,
+            t1_s=self.config.t1_s,
         )
 
     def _forget_final(self, key: tuple[str, ...]) -> None:

@@ -25,10 +25,9 @@ from pathlib import Path
 from typing import Literal
 
 from appliance.config import SipConfig
+from appliance.sip.client import ClientTransactions, NoAnswer
 from appliance.sip.digest import ChallengeError, authorization, challenge_of
-from appliance.sip.headers import parse_via
 from appliance.sip.message import SipRequest, SipResponse
-from appliance.sip.transactions import T1_S, Retransmitter
 
 log = logging.getLogger(__name__)
 
@@ -91,12 +90,6 @@ def local_address_towards(peer: Address) -> str:
 
 
 @dataclass
-class _Pending:
-    future: asyncio.Future[SipResponse]
-    retx: Retransmitter | None = None
-
-
-@dataclass
 class Registration:
     """One extension's registration over the SIP server's socket (``send``)."""
 
@@ -107,7 +100,6 @@ class Registration:
     connect: Callable[[Address], Awaitable[None]] | None = None  # opens a TCP connection, when none is open
     clock: Callable[[], float] = time.time
     status: RegistrationStatus = field(init=False)
-    _pending: dict[str, _Pending] = field(default_factory=dict, init=False)
     _task: asyncio.Task[None] | None = field(default=None, init=False)
     realm: str | None = field(default=None, init=False)  # the registrar's, once it has challenged us
 
@@ -125,6 +117,7 @@ class Registration:
         self.from_tag = secrets.token_hex(6)
         self.cseq = 0
         self.status = RegistrationStatus(registrar=self.config.registrar, user=self.user)
+        self._client = ClientTransactions(self.send, t1_s=self.config.t1_s)
 
     @property
     def aor(self) -> str:
@@ -147,26 +140,12 @@ class Registration:
             with contextlib.suppress(RegistrationFailed, asyncio.TimeoutError):
                 await asyncio.wait_for(self.register(0), UNREGISTER_WAIT_S)
             log.info("SIP: %s unregistered from %s", self.aor, self.config.registrar)
-        for pending in self._pending.values():
-            if pending.retx is not None:
-                pending.retx.stop()
+        self._client.stop()
         self._set("off", "stopped")
 
     def on_response(self, response: SipResponse) -> bool:
         """A response to one of our REGISTERs (True), or not ours (False)."""
-        hops = response.get_list("Via")
-        try:
-            branch = parse_via(hops[0]).branch if hops else None
-        except ValueError:
-            return False
-        pending = self._pending.get(branch or "")
-        if pending is None or response.get("Call-ID") != self.call_id:
-            return False
-        if response.status >= 200 and not pending.future.done():
-            pending.future.set_result(response)
-        elif pending.retx is not None and response.status < 200:
-            pending.retx.stop()  # provisional: the registrar has it (RFC 3261 17.1.2.2 keeps T2 repeats)
-        return True
+        return self._client.on_response(response, self.registrar)
 
     async def _keep_registered(self) -> None:
         backoff = RETRY_FIRST_S
@@ -280,36 +259,15 @@ class Registration:
         return request
 
     async def _transaction(self, request: SipRequest) -> SipResponse:
-        branch = parse_via(request.get("Via") or "").branch or ""
-        future: asyncio.Future[SipResponse] = asyncio.get_running_loop().create_future()
-        pending = _Pending(future)
-        self._pending[branch] = pending
-        data = request.to_bytes()
-
-        def timed_out() -> None:
-            if not future.done():
-                future.set_exception(
-                    RegistrationFailed(
-                        f"no answer from the registrar {self.config.registrar} (is it reachable?)"
-                    )
-                )
-
-        t1 = self.config.t1_ms / 1000.0 if self.config.t1_ms else T1_S
-        timer: asyncio.TimerHandle | None = None
+        if self.over_tcp:
+            await self._connected()
         try:
-            if self.over_tcp:
-                await self._connected()
-                self.send(data, self.registrar)
-                timer = asyncio.get_running_loop().call_later(64 * t1, timed_out)
-            else:
-                pending.retx = Retransmitter(lambda: self.send(data, self.registrar), timed_out, t1_s=t1)
-            return await future
-        finally:
-            if pending.retx is not None:
-                pending.retx.stop()
-            if timer is not None:
-                timer.cancel()
-            self._pending.pop(branch, None)
+            response, _ = await self._client.ask(request, self.registrar, over_tcp=self.over_tcp)
+        except NoAnswer:
+            raise RegistrationFailed(
+                f"no answer from the registrar {self.config.registrar} (is it reachable?)"
+            ) from None
+        return response
 
     async def _connected(self) -> None:
         if self.connect is None:

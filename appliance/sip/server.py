@@ -81,6 +81,7 @@ class SipServer(asyncio.DatagramProtocol):
             fail_invite=self.invites.send_final_failure,
             end_call=self.end_call,
             spawn=self._spawn,
+            t1_s=config.t1_s,
             credentials=self._extension_credentials,
         )
 
