@@ -19,8 +19,10 @@ from pydantic import (
 )
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
+from appliance.audio.params import AudioParams
 from appliance.pipeline.echo_gate import EchoGateParams
 from appliance.pipeline.params import CallParams, HistoryParams, PartialsParams, PrefillParams, ReplyParams
+from appliance.trace.params import TraceParams
 from engines.aec.params import AecParams
 from engines.asr.params import AsrParams
 from engines.bundle_store import DEFAULT_KEEP
@@ -102,35 +104,8 @@ class BundleConfig(Section):
         return value.expanduser()
 
 
-class AudioConfig(AecParams):
-    input: Literal["auto", "microphone", "none"] = Field(
-        "auto",
-        description="auto: the microphone when there is one (else one spoken demo question); microphone: "
-        "it must be there; none: SIP calls only",
-    )
-    output: Literal["auto", "speaker", "none"] = Field(
-        "auto", description="auto: the speaker when there is one; speaker: it must be there; none: silent"
-    )
-    input_device: str | None = Field(None, description="sounddevice name or index; unset: the default")
-    output_device: str | None = Field(None, description="sounddevice name or index; unset: the default")
-    device_sample_rate_hz: int = Field(
-        16000, ge=8000, le=192000, description="the sound card's rate (converted to 16 kHz and back)"
-    )
-    echo_cancellation: Literal["auto", "on", "off"] = Field(
-        "auto",
-        description="cancel the appliance's own voice from the microphone (WebRTC AEC3): auto = for the "
-        "local microphone when a speaker plays the replies, not for SIP calls (a phone cancels its own "
-        "echo); on = every session, SIP calls too; off = none (vad.threshold_while_playing and "
-        "vad.gate_while_playing then keep the reply from interrupting itself)",
-    )
-    echo_delay_ms: float = Field(
-        0.0,
-        ge=0.0,
-        le=1000.0,
-        description="from a sample's write to the speaker until the microphone hears it (output buffer, "
-        "air, input buffer): measure it with `appliance calibrate`, which writes it here; 0 leaves the "
-        "whole delay to the canceller's own estimate",
-    )
+class AudioConfig(AudioParams, AecParams):
+    """[audio]: appliance/audio/params.py and the echo canceller's engines/aec/params.py."""
 
 
 class VadConfig(EchoGateParams, VadParams):
@@ -558,17 +533,8 @@ class AdminConfig(Section):
         return value.expanduser()
 
 
-class TraceConfig(Section):
-    db_path: Path = Field(
-        Path("~/.local/state/appliance/turns.sqlite3"), description="the SQLite file of the turn traces"
-    )
-    max_turns: int = Field(10000, ge=10, le=10_000_000, description="the newest turns kept there")
-    budget_ms: int = Field(800, ge=10, le=60000, description="turn latency budget for the admin page")
-
-    @field_validator("db_path")
-    @classmethod
-    def _expand(cls, value: Path) -> Path:
-        return value.expanduser()
+class TraceConfig(TraceParams):
+    """[trace]: appliance/trace/params.py."""
 
 
 class Settings(BaseSettings):

@@ -7,8 +7,6 @@ import struct
 from pathlib import Path
 
 import numpy as np
-import soundfile as sf
-import soxr
 
 from engines.errors import InputError
 
@@ -63,6 +61,8 @@ def resample(audio: np.ndarray, from_hz: int, to_hz: int) -> np.ndarray:
     data = to_mono_float32(audio)
     if from_hz == to_hz or data.size == 0:
         return data.copy() if from_hz == to_hz else np.zeros(0, dtype=np.float32)
+    import soxr  # imported where used: the formats and constants here are imported by the settings' schema
+
     out = soxr.resample(data, int(from_hz), int(to_hz), quality="HQ")
     return np.ascontiguousarray(out, dtype=np.float32)
 
@@ -80,6 +80,8 @@ def load_audio(path: str | Path) -> tuple[np.ndarray, int]:
     if file.stat().st_size == 0:
         raise InputError(f"audio file {file} is empty (0 bytes)", fix="record or copy the file again")
     _refuse_truncated_wav(file)
+    import soundfile as sf
+
     try:
         data, sample_rate_hz = sf.read(str(file), dtype="float32", always_2d=True)
     except (sf.LibsndfileError, RuntimeError, TypeError, ValueError) as err:

@@ -19,8 +19,8 @@ from appliance.admin.config_file import (
     to_toml,
     validate_file_data,
 )
+from appliance.admin.logins import LoginStore
 from appliance.admin.ratelimit import LoginRateLimiter
-from appliance.admin.sessions import SessionStore
 from appliance.admin.system import HostProbe, parse_nvidia_smi, parse_tegrastats
 from appliance.admin.users import UserDirectory, UserFileError, read_users, set_password
 from appliance.admin.views import latency_report, turn_view
@@ -104,10 +104,10 @@ def test_rate_limiter_memory_stays_bounded() -> None:
 
 def test_sessions_expire_and_keep_only_digests_of_tokens() -> None:
     clock = Clock()
-    store = SessionStore(ttl_s=60.0, clock=clock, max_sessions=2)
+    store = LoginStore(ttl_s=60.0, clock=clock, max_logins=2)
     token, session = store.create("tech", "admin")
     assert store.get(token) == session and store.get("other") is None and store.get(None) is None
-    assert token not in store._sessions  # only its sha256 is kept
+    assert token not in store._logins  # only its sha256 is kept
     assert session.csrf_matches(session.csrf_token) and not session.csrf_matches("x")
     assert not session.csrf_matches(None)
     clock.now += 61

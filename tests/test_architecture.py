@@ -4,6 +4,8 @@ another, the admin page never reaching into the engines, the engines never into 
 from __future__ import annotations
 
 import ast
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -156,3 +158,14 @@ def test_engines_are_built_from_settings_in_one_place(modules: dict[str, Path]) 
         assert not called & factories, (
             f"{name} calls {called & factories}; build engines with appliance.engine_set"
         )
+
+
+def test_the_settings_schema_imports_no_audio_or_model_library() -> None:
+    """``appliance config check`` and the admin page's config write read the schema alone: no audio
+    device, audio file or inference library is loaded for it."""
+    heavy = ("soundfile", "soxr", "sounddevice", "onnxruntime", "llama_cpp", "piper", "torch")
+    probe = f"import sys, appliance.config; print([m for m in {heavy!r} if m in sys.modules])"
+    done = subprocess.run(
+        [sys.executable, "-c", probe], capture_output=True, text=True, timeout=60, check=True
+    )
+    assert done.stdout.strip() == "[]", done.stdout + done.stderr

@@ -7,6 +7,7 @@ from fastapi import FastAPI
 from appliance import __version__
 from appliance.admin.backend import AdminBackend
 from appliance.admin.errors import install_error_handlers
+from appliance.admin.logins import LoginStore
 from appliance.admin.metrics import TraceMetrics
 from appliance.admin.middleware import HeadersAndLimits
 from appliance.admin.ratelimit import LoginRateLimiter
@@ -15,7 +16,6 @@ from appliance.admin.routes_auth import auth_router
 from appliance.admin.routes_pages import mount_static, page_router
 from appliance.admin.schemas import ErrorBody
 from appliance.admin.security import AuthContext
-from appliance.admin.sessions import SessionStore
 from appliance.admin.users import UserDirectory
 from appliance.config import Settings
 
@@ -58,7 +58,7 @@ def create_app(
     )
     app.state.backend = backend
     app.state.auth = AuthContext(
-        sessions=SessionStore(admin.session_ttl_s),
+        logins=LoginStore(admin.session_ttl_s),
         users=users or UserDirectory(admin.users_file, admin.password_file),
         limiter=LoginRateLimiter(admin.login_max_failures, admin.login_window_s),
         cookie_secure=admin.cookie_secure,

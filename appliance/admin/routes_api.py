@@ -28,7 +28,7 @@ from appliance.admin.schemas import (
     StatusReport,
     TurnView,
 )
-from appliance.admin.security import current_session, metrics_access, require_admin
+from appliance.admin.security import current_login, metrics_access, require_admin
 from appliance.admin.views import latency_report, turn_view
 from appliance.config import ConfigError
 
@@ -79,7 +79,7 @@ def metrics_router(metrics: TraceMetrics, *, public: bool, token_file: PathType 
 
 
 def api_router() -> APIRouter:
-    router = APIRouter(prefix="/api", dependencies=[Depends(current_session)], responses=_AUTH_ERRORS)
+    router = APIRouter(prefix="/api", dependencies=[Depends(current_login)], responses=_AUTH_ERRORS)
 
     @router.get("/status", response_model=StatusReport, tags=["status"])
     def status(backend: BackendDep) -> StatusReport:

@@ -9,15 +9,15 @@ from fastapi import APIRouter, Request, Response
 from starlette.concurrency import run_in_threadpool
 
 from appliance.admin.errors import ApiError
+from appliance.admin.logins import Login
 from appliance.admin.schemas import ErrorBody, LoginRequest, SessionInfo
 from appliance.admin.security import (
     SESSION_COOKIE,
     AuthDep,
-    CsrfSessionDep,
-    SessionDep,
+    CsrfLoginDep,
+    LoginDep,
     check_same_origin,
 )
-from appliance.admin.sessions import LoginSession
 from appliance.admin.users import UserFileError, grant_of
 
 log = logging.getLogger(__name__)
@@ -29,12 +29,12 @@ _ERRORS: dict[int | str, dict[str, object]] = {
 }
 
 
-def _info(session: LoginSession, request: Request) -> SessionInfo:
+def _info(login: Login, request: Request) -> SessionInfo:
     return SessionInfo(
-        username=session.username,
-        role=session.role,
-        csrf_token=session.csrf_token,
-        expires_at=session.expires_at,
+        username=login.username,
+        role=login.role,
+        csrf_token=login.csrf_token,
+        expires_at=login.expires_at,
         refresh_s=request.app.state.refresh_s,
     )
 
@@ -80,33 +80,33 @@ def auth_router() -> APIRouter:
             log.warning("failed admin login for user %r from %s", body.username, client)
             raise ApiError(401, "bad_credentials", "wrong user name or password")
         context.limiter.succeeded(keys, forget=[keys[1]])
-        token, session = context.sessions.create(user.name, user.role, grant_of(user))
+        token, login = context.logins.create(user.name, user.role, grant_of(user))
         response.set_cookie(
             SESSION_COOKIE,
             token,
-            max_age=int(context.sessions.ttl_s),
+            max_age=int(context.logins.ttl_s),
             path="/",
             httponly=True,
             samesite="strict",
             secure=context.cookie_secure,
         )
         log.info("admin login: user %r (%s) from %s", user.name, user.role, client)
-        return _info(session, request)
+        return _info(login, request)
 
     @router.post("/logout", status_code=204, responses=_ERRORS)
     def logout(
         request: Request,
         response: Response,
-        _session: CsrfSessionDep,
+        _session: CsrfLoginDep,
         context: AuthDep,
     ) -> None:
-        """End this session (needs the CSRF header)."""
-        context.sessions.delete(request.cookies.get(SESSION_COOKIE))
+        """End this login (needs the CSRF header)."""
+        context.logins.delete(request.cookies.get(SESSION_COOKIE))
         response.delete_cookie(SESSION_COOKIE, path="/", httponly=True, samesite="strict")
 
     @router.get("/session", response_model=SessionInfo, responses=_ERRORS)
-    def session_info(request: Request, session: SessionDep) -> SessionInfo:
+    def session_info(request: Request, login: LoginDep) -> SessionInfo:
         """Who is logged in, the role, and the CSRF token for state-changing requests."""
-        return _info(session, request)
+        return _info(login, request)
 
     return router

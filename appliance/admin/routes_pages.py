@@ -10,7 +10,7 @@ from fastapi.responses import FileResponse, JSONResponse, RedirectResponse, Resp
 from fastapi.staticfiles import StaticFiles
 
 from appliance.admin.errors import ApiError
-from appliance.admin.security import SESSION_COOKIE, AuthContext, live_session
+from appliance.admin.security import SESSION_COOKIE, AuthContext, live_login
 
 STATIC_DIR = Path(str(resources.files("appliance.admin").joinpath("static")))
 
@@ -25,7 +25,7 @@ def swagger_ui_dir() -> Path:
 def _logged_in(request: Request) -> bool:
     context: AuthContext = request.app.state.auth
     try:
-        return live_session(context, request.cookies.get(SESSION_COOKIE)) is not None
+        return live_login(context, request.cookies.get(SESSION_COOKIE)) is not None
     except ApiError:
         return False
 

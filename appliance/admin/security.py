@@ -14,8 +14,8 @@ from fastapi import Depends, Request
 from fastapi.security import APIKeyCookie, APIKeyHeader
 
 from appliance.admin.errors import ApiError
+from appliance.admin.logins import Login, LoginStore
 from appliance.admin.ratelimit import LoginRateLimiter
-from appliance.admin.sessions import LoginSession, SessionStore
 from appliance.admin.users import UserDirectory
 
 log = logging.getLogger(__name__)
@@ -33,7 +33,7 @@ csrf_header = APIKeyHeader(
 
 @dataclass
 class AuthContext:
-    sessions: SessionStore
+    logins: LoginStore
     users: UserDirectory
     limiter: LoginRateLimiter
     cookie_secure: bool
@@ -59,57 +59,57 @@ def check_same_origin(request: Request) -> None:
 AuthDep = Annotated[AuthContext, Depends(auth_context)]
 
 
-def live_session(context: AuthContext, token: str | None) -> LoginSession | None:
-    """The session of ``token`` while its user still has what the login granted: a user removed,
+def live_login(context: AuthContext, token: str | None) -> Login | None:
+    """The login of ``token`` while its user still has what the login granted: a user removed,
     given another role or another password is logged out at their next request."""
-    session = context.sessions.get(token)
-    if session is None or context.users.grant(session.username) == session.grant:
-        return session
-    context.sessions.delete(token)
-    log.info("admin session of user %r ended: the account was changed or removed", session.username)
+    login = context.logins.get(token)
+    if login is None or context.users.grant(login.username) == login.grant:
+        return login
+    context.logins.delete(token)
+    log.info("admin login of user %r ended: the account was changed or removed", login.username)
     raise ApiError(
         401,
         "account_changed",
-        f"user {session.username!r} was removed, or their role or password changed; log in again",
+        f"user {login.username!r} was removed, or their role or password changed; log in again",
     )
 
 
-def current_session(
+def current_login(
     request: Request, token: Annotated[str | None, Depends(session_cookie)], context: AuthDep
-) -> LoginSession:
-    session = live_session(context, token)
-    if session is None:
+) -> Login:
+    login = live_login(context, token)
+    if login is None:
         raise ApiError(
             401, "not_authenticated", "log in first (POST /api/login); the session may have expired"
         )
-    request.state.login = session
-    return session
+    request.state.login = login
+    return login
 
 
-SessionDep = Annotated[LoginSession, Depends(current_session)]
+LoginDep = Annotated[Login, Depends(current_login)]
 
 
 def require_csrf(
-    request: Request, session: SessionDep, token: Annotated[str | None, Depends(csrf_header)]
-) -> LoginSession:
+    request: Request, login: LoginDep, token: Annotated[str | None, Depends(csrf_header)]
+) -> Login:
     if request.method in UNSAFE_METHODS:
         check_same_origin(request)
-        if not session.csrf_matches(token):
+        if not login.csrf_matches(token):
             raise ApiError(
                 403,
                 "csrf_failed",
                 f"missing or wrong {CSRF_HEADER} header; send the csrf_token of GET /api/session",
             )
-    return session
+    return login
 
 
-CsrfSessionDep = Annotated[LoginSession, Depends(require_csrf)]
+CsrfLoginDep = Annotated[Login, Depends(require_csrf)]
 
 
-def require_admin(session: CsrfSessionDep) -> LoginSession:
-    if session.role != "admin":
-        raise ApiError(403, "forbidden", f"user {session.username!r} is a viewer; this needs the admin role")
-    return session
+def require_admin(login: CsrfLoginDep) -> Login:
+    if login.role != "admin":
+        raise ApiError(403, "forbidden", f"user {login.username!r} is a viewer; this needs the admin role")
+    return login
 
 
 bearer_header = APIKeyHeader(
@@ -149,6 +149,6 @@ def metrics_access(token_file: Path | None) -> Callable[..., None]:
             if scheme.lower() == "bearer" and hmac.compare_digest(given.strip().encode(), expected.encode()):
                 return
             raise ApiError(401, "not_authenticated", "wrong metrics token (admin.metrics_token_file)")
-        current_session(request, cookie, context)
+        current_login(request, cookie, context)
 
     return check

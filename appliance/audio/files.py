@@ -8,7 +8,6 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 
 import numpy as np
-import soundfile as sf
 
 from appliance.audio.base import FRAME_S, FRAME_SAMPLES, SAMPLE_RATE_HZ, SourceBase
 
@@ -109,6 +108,8 @@ class WavSink(MemorySink):
 
 
 def write_wav(path: Path, audio: np.ndarray, sample_rate_hz: int) -> None:
+    import soundfile as sf  # where used: the settings' schema imports this package
+
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         sf.write(str(path), np.asarray(audio, dtype=np.float32), sample_rate_hz, subtype="PCM_16")

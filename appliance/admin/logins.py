@@ -1,4 +1,4 @@
-"""Login sessions: an opaque cookie token per login, with a CSRF token bound to it.
+"""Logins: an opaque cookie token per login, with a CSRF token bound to it.
 
 Sessions live in memory: a daemon restart logs everyone out, which is fine for a device page.
 """
@@ -17,13 +17,13 @@ from appliance.admin.schemas import Role
 
 
 @dataclass(frozen=True)
-class LoginSession:
+class Login:
     username: str
     role: Role
     csrf_token: str
     created_at: float
     expires_at: float  # wall time
-    grant: str = ""  # the account as it was at login (UserDirectory.grant): a change ends the session
+    grant: str = ""  # the account as it was at login (UserDirectory.grant): a change ends the login
 
     def csrf_matches(self, token: str | None) -> bool:
         return token is not None and hmac.compare_digest(token.encode(), self.csrf_token.encode())
@@ -34,21 +34,21 @@ def _digest(token: str) -> str:
     return hashlib.sha256(token.encode()).hexdigest()
 
 
-class SessionStore:
+class LoginStore:
     def __init__(
-        self, ttl_s: float, *, max_sessions: int = 256, clock: Callable[[], float] = time.time
+        self, ttl_s: float, *, max_logins: int = 256, clock: Callable[[], float] = time.time
     ) -> None:
         self.ttl_s = ttl_s
-        self.max_sessions = max_sessions
+        self.max_logins = max_logins
         self._clock = clock
-        self._sessions: dict[str, LoginSession] = {}
+        self._logins: dict[str, Login] = {}
         self._lock = threading.Lock()
 
-    def create(self, username: str, role: Role, grant: str = "") -> tuple[str, LoginSession]:
-        """A new session; returns the cookie token (shown once) and the session."""
+    def create(self, username: str, role: Role, grant: str = "") -> tuple[str, Login]:
+        """A new login; returns the cookie token (shown once) and the login."""
         token = secrets.token_urlsafe(32)
         now = self._clock()
-        session = LoginSession(
+        login = Login(
             username=username,
             role=role,
             csrf_token=secrets.token_urlsafe(32),
@@ -58,35 +58,35 @@ class SessionStore:
         )
         with self._lock:
             self._drop_expired(now)
-            if len(self._sessions) >= self.max_sessions:
-                oldest = min(self._sessions, key=lambda k: self._sessions[k].created_at)
-                del self._sessions[oldest]
-            self._sessions[_digest(token)] = session
-        return token, session
+            if len(self._logins) >= self.max_logins:
+                oldest = min(self._logins, key=lambda k: self._logins[k].created_at)
+                del self._logins[oldest]
+            self._logins[_digest(token)] = login
+        return token, login
 
-    def get(self, token: str | None) -> LoginSession | None:
+    def get(self, token: str | None) -> Login | None:
         if not token:
             return None
         key = _digest(token)
         with self._lock:
-            session = self._sessions.get(key)
-            if session is None:
+            login = self._logins.get(key)
+            if login is None:
                 return None
-            if session.expires_at <= self._clock():
-                del self._sessions[key]
+            if login.expires_at <= self._clock():
+                del self._logins[key]
                 return None
-            return session
+            return login
 
     def delete(self, token: str | None) -> None:
         if token:
             with self._lock:
-                self._sessions.pop(_digest(token), None)
+                self._logins.pop(_digest(token), None)
 
     def delete_user(self, username: str) -> None:
         with self._lock:
-            for key in [k for k, s in self._sessions.items() if s.username == username]:
-                del self._sessions[key]
+            for key in [k for k, s in self._logins.items() if s.username == username]:
+                del self._logins[key]
 
     def _drop_expired(self, now: float) -> None:
-        for key in [k for k, s in self._sessions.items() if s.expires_at <= now]:
-            del self._sessions[key]
+        for key in [k for k, s in self._logins.items() if s.expires_at <= now]:
+            del self._logins[key]

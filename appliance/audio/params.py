@@ -1,0 +1,40 @@
+"""[audio]: the local microphone and speaker (the echo canceller's own keys: engines/aec/params.py)."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field
+
+from engines.params import Params
+
+
+class AudioParams(Params):
+    input: Literal["auto", "microphone", "none"] = Field(
+        "auto",
+        description="auto: the microphone when there is one (else one spoken demo question); microphone: "
+        "it must be there; none: SIP calls only",
+    )
+    output: Literal["auto", "speaker", "none"] = Field(
+        "auto", description="auto: the speaker when there is one; speaker: it must be there; none: silent"
+    )
+    input_device: str | None = Field(None, description="sounddevice name or index; unset: the default")
+    output_device: str | None = Field(None, description="sounddevice name or index; unset: the default")
+    device_sample_rate_hz: int = Field(
+        16000, ge=8000, le=192000, description="the sound card's rate (converted to 16 kHz and back)"
+    )
+    echo_cancellation: Literal["auto", "on", "off"] = Field(
+        "auto",
+        description="cancel the appliance's own voice from the microphone (WebRTC AEC3): auto = for the "
+        "local microphone when a speaker plays the replies, not for SIP calls (a phone cancels its own "
+        "echo); on = every session, SIP calls too; off = none (vad.threshold_while_playing and "
+        "vad.gate_while_playing then keep the reply from interrupting itself)",
+    )
+    echo_delay_ms: float = Field(
+        0.0,
+        ge=0.0,
+        le=1000.0,
+        description="from a sample's write to the speaker until the microphone hears it (output buffer, "
+        "air, input buffer): measure it with `appliance calibrate`, which writes it here; 0 leaves the "
+        "whole delay to the canceller's own estimate",
+    )
