@@ -8,7 +8,7 @@ from __future__ import annotations
 import json
 from typing import Literal
 
-from appliance.config import AgentConfig, ToolConfig
+from appliance.agent_params import AgentParams, ToolConfig
 from appliance.pipeline.params import HistoryParams
 from engines.llm import Message
 
@@ -20,7 +20,7 @@ FACTS_HEADER = "Site facts for this question:"
 QUESTION_HEADER = "Question:"
 
 
-def abilities(agent: AgentConfig, *, tools_offered: bool = True, facts: FactsPlace = "none") -> str:
+def abilities(agent: AgentParams, *, tools_offered: bool = True, facts: FactsPlace = "none") -> str:
     """What the device can really do, from its tools (when the model is shown them): so the model
     stops offering what it cannot, and calls a tool instead of guessing what only a tool knows.
     (Small models follow this framing far better than a bare list of tools: measured with
@@ -38,14 +38,14 @@ def abilities(agent: AgentConfig, *, tools_offered: bool = True, facts: FactsPla
     return NOT_ABLE
 
 
-def offered_tools(agent: AgentConfig, *, has_facts: bool) -> list[ToolConfig]:
+def offered_tools(agent: AgentParams, *, has_facts: bool) -> list[ToolConfig]:
     """The tools the model is offered as calls: never the facts (they are in its prompt), and not the
     device's clock when the site has facts (it comes with each question, ToolBox.for_question)."""
     skipped = ("facts", "device") if has_facts else ("facts",)
     return [tool for tool in agent.tools if tool.kind not in skipped]
 
 
-def facts_rule(agent: AgentConfig, facts: FactsPlace) -> str:
+def facts_rule(agent: AgentParams, facts: FactsPlace) -> str:
     """How the model answers from the site's facts. (Measured with Qwen 1.5B: said next to the facts,
     after the tools, it keeps the model from declining a tool's answer, which a rule inside the
     abilities made it do.)"""
@@ -68,7 +68,7 @@ def _example_call(tool: ToolConfig) -> str:
 
 
 def system_prompt(
-    agent: AgentConfig, *, tools_offered: bool = True, facts: FactsPlace = "none", facts_text: str = ""
+    agent: AgentParams, *, tools_offered: bool = True, facts: FactsPlace = "none", facts_text: str = ""
 ) -> str:
     """The persona with the site filled in (``{site_name}``, ``{device_id}``, ``{abilities}``);
     ``tools_offered``: the model's chat template can show it the tools; ``facts``: where the site's

@@ -46,3 +46,17 @@ def check_sentence(value: str, placeholders: tuple[str, ...] = ()) -> str:
             raise
         raise ValueError(f"unbalanced braces ({err}); write a brace itself as {{{{ or }}}}") from None
     return value
+
+
+def check_ip_address(value: str) -> str:
+    """A listening or advertised address must be a number: the device resolves no names."""
+    import ipaddress
+
+    try:
+        ipaddress.ip_address(value)
+    except ValueError:
+        raise ValueError(
+            f"{value!r} is not an IP address (this device looks up no names): use one of its own "
+            "addresses, 127.0.0.1, or 0.0.0.0 for every interface"
+        ) from None
+    return value

@@ -15,8 +15,9 @@ from typing import Any, ClassVar
 import numpy as np
 import pytest
 
+from appliance.agent_params import ToolConfig
 from appliance.audio import MemorySink
-from appliance.config import AgentConfig, Settings, ToolConfig, load_settings, override
+from appliance.config import AgentConfig, Settings, load_settings, override
 from appliance.engine_set import llm_engine, tool_box
 from appliance.pipeline.playback import Player
 from appliance.pipeline.turn import Turn, TurnConfig, TurnEngines

@@ -133,7 +133,7 @@ def test_no_command_imports_another(modules: dict[str, Path]) -> None:
 
 
 def test_the_admin_page_never_imports_the_engines(modules: dict[str, Path]) -> None:
-    for name in (n for n in modules if n.startswith("appliance.admin")):
+    for name in (n for n in modules if n == "appliance.admin" or n.startswith("appliance.admin.")):
         engines = {m for m in _imports(modules[name], everywhere=True) if m.startswith("engines.")}
         # engines.files is the ground floor of file handling (atomic writes, TOML), not an engine.
         assert all(m.startswith("engines.files") for m in engines), f"{name} imports {engines}"
@@ -169,3 +169,8 @@ def test_the_settings_schema_imports_no_audio_or_model_library() -> None:
         [sys.executable, "-c", probe], capture_output=True, text=True, timeout=60, check=True
     )
     assert done.stdout.strip() == "[]", done.stdout + done.stderr
+
+
+def test_sip_and_the_tools_read_their_own_parameters_not_the_configuration(modules: dict[str, Path]) -> None:
+    for name in (n for n in modules if n.startswith(("appliance.sip.", "appliance.tools", "appliance.rtp."))):
+        assert "appliance.config" not in _imports(modules[name], everywhere=True), name

@@ -13,8 +13,9 @@ import numpy as np
 import pytest
 
 from appliance.agent import Conversation
+from appliance.agent_params import ToolConfig
 from appliance.audio import ArraySource, MemorySink
-from appliance.config import AgentConfig, ToolConfig
+from appliance.config import AgentConfig
 from appliance.pipeline.echo_gate import EchoGate
 from appliance.pipeline.engines import SessionEngines
 from appliance.pipeline.params import CallParams, ReplyParams

@@ -10,8 +10,9 @@ from pathlib import Path
 
 import numpy as np
 
+from appliance.agent_params import ToolConfig
 from appliance.audio.call import call_session_kwargs
-from appliance.config import AgentConfig, ToolConfig
+from appliance.config import AgentConfig
 from appliance.pipeline.params import CallParams
 from appliance.pipeline.session import Session, SessionConfig
 from appliance.sip import CallAudio

@@ -17,8 +17,8 @@ import numpy as np
 import pytest
 import soundfile as sf
 
+from appliance.agent_params import ToolConfig
 from appliance.audio.call import call_session_kwargs
-from appliance.config import ToolConfig
 from appliance.pipeline.params import CallParams
 from appliance.pipeline.session import Session
 from appliance.sip import CallAudio

@@ -10,7 +10,6 @@ import logging
 import secrets
 from collections.abc import Awaitable, Callable
 
-from appliance.config import SipConfig
 from appliance.ratelog import ThrottledLog
 from appliance.rtp.stream import MediaParams, RtpStream
 from appliance.sip.call import Call, CallHandler, CallState
@@ -30,6 +29,7 @@ from appliance.sip.sdp import (
 from appliance.sip.stats import ServerStats
 from appliance.sip.transactions import Retransmitter, transaction_key
 from appliance.sip.transport import Address, EndCall, SipTransport, Spawn
+from appliance.sip_params import SipParams
 
 log = logging.getLogger(__name__)
 
@@ -41,7 +41,7 @@ OpenStream = Callable[[MediaParams, str], Awaitable[RtpStream | None]]
 class InviteFlow:
     def __init__(
         self,
-        config: SipConfig,
+        config: SipParams,
         stats: ServerStats,
         transport: SipTransport,
         table: CallTable,

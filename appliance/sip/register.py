@@ -24,10 +24,10 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Literal
 
-from appliance.config import SipConfig
 from appliance.sip.client import ClientTransactions, NoAnswer
 from appliance.sip.digest import ChallengeError, authorization, challenge_of
 from appliance.sip.message import SipRequest, SipResponse
+from appliance.sip_params import SipParams
 
 log = logging.getLogger(__name__)
 
@@ -93,7 +93,7 @@ def local_address_towards(peer: Address) -> str:
 class Registration:
     """One extension's registration over the SIP server's socket (``send``)."""
 
-    config: SipConfig
+    config: SipParams
     send: Callable[[bytes, Address], None]
     local_port: int
     password: str | None = None
@@ -303,7 +303,7 @@ class Registration:
             log.info("SIP: registered %s with %s (%s)", self.aor, self.config.registrar, detail)
 
 
-async def try_registration(config: SipConfig, *, timeout_s: float = 10.0) -> tuple[bool, str]:
+async def try_registration(config: SipParams, *, timeout_s: float = 10.0) -> tuple[bool, str]:
     """Register once from a port of its own and remove that binding at once (``appliance doctor``:
     the credentials and the registrar checked without touching the daemon's own registration)."""
     from appliance.sip import tcp

@@ -14,7 +14,6 @@ import logging
 from collections.abc import Coroutine
 from typing import Any, cast
 
-from appliance.config import SipConfig
 from appliance.ratelog import ThrottledLog
 from appliance.rtp.stream import MediaParams, RtpStream
 from appliance.sip import tcp
@@ -31,6 +30,7 @@ from appliance.sip.stats import ServerStats
 from appliance.sip.tcp import SipTcpConnection, TcpLimits
 from appliance.sip.transactions import ResponseCache
 from appliance.sip.transport import Address, SipTransport
+from appliance.sip_params import SipParams
 
 __all__ = ["ServerStats", "SipServer"]
 
@@ -44,7 +44,7 @@ class SipServer(asyncio.DatagramProtocol):
     """The socket side and the call lifecycle; INVITEs go to ``InviteFlow``, requests inside a call
     and responses to ours to ``DialogFlow``, both over one ``SipTransport``."""
 
-    def __init__(self, config: SipConfig, handler: CallHandler, *, accepting: bool = True) -> None:
+    def __init__(self, config: SipParams, handler: CallHandler, *, accepting: bool = True) -> None:
         """``accepting`` False: every INVITE and OPTIONS gets 503 with Retry-After (the engines are
         still loading: a proxy sends the calls elsewhere meanwhile)."""
         self.config = config

@@ -18,7 +18,7 @@ from datetime import datetime
 from typing import Any
 
 from appliance.agent import offered_tools, with_facts
-from appliance.config import AgentConfig, ToolConfig
+from appliance.agent_params import AgentParams, ToolConfig
 from appliance.grounding import figures
 from appliance.tools.calls import (
     ToolCall,
@@ -73,7 +73,7 @@ class ToolOutcome:
 class ToolBox:
     def __init__(
         self,
-        agent: AgentConfig,
+        agent: AgentParams,
         *,
         device_status: Callable[[], Mapping[str, object]] | None = None,
         transfer_targets: Sequence[str] = (),
