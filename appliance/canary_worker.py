@@ -99,8 +99,9 @@ async def _answer(
     from appliance.agent import Conversation
     from appliance.audio.files import NullSink
     from appliance.engine_set import tool_box
+    from appliance.pipeline.engines import TurnEngines
     from appliance.pipeline.playback import Player
-    from appliance.pipeline.turn import Turn, TurnConfig, TurnEngines
+    from appliance.pipeline.turn import Turn, TurnConfig
     from appliance.pipeline.workers import EngineWorker
     from appliance.trace.record import TurnTrace
     from engines.asr.text import normalize_text

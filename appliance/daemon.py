@@ -1,7 +1,7 @@
 """The daemon's composition root: settings -> bundle -> engines -> sessions and listeners.
 
-``load`` opens the bundle, proves llama.cpp runs, builds, loads and warms the engines and opens the
-trace store; ``serve`` runs the local session (microphone, or one demo turn without one), the SIP
+``load`` (appliance/daemon_load.py) opens the bundle, proves llama.cpp runs, builds, loads and warms
+the engines and opens the trace store; ``serve`` runs the local session (microphone, or one demo turn without one), the SIP
 listener and the admin page side by side; ``close`` releases the engines. Every audio endpoint, a
 microphone or a phone call, runs through ``run_session``: its own VAD state, endpointer and
 conversation over the shared engines, registered with the admin page while it lasts.
@@ -12,7 +12,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
-import functools
 import logging
 from collections.abc import Awaitable, Callable
 from pathlib import Path
@@ -21,39 +20,27 @@ from typing import TYPE_CHECKING, Protocol
 import numpy as np
 import numpy.typing as npt
 
-from appliance.admin.schemas import BundleSummary
 from appliance.audio.base import AudioSink, AudioSource
 from appliance.audio.echo import cancel_echo
 from appliance.audio.files import NullSink
-from appliance.bundle_view import device_status, summarize_bundle
 from appliance.config import Settings
-from appliance.engine_set import (
-    build_engines,
-    cancels_echo,
-    check_llm_runs,
-    echo_gate,
-    load_engines,
-    open_bundle,
-    session_config,
-)
+from appliance.daemon_load import Daemon, close, load, load_with_fallback, open_store
+from appliance.engine_set import cancels_echo, echo_gate, session_config
 from appliance.pipeline.call_policy import CallLine
-from appliance.pipeline.engines import SessionEngines
 from appliance.pipeline.session import Session, SessionConfig
 from appliance.pipeline.workers import EngineWorker
 from appliance.service.runner import ServiceControl
-from appliance.start_plan import StartPlan
 from appliance.trace.record import TurnTrace
-from appliance.trace.store import TraceStore
 from appliance.turn_report import describe_turn, turn_summary
 from engines.aec import EchoCanceller
 from engines.audio import SAMPLE_RATE_HZ, resample
-from engines.bundle_store import BundleStore
-from engines.errors import BundleError
 
 if TYPE_CHECKING:
     from appliance.sip.server import SipServer
 
 log = logging.getLogger(__name__)
+
+__all__ = ["Daemon", "close", "load", "load_with_fallback", "open_store", "run_session", "serve"]
 
 DEMO_QUESTION = "Hello! What kinds of things can you help me with here?"
 DEMO_REPLY_NAME = "last-demo-reply.wav"
@@ -96,170 +83,6 @@ class NullRegistry:
 
     def close_session(self, session_id: str) -> None:
         return None
-
-
-@dataclasses.dataclass
-class Daemon:
-    """What ``serve`` needs, built by ``load`` before READY."""
-
-    settings: Settings
-    engines: SessionEngines
-    store: TraceStore | None
-    bundle: BundleSummary
-    microphone: str | None  # device name when a microphone is used, else None
-    no_microphone_reason: str
-    load_seconds: dict[str, float]
-    config_path: Path | None = None
-    notice: str | None = None  # running degraded or on the last configuration that started, and why
-    local_problem: str | None = None  # the local audio session does not run, and why
-    sessions: set[Session] = dataclasses.field(default_factory=set)  # open now (appliance.bundle_switch)
-
-
-def open_store(settings: Settings) -> TraceStore | None:
-    """The turn trace store, or None (with a warning) when it cannot be opened."""
-    try:
-        return TraceStore(settings.trace.db_path, max_turns=settings.trace.max_turns)
-    except OSError as err:
-        log.warning("turn trace not stored: %s", err)
-        return None
-
-
-def load(
-    settings: Settings, *, microphone: str | None, no_microphone_reason: str, config_path: Path | None
-) -> Daemon:
-    """Blocking (runs on a worker thread before READY): bundle check, engines loaded and warmed."""
-    bundle = open_bundle(settings, daemon_start=True)
-    check_llm_runs(bundle)
-    engines = build_engines(settings, bundle, microphone=microphone is not None)
-    try:
-        seconds = asyncio.run(_load_refusing_calls(settings, engines))
-    except BaseException:
-        asyncio.run(engines.close())
-        raise
-    if engines.tools is not None:
-        engines.tools.device_status = functools.partial(device_status, engines)
-    return Daemon(
-        settings=settings,
-        engines=engines,
-        store=open_store(settings),
-        bundle=summarize_bundle(bundle),
-        microphone=microphone,
-        no_microphone_reason=no_microphone_reason,
-        load_seconds=seconds,
-        config_path=config_path,
-    )
-
-
-async def _load_refusing_calls(settings: Settings, engines: SessionEngines) -> dict[str, float]:
-    """The engines loaded; meanwhile, with SIP on, the SIP port answers every INVITE and OPTIONS with
-    503 and Retry-After, so that the site's proxy sends calls to another device (and the phone system
-    hears "not yet" rather than nothing). The real listener takes the port once this returns."""
-    placeholder = None
-    if settings.sip.enabled:
-        from appliance.sip.server import SipServer
-
-        async def never(call: object) -> None:  # no call is accepted while loading
-            return None
-
-        placeholder = SipServer(settings.sip, never, accepting=False)
-        try:
-            await placeholder.start()
-        except OSError as err:
-            log.warning("SIP: cannot answer 503 while the engines load (%s)", err)
-            placeholder = None
-    try:
-        return await load_engines(engines)
-    finally:
-        if placeholder is not None:
-            await placeholder.stop()
-
-
-def load_with_fallback(plan: StartPlan, *, config_path: Path | None) -> Daemon:
-    """``load`` with what ``plan`` chose; when the engines cannot load with it, the last configuration
-    that started (``appliance.last_good``), loudly. A plan already on that configuration (its notice
-    says so) gets no second fallback. The microphone probed for the plan is kept."""
-    from appliance import last_good
-    from appliance.crash_guard import CrashGuard
-    from engines.errors import EngineError
-
-    crashed = CrashGuard.of(plan.settings.bundle).check()
-
-    def started(chosen: Settings, why: str | None) -> Daemon:
-        CrashGuard.of(chosen.bundle).started()
-        daemon = load(
-            chosen,
-            microphone=plan.microphone,
-            no_microphone_reason=plan.no_microphone_reason,
-            config_path=config_path,
-        )
-        daemon.local_problem = plan.local_problem
-        if why is not None:
-            log.error("%s", why)
-            daemon.notice = why
-        return daemon
-
-    try:
-        daemon = started(plan.settings, _joined(plan.notice, crashed.notice if crashed else None))
-    except EngineError as err:
-        rolled = _roll_back_bundle(plan.settings, err)
-        if rolled is not None:
-            try:
-                daemon = started(plan.settings, rolled.notice)
-            except EngineError:
-                rolled.undo()  # the previous version fails too: the bundle was not the problem
-            else:
-                daemon.bundle = daemon.bundle.model_copy(update={"rolled_back_from": rolled.failed})
-                return daemon
-        kept = None if plan.notice is not None else last_good.fallback(config_path, str(err))
-        if kept is None:
-            raise
-        try:
-            return started(*kept)
-        except EngineError:
-            raise err from None  # the kept configuration fails too: the file's own problem is the news
-    if crashed is not None:
-        daemon.bundle = daemon.bundle.model_copy(update={"rolled_back_from": crashed.failed})
-    return daemon
-
-
-def _joined(*notices: str | None) -> str | None:
-    return "; ".join(n for n in notices if n) or None
-
-
-@dataclasses.dataclass(frozen=True)
-class _BundleRollback:
-    store: BundleStore
-    failed: str
-    notice: str
-
-    def undo(self) -> None:
-        self.store.rollback()
-        log.error("the previous bundle version fails to load too; %s is active again", self.failed)
-
-
-def _roll_back_bundle(settings: Settings, err: Exception) -> _BundleRollback | None:
-    """The engines cannot load from the active bundle version: where ``bundle.dir`` keeps versions and
-    has a previous one, go back to it, loudly (journal, STATUS, the admin page's banner, /metrics)."""
-    store = BundleStore(settings.bundle.dir)
-    try:
-        state = store.state()
-        if not store.versioned or state.active is None or state.previous is None:
-            return None
-        store.rollback()
-    except (BundleError, OSError):
-        return None
-    notice = (
-        f"the engine bundle version {state.active} failed to load ({err}); rolled back to version "
-        f"{state.previous} (appliance bundle list shows both)"
-    )
-    log.error("%s", notice)
-    return _BundleRollback(store, state.active, notice)
-
-
-def close(daemon: Daemon) -> None:
-    asyncio.run(daemon.engines.close())
-    if daemon.store is not None:
-        daemon.store.close()
 
 
 async def run_session(

@@ -19,8 +19,9 @@ from appliance.agent_params import ToolConfig
 from appliance.audio import MemorySink
 from appliance.config import AgentConfig, Settings, load_settings, override
 from appliance.engine_set import llm_engine, tool_box
+from appliance.pipeline.engines import TurnEngines
 from appliance.pipeline.playback import Player
-from appliance.pipeline.turn import Turn, TurnConfig, TurnEngines
+from appliance.pipeline.turn import Turn, TurnConfig
 from appliance.pipeline.workers import EngineWorker
 from appliance.tools import NOT_ASKED_NOTE, ToolBox
 from appliance.trace.record import TurnTrace

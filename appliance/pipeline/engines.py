@@ -10,15 +10,28 @@ from collections.abc import Collection
 from dataclasses import dataclass
 from typing import Any
 
-from appliance.pipeline.turn import TurnEngines
 from appliance.pipeline.workers import EngineWorker
 from appliance.tools import ToolBox
 from engines.aec import EchoCanceller
 from engines.asr import AsrEngine
+from engines.llm import LlmEngine
+from engines.tts import TtsEngine
 from engines.turn import TurnDetector
 from engines.vad import VadEngine
 
 log = logging.getLogger(__name__)
+
+
+@dataclass
+class TurnEngines:
+    """The engines a turn uses, each with the worker thread that owns it."""
+
+    asr: AsrEngine
+    asr_worker: EngineWorker
+    llm: LlmEngine
+    llm_worker: EngineWorker
+    tts: TtsEngine
+    tts_worker: EngineWorker
 
 
 @dataclass

@@ -27,8 +27,8 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from appliance.pipeline.engines import TurnEngines
 from appliance.pipeline.params import PartialsParams, PrefillParams
-from appliance.pipeline.turn import TurnEngines
 from engines.asr import AsrEngine
 from engines.cancel import CancelEvent, Cancelled
 from engines.llm import Message

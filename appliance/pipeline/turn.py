@@ -15,31 +15,22 @@ import logging
 import threading
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from enum import Enum
 from typing import TYPE_CHECKING
 
 import numpy as np
 
 from appliance.grounding import Sources
+from appliance.pipeline.engines import TurnEngines
 from appliance.pipeline.params import ReplyParams
 from appliance.pipeline.playback import Player
 from appliance.pipeline.played import played_text
-from appliance.pipeline.workers import EngineWorker
-from appliance.tools import (
-    NOT_ASKED_NOTE,
-    ToolBox,
-    ToolCall,
-    ToolCallError,
-    as_template_text,
-    parse_calls,
-    starts_a_call,
-)
+from appliance.pipeline.tool_round import run_tool_calls
+from appliance.tools import ToolBox, ToolCall, as_template_text, starts_a_call
 from appliance.tools.facts import as_text
+from appliance.trace.labels import Stage
 from appliance.trace.record import TurnTrace
-from engines.asr import AsrEngine
 from engines.asr.text import normalize_text
-from engines.llm import GenerationStats, LlmEngine, Message
-from engines.tts import TtsEngine
+from engines.llm import GenerationStats, Message
 from engines.tts.params import TtsParams
 
 if TYPE_CHECKING:
@@ -50,13 +41,6 @@ log = logging.getLogger(__name__)
 # A reply repeating this many words of the system prompt in a row reads it out ("You are a helpful
 # voice assistant on ..."); fewer may fairly say what the device is.
 PERSONA_RUN_WORDS = 10
-
-
-class Stage(str, Enum):
-    ASR = "asr"
-    LLM = "llm"
-    TTS = "tts"
-    PLAYBACK = "playback"
 
 
 class TurnFailed(Exception):
@@ -74,18 +58,6 @@ class TurnConfig:
     speech: TtsParams = field(default_factory=TtsParams)  # first_clause_words
     max_pending_clauses: int = 4
     max_pending_chunks: int = 8
-
-
-@dataclass
-class TurnEngines:
-    """The engines a turn uses, each with the worker thread that owns it."""
-
-    asr: AsrEngine
-    asr_worker: EngineWorker
-    llm: LlmEngine
-    llm_worker: EngineWorker
-    tts: TtsEngine
-    tts_worker: EngineWorker
 
 
 class Turn:
@@ -409,64 +381,16 @@ class Turn:
     ) -> tuple[list[ToolCall], list[Message]] | None:
         """Run the calls in ``call_text``: the calls and the tools' answers as messages, or None after
         saying why not."""
-        turn_id = self.trace.turn_id
-        try:
-            calls = parse_calls(call_text, tools.schemas())
-        except ToolCallError as err:
-            repaired = tools.facts_lookup(self.transcript) if err.kind == "no_call" else None
-            if repaired is None:
-                log.error("turn %s: the model's tool call was refused (%s): %s", turn_id, err.kind, err)
-                self.trace.tool_calls.append(f"refused:{err.kind}")
-                await self._say_instead(tools.agent.tool_misunderstood_reply, clauses)
-                return None
-            log.warning(
-                "turn %s: unreadable tool call (%s); the facts are searched for the question", turn_id, err
-            )
-            self.trace.tool_calls.append("repaired:no_call")
-            calls = [repaired]
-        if len(calls) > calls_left:
-            log.error(
-                "turn %s: %d more tool calls than agent.max_tool_calls allows",
-                turn_id,
-                len(calls) - calls_left,
-            )
-            self.trace.tool_calls.append("refused:too_many")
-            await self._say_instead(tools.agent.tool_misunderstood_reply, clauses)
+        done = await run_tool_calls(tools, call_text, calls_left, self.transcript, self.trace)
+        if done.transfer_to is not None:
+            self.transfer_to = done.transfer_to
+        if self._sources is not None:
+            for text in done.sources:
+                self._sources.add(text)
+        if done.say is not None:
+            await self._say_instead(done.say, clauses)
             return None
-        answers = []
-        for call in calls:
-            if not tools.asked_for(call, self.transcript):
-                # The model copied the prompt's example call (line 2 for "when does the canteen open"):
-                # nothing is called, and it is told to answer from the facts.
-                log.warning("turn %s: a call of %s with arguments the person did not say", turn_id, call.name)
-                self.trace.tool_calls.append(f"refused:not_asked:{call.name}")
-                answers.append(Message("tool", NOT_ASKED_NOTE))
-                continue
-            outcome = await tools.run(call)
-            self.trace.tool_ms += round(outcome.seconds * 1000.0, 1)
-            self.trace.tool_calls.append(call.name if outcome.ok else f"{call.name}:{outcome.error_kind}")
-            if outcome.transfer_to is not None:
-                self.transfer_to = outcome.transfer_to
-            if not outcome.ok:
-                log.error(
-                    "turn %s: tool %s failed (%s): %s", turn_id, call.name, outcome.error_kind, outcome.detail
-                )
-                await self._say_instead(outcome.text, clauses)
-                return None
-            if outcome.final:
-                await self._say_instead(outcome.text, clauses)  # a transfer, a goodbye: fixed sentences
-                return None
-            if self._sources is not None:
-                self._sources.add(outcome.text)
-            if outcome.removed_instructions:
-                log.error(
-                    "turn %s: the answer of tool %s gave orders to the model; %d sentence(s) left out",
-                    turn_id,
-                    call.name,
-                    outcome.removed_instructions,
-                )
-            answers.append(Message("tool", outcome.text))
-        return calls, answers
+        return done.calls, done.answers
 
     async def _say_instead(self, sentence: str, clauses: asyncio.Queue[str | None]) -> None:
         self._reply_parts.append(sentence)

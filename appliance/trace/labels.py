@@ -7,7 +7,7 @@ from __future__ import annotations
 from engines.labels import Label
 from engines.vad.ended_by import EndedBy
 
-__all__ = ["EndedBy", "Judge", "TurnOutcome", "WordsNotExpected"]
+__all__ = ["EndedBy", "Judge", "Stage", "TurnOutcome", "WordsNotExpected"]
 
 
 class WordsNotExpected(Label):
@@ -36,3 +36,12 @@ class Judge(Label):
 
     SOUND = "sound"  # the turn detector (Smart Turn) on the audio
     WORDS = "words"  # the reply's language model on the transcript
+
+
+class Stage(Label):
+    """The engine stage of a turn that failed: its error code is ``<stage>-failed`` (``llm-failed``)."""
+
+    ASR = "asr"
+    LLM = "llm"
+    TTS = "tts"
+    PLAYBACK = "playback"
