@@ -3,6 +3,7 @@ message)), both fused, and a trivial baseline, on complete sentences and on mid-
 
     .venv/bin/python -m bench turn [--call-path] [--out FILE] [--plot FILE]
     .venv/bin/python -m bench turn --live [--limit N] [--call-path]   (the real pipeline, bench/turn_live.py)
+    .venv/bin/python -m bench turn --partials [--limit N]   (a verdict from the last partial? turn_partials.py)
 
 The labelled set (bench/turn_set.py) is built from ../shared/data/speech/en: every sentence of at
 least five words as recorded, and the same sentence with 300-1200 ms of its own background inserted
@@ -424,12 +425,21 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--live", action="store_true", help="the real pipeline in real time instead (bench/turn_live.py)"
     )
+    parser.add_argument(
+        "--partials",
+        action="store_true",
+        help="whether the last partial transcript could give the words' verdict (bench/turn_partials.py)",
+    )
     args, _rest = parser.parse_known_args(argv)
+    given = list(argv if argv is not None else sys.argv[1:])
     if args.live:
         from bench import turn_live
 
-        given = list(argv if argv is not None else sys.argv[1:])
         return turn_live.main([a for a in given if a != "--live"])
+    if args.partials:
+        from bench import turn_partials
+
+        return turn_partials.main([a for a in given if a != "--partials"])
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
 

@@ -33,12 +33,11 @@ import sys
 from collections import Counter
 from dataclasses import dataclass
 from datetime import datetime, timezone
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from bench.turn_set import Clip, build_clips, call_path, load_whisper
+from bench.turn_set import Clip, build_clips, call_path, clip_arguments, load_whisper
 from engines.vad.ended_by import EndedBy
 from engines.vad.endpointer import Endpointer, EndpointEvent
 
@@ -149,13 +148,9 @@ def summarize(outcomes: list[ClipOutcome]) -> dict[str, Any]:
 
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench turn --live", description=__doc__)
-    parser.add_argument("--data", type=Path, default=None)
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--limit", type=int, default=None, help="only the first N recordings")
-    parser.add_argument("--call-path", action="store_true", help="also as a SIP call delivers the audio")
+    clip_arguments(parser)
     parser.add_argument("--call-path-only", action="store_true", help="only as a SIP call delivers it")
     parser.add_argument("--reply-tokens", type=int, default=12)
-    parser.add_argument("--out", type=Path, default=None)
     parser.add_argument(
         "--variant",
         action="append",

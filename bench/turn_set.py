@@ -8,6 +8,7 @@ of the recording, tiled.
 
 from __future__ import annotations
 
+import argparse
 import csv
 from dataclasses import dataclass
 from pathlib import Path
@@ -235,3 +236,12 @@ def load_whisper(bundle: Any, threads: int = 2) -> Any:
 
     folder = bundle.path("asr/whisper-base/ct2/model.bin").parent
     return WhisperModel(str(folder), device="cpu", compute_type="int8", cpu_threads=threads)
+
+
+def clip_arguments(parser: argparse.ArgumentParser) -> None:
+    """The options of a benchmark over this set: which recordings, the pauses' seed, the call path."""
+    parser.add_argument("--data", type=Path, default=None)
+    parser.add_argument("--seed", type=int, default=0, help="pause lengths and background offsets")
+    parser.add_argument("--limit", type=int, default=None, help="only the first N recordings")
+    parser.add_argument("--call-path", action="store_true", help="also as a SIP call delivers the audio")
+    parser.add_argument("--out", type=Path, default=None)

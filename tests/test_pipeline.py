@@ -24,6 +24,7 @@ from appliance.pipeline.session import Session
 from appliance.pipeline.turn import TurnConfig
 from appliance.quality import signals as quality_signals
 from appliance.trace import TIMESTAMPS, TraceStore
+from appliance.transfer import TransferFailed
 from engines.llm import Message
 from engines.vad.endpointer import EndpointerParams
 from tests.fixtures.pipeline import (
@@ -660,8 +661,8 @@ class _KeypadSource(ArraySource):
         self.started: float | None = None
         self.first_key_at: float | None = None
 
-    async def transfer(self, uri: str) -> str | None:
-        return "no transfers here"
+    async def transfer(self, uri: str) -> None:
+        raise TransferFailed("no transfers here")
 
     def pressed(self) -> list[str]:
         assert self.session is not None
@@ -714,8 +715,8 @@ class _CallAudioArray(ArraySource):
     def pressed(self) -> list[str]:
         return []
 
-    async def transfer(self, uri: str) -> str | None:
-        return "no transfers here"
+    async def transfer(self, uri: str) -> None:
+        raise TransferFailed("no transfers here")
 
 
 def test_a_silent_caller_is_asked_once_whether_they_are_there_then_the_call_ends() -> None:
@@ -773,9 +774,10 @@ class _TransferringCall(_CallAudioArray):
         self.why = why
         self.transfers: list[str] = []
 
-    async def transfer(self, uri: str) -> str | None:
+    async def transfer(self, uri: str) -> None:
         self.transfers.append(uri)
-        return self.why
+        if self.why is not None:
+            raise TransferFailed(self.why)
 
 
 @pytest.mark.parametrize("why", [None, "the phone system refused the transfer (403 Forbidden)"])

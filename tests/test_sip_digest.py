@@ -1,11 +1,19 @@
-"""Digest authentication answers: RFC 7616's own examples (MD5 and SHA-256), and challenges this client
-cannot answer named."""
+"""Digest authentication answers: RFC 7616's own examples (MD5 and SHA-256), challenges this client
+cannot answer named, and the extension's password answered only to the phone system."""
 
 from __future__ import annotations
 
 import pytest
 
-from appliance.sip.digest import ChallengeError, authorization, digest_response, parse_challenge
+from appliance.sip.digest import (
+    ChallengeError,
+    ChallengeRefused,
+    ExtensionSecret,
+    authorization,
+    digest_response,
+    parse_challenge,
+)
+from appliance.sip.message import SipResponse
 
 # RFC 7616 section 3.9.1: user Mufasa, password "Circle of Life", GET /dir/index.html.
 RFC_CHALLENGE = (
@@ -61,3 +69,22 @@ def test_the_header_carries_what_the_server_needs_and_escapes_quotes() -> None:
 def test_challenges_it_cannot_answer_are_named(header: str, problem: str) -> None:
     with pytest.raises(ChallengeError, match=problem):
         parse_challenge(header)
+
+
+def _challenge(status: int, realm: str = "pbx") -> SipResponse:
+    response = SipResponse(status=status, reason="Unauthorized")
+    header = "WWW-Authenticate" if status == 401 else "Proxy-Authenticate"
+    response.add(header, f'Digest realm="{realm}", nonce="n0"')
+    return response
+
+
+def test_the_extensions_digest_goes_to_the_phone_system_alone() -> None:
+    pbx = ("10.0.0.1", 5060)
+    secret = ExtensionSecret("kiosk", "s3cret", registrar=pbx, realm="pbx")
+    name, value = secret.answer(_challenge(407), pbx, method="REFER", uri="sip:caller@10.0.0.9")
+    assert name == "Proxy-Authorization" and 'username="kiosk"' in value and "s3cret" not in value
+    assert secret.answer(_challenge(401), pbx, method="REFER", uri="sip:a@b")[0] == "Authorization"
+    with pytest.raises(ChallengeRefused, match=r"only the phone system at sip\.registrar"):
+        secret.answer(_challenge(401), ("10.0.0.9", 5060), method="REFER", uri="sip:a@b")
+    with pytest.raises(ChallengeRefused, match="not the phone system's 'pbx'"):
+        secret.answer(_challenge(401, realm="other"), pbx, method="REFER", uri="sip:a@b")

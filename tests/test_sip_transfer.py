@@ -197,9 +197,9 @@ class _TimedTransfers:
     def __getattr__(self, name: str) -> Any:
         return getattr(self._call, name)
 
-    async def transfer(self, target: str) -> str | None:
+    async def transfer(self, target: str) -> None:
         self.asked_at.append(time.time())
-        return await self._call.transfer(target)
+        await self._call.transfer(target)
 
 
 def _received_at(message_log: Path, method: str) -> float:

@@ -26,7 +26,7 @@ class CallAudioLike(Protocol):
         """Every keypad key of the call so far (RFC 4733 events and SIP INFO)."""
         ...
 
-    async def transfer(self, target: str) -> str | None: ...
+    async def transfer(self, target: str) -> None: ...
 
 
 class CallSource(SourceBase):
@@ -59,8 +59,8 @@ class CallLine:
         new, self._keys_taken = pressed[self._keys_taken :], len(pressed)
         return new
 
-    async def transfer(self, uri: str) -> str | None:
-        return await self.call.transfer(uri)
+    async def transfer(self, uri: str) -> None:
+        await self.call.transfer(uri)
 
 
 class CallSink:

@@ -14,6 +14,7 @@ from appliance.pipeline.partials import PartialsRecord
 from appliance.pipeline.session_config import SessionConfig
 from appliance.pipeline.turn import Turn
 from appliance.pipeline.turn_keeper import TurnKeeper
+from appliance.transfer import TransferFailed
 from engines.vad.ended_by import EndedBy
 
 log = logging.getLogger(__name__)
@@ -99,4 +100,8 @@ class CallDriver:
         log.info(
             "session %s: transferring the caller to %s (%s)", self._session_id, transfer.target, transfer.uri
         )
-        return policy.TransferOver(transfer.target, await self.line.transfer(transfer.uri))
+        try:
+            await self.line.transfer(transfer.uri)
+        except TransferFailed as err:
+            return policy.TransferOver(transfer.target, str(err))
+        return policy.TransferOver(transfer.target, None)

@@ -30,8 +30,8 @@ class CallLine(Protocol):
         """The keys pressed on the caller's keypad since the last time asked."""
         ...
 
-    async def transfer(self, uri: str) -> str | None:
-        """Put the caller through to ``uri``: None when done, else why not."""
+    async def transfer(self, uri: str) -> None:
+        """Put the caller through to ``uri``. Raises TransferFailed saying why not."""
         ...
 
 

@@ -20,6 +20,7 @@ from appliance.rtp.stream import RtpStream
 from appliance.sip.dialog import Dialog
 from appliance.sip.message import SipRequest
 from appliance.sip.transactions import Retransmitter
+from appliance.transfer import TransferFailed
 from engines.audio import FRAME_SAMPLES, SAMPLE_RATE_HZ
 
 HANDLER_GRACE_S = 2.0
@@ -68,9 +69,9 @@ class CallAudio(Protocol):
         """End the call (BYE to the caller); frames() ends."""
         ...
 
-    async def transfer(self, target: str) -> str | None:
-        """Hand the caller to ``target`` (a SIP URI) with a blind transfer; None when the target
-        answered (the appliance then hangs up), else why not (the call goes on)."""
+    async def transfer(self, target: str) -> None:
+        """Hand the caller to ``target`` (a SIP URI) with a blind transfer; returns when the target
+        answered (the appliance then hangs up). Raises TransferFailed saying why not (the call goes on)."""
         ...
 
 
@@ -114,7 +115,7 @@ class Call:
         self.ok_retx: Retransmitter | None = None  # 2xx to an INVITE, until its ACK
         self.awaiting_answer = False  # our offer went in a 200 OK; the answer comes in the ACK
         self.refer_progress: asyncio.Queue[int] | None = None  # a transfer's NOTIFY statuses
-        self.transferring: Callable[[Call, str], Awaitable[str | None]] | None = None  # the server's REFER
+        self.transferring: Callable[[Call, str], Awaitable[None]] | None = None  # the server's REFER
         self._end = end
         self._ended_event = asyncio.Event()
 
@@ -149,11 +150,11 @@ class Call:
     async def hangup(self) -> None:
         await self._end(self, "hung up by the appliance", True)
 
-    async def transfer(self, target: str) -> str | None:
-        """Hand the caller to ``target`` (blind transfer); None when done, else why not."""
+    async def transfer(self, target: str) -> None:
+        """Hand the caller to ``target`` (blind transfer). Raises TransferFailed saying why not."""
         if self.transferring is None:
-            return "this call cannot be transferred"
-        return await self.transferring(self, target)
+            raise TransferFailed("this call cannot be transferred")
+        await self.transferring(self, target)
 
     def mark_ended(self, reason: str) -> None:
         self.state = CallState.ENDED

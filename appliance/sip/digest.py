@@ -18,6 +18,10 @@ class ChallengeError(ValueError):
     """A challenge this client cannot answer (another scheme, an unknown algorithm, no nonce)."""
 
 
+class ChallengeRefused(ChallengeError):
+    """A challenge from someone who must not get a digest of the extension's password."""
+
+
 @dataclass(frozen=True)
 class Challenge:
     realm: str
@@ -68,6 +72,16 @@ def challenge_of(response: SipResponse) -> tuple[Challenge, str]:
     www = response.status == 401
     challenge = parse_challenge(response.get("WWW-Authenticate" if www else "Proxy-Authenticate") or "")
     return challenge, "Authorization" if www else "Proxy-Authorization"
+
+
+def answer(
+    response: SipResponse, *, method: str, uri: str, username: str, password: str
+) -> tuple[Challenge, tuple[str, str]]:
+    """``response``'s (a 401 or 407) challenge, and the header that answers it with these credentials:
+    the one digest answerer of REGISTER and REFER. Raises ChallengeError."""
+    challenge, header = challenge_of(response)
+    value = authorization(challenge, method=method, uri=uri, username=username, password=password)
+    return challenge, (header, value)
 
 
 def _hex(algorithm: str, text: str) -> str:
@@ -141,6 +155,17 @@ class ExtensionSecret:
     password: str
     registrar: tuple[str, int]
     realm: str | None = None
+
+    def answer(
+        self, response: SipResponse, challenger: tuple[str, int], *, method: str, uri: str
+    ) -> tuple[str, str]:
+        """The header answering ``response``'s challenge, when ``challenger`` may have it. Raises
+        ChallengeError (ChallengeRefused when it may not)."""
+        challenge, _ = challenge_of(response)
+        refused = self.refusal(challenge, challenger)
+        if refused is not None:
+            raise ChallengeRefused(refused)
+        return answer(response, method=method, uri=uri, username=self.user, password=self.password)[1]
 
     def refusal(self, challenge: Challenge, challenger: tuple[str, int]) -> str | None:
         """Why ``challenger`` must not get a digest of the password for ``challenge``; None when it may.

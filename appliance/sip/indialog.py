@@ -11,11 +11,12 @@ from appliance.rtp.keys import KEYS
 from appliance.sip.call import Call, CallState
 from appliance.sip.calls import CallTable
 from appliance.sip.client import Answered, ClientTransactions, NoAnswer
-from appliance.sip.digest import ChallengeError, ExtensionSecret, authorization, challenge_of
+from appliance.sip.digest import ChallengeError, ChallengeRefused, ExtensionSecret
 from appliance.sip.headers import parse_uri
 from appliance.sip.message import SipRequest, SipResponse
 from appliance.sip.transactions import transaction_key
 from appliance.sip.transport import Address, EndCall, SipTransport, Spawn
+from appliance.transfer import TransferFailed
 from engines.net import is_ip_literal
 
 log = logging.getLogger(__name__)
@@ -118,32 +119,31 @@ class DialogFlow:
     def send_bye(self, call: Call) -> None:
         self._send_in_dialog(call, "BYE")
 
-    async def send_refer(self, call: Call, target: str, *, timeout_s: float = REFER_WAIT_S) -> str | None:
+    async def send_refer(self, call: Call, target: str, *, timeout_s: float = REFER_WAIT_S) -> None:
         """A blind transfer (RFC 3515): REFER the caller to ``target`` and follow its NOTIFYs until the
-        target answers; None when it did, else why not (the call goes on either way). The phone system
-        at sip.registrar, when it challenges the REFER (401/407), gets it again with the extension's
-        credentials; nobody else does (a caller could take the digest and guess the password)."""
+        target answers. Raises TransferFailed saying why not (the call goes on either way). The phone
+        system at sip.registrar, when it challenges the REFER (401/407), gets it again with the
+        extension's credentials; nobody else does (a caller could take the digest and guess the password)."""
         progress: asyncio.Queue[int] = asyncio.Queue()
         call.refer_progress = progress
         headers = [("Refer-To", f"<{target}>"), ("Referred-By", self.transport.contact_for(call.peer))]
         try:
             response, source = await self._ask(call, "REFER", headers, timeout_s)
             if response.status in (401, 407):
-                answer = self._answer_challenge(response, source, "REFER", call.dialog.remote_target)
-                if isinstance(answer, str):
-                    return answer
+                answer = self._answer_challenge(response, source, call.dialog.remote_target)
                 response, _ = await self._ask(call, "REFER", [*headers, answer], timeout_s)
             if response.status >= 300:
-                return f"the phone system refused the transfer ({response.status} {response.reason})"
+                refused = f"{response.status} {response.reason}"
+                raise TransferFailed(f"the phone system refused the transfer ({refused})")
             deadline = asyncio.get_running_loop().time() + timeout_s
             while True:
                 status = await asyncio.wait_for(progress.get(), deadline - asyncio.get_running_loop().time())
                 if 200 <= status < 300:
-                    return None
+                    return
                 if status >= 300:
-                    return f"the transfer target did not answer ({status})"
+                    raise TransferFailed(f"the transfer target did not answer ({status})")
         except (asyncio.TimeoutError, NoAnswer):
-            return f"the transfer was not confirmed within {timeout_s:.0f} s"
+            raise TransferFailed(f"the transfer was not confirmed within {timeout_s:.0f} s") from None
         finally:
             call.refer_progress = None
 
@@ -153,29 +153,24 @@ class DialogFlow:
         request, destination, over_tcp = self._in_dialog(call, method, headers)
         return await self.client.ask(request, destination, over_tcp=over_tcp, timeout_s=timeout_s)
 
-    def _answer_challenge(
-        self, response: SipResponse, source: Address, method: str, uri: str
-    ) -> tuple[str, str] | str:
-        """The Authorization (401) or Proxy-Authorization (407) header answering ``response``'s digest
-        challenge with the extension's credentials, or why there is none."""
+    def _answer_challenge(self, response: SipResponse, source: Address, uri: str) -> tuple[str, str]:
+        """The Authorization (401) or Proxy-Authorization (407) header answering the REFER's challenge
+        with the extension's credentials. Raises TransferFailed saying why there is none."""
         secret = self.credentials()
         if secret is None:
-            return (
+            raise TransferFailed(
                 f"the phone system asks for a password for the transfer ({response.status}): set "
                 "sip.register_user and sip.register_password_file"
             )
         try:
-            challenge, header = challenge_of(response)
+            return secret.answer(response, source, method="REFER", uri=uri)
+        except ChallengeRefused as err:
+            log.warning("SIP: a REFER challenge not answered: %s", err)
+            why = f"the transfer was challenged by someone other than the phone system: {err}"
+            raise TransferFailed(why) from None
         except ChallengeError as err:
-            return f"cannot answer the phone system's challenge for the transfer: {err}"
-        refused = secret.refusal(challenge, source)
-        if refused is not None:
-            log.warning("SIP: a %s challenge not answered: %s", method, refused)
-            return f"the transfer was challenged by someone other than the phone system: {refused}"
-        return (
-            header,
-            authorization(challenge, method=method, uri=uri, username=secret.user, password=secret.password),
-        )
+            why = f"cannot answer the phone system's challenge for the transfer: {err}"
+            raise TransferFailed(why) from None
 
     def on_notify(self, notify: SipRequest, source: Address) -> None:
         """A transfer's progress (Event: refer, a message/sipfrag body such as "SIP/2.0 180 Ringing")."""

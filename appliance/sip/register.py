@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Literal
 
 from appliance.sip.client import ClientTransactions, NoAnswer
-from appliance.sip.digest import ChallengeError, authorization, challenge_of
+from appliance.sip.digest import ChallengeError, answer
 from appliance.sip.message import SipRequest, SipResponse
 from appliance.sip_params import SipParams
 
@@ -217,8 +217,12 @@ class Registration:
         raise RegistrationFailed("the registrar kept challenging the answers")
 
     def _answer(self, response: SipResponse, *, stale_only: bool) -> tuple[str, str]:
+        if self.password is None:
+            raise RegistrationFailed("the registrar asks for a password: set sip.register_password_file")
         try:
-            challenge, answer_header = challenge_of(response)
+            challenge, credentials = answer(
+                response, method="REGISTER", uri=self._uri, username=self.auth_user, password=self.password
+            )
         except ChallengeError as err:
             raise RegistrationFailed(f"cannot answer the registrar's challenge: {err}") from err
         if stale_only and not challenge.stale:
@@ -226,14 +230,9 @@ class Registration:
                 f"the registrar refused the password of {self.auth_user} (fix: the password in "
                 "sip.register_password_file, or sip.register_auth_user)"
             )
-        if self.password is None:
-            raise RegistrationFailed("the registrar asks for a password: set sip.register_password_file")
-        answer = authorization(
-            challenge, method="REGISTER", uri=self._uri, username=self.auth_user, password=self.password
-        )
         self.status = replace(self.status, auth=f"digest {challenge.algorithm}")
         self.realm = challenge.realm
-        return (answer_header, answer)
+        return credentials
 
     @property
     def _uri(self) -> str:
