@@ -84,19 +84,25 @@ def _floor_s(trace: Any) -> float | None:
 def run_clip(engines: Any, settings: Any, audio: np.ndarray, clip: Clip, variant: str) -> ClipOutcome:
     from appliance.audio import ArraySource, MemorySink
     from appliance.engine_set import session_config
-    from appliance.pipeline import session as session_module
+    from appliance.pipeline import speech_loop
+    from appliance.pipeline.session import Session
 
-    original = session_module.Endpointer
-    session_module.Endpointer = BeforeEndpointer if variant == "before" else original  # type: ignore[misc]
+    chosen = BeforeEndpointer if variant == "before" else Endpointer
+    original = speech_loop.Endpointer  # the speech loop makes the session's endpointer
+    speech_loop.Endpointer = chosen  # type: ignore[misc]
     try:
-        session = session_module.Session(
+        session = Session(
             engines=engines,
             source=ArraySource(audio, realtime=True),
             sink=MemorySink(engines.tts.sample_rate_hz),
             config=session_config(settings),
         )
     finally:
-        session_module.Endpointer = original  # type: ignore[misc]
+        speech_loop.Endpointer = original  # type: ignore[misc]
+    if type(session.endpointer) is not chosen:
+        raise RuntimeError(
+            f"the session judges with {type(session.endpointer).__name__}, not {chosen.__name__}"
+        )
     asyncio.run(asyncio.wait_for(session.run(), 300))
     traces = [t for t in session.traces if t.transcript]
     last = traces[-1] if traces else None
