@@ -22,7 +22,6 @@ from __future__ import annotations
 import argparse
 import json
 import logging
-import re
 import sys
 import time
 from dataclasses import asdict, dataclass
@@ -30,12 +29,10 @@ from typing import Any
 
 import numpy as np
 
+from bench.turn import DEFAULT_DATA, FRAME_S, FRAME_SAMPLES
 from bench.turn_set import Clip, build_clips, call_path, clip_arguments, load_whisper
-
-log = logging.getLogger("bench.turn_partials")
-
-FRAME_SAMPLES = 512
-FRAME_S = FRAME_SAMPLES / 16000
+from engines.asr.text import normalize_text
+from engines.audio import SAMPLE_RATE_HZ
 
 
 @dataclass(frozen=True)
@@ -50,10 +47,6 @@ class PauseWords:
     partial_p: float | None
     agree: bool  # same verdict class (finished / unsure / unfinished)
     final_asr_ms: float
-
-
-def _bare(text: str) -> str:
-    return " ".join(re.sub(r"[^\w' ]+", " ", text.lower()).split())
 
 
 def verdict_class(p: float | None, params: Any) -> str:
@@ -107,10 +100,12 @@ def first_pause(
         if utterance_start is not None and now >= due and now >= busy_until:
             due = now + interval_s
             started = time.perf_counter()
-            text = asr.transcribe(audio[int(utterance_start * 16000) : int(now * 16000)]).text.strip()
+            text = asr.transcribe(
+                audio[int(utterance_start * SAMPLE_RATE_HZ) : int(now * SAMPLE_RATE_HZ)]
+            ).text.strip()
             busy_until = now + (time.perf_counter() - started)
             partials.append((now, busy_until, text))
-    return len(audio) / 16000, [(end, text) for end, _done, text in partials]
+    return len(audio) / SAMPLE_RATE_HZ, [(end, text) for end, _done, text in partials]
 
 
 def measure(
@@ -118,10 +113,10 @@ def measure(
 ) -> PauseWords:
     ended_s, partials = first_pause(audio, engines["vad"], params, engines["asr"], interval_s)
     started = time.perf_counter()
-    final = engines["asr"].transcribe(audio[: int(ended_s * 16000)]).text.strip()
+    final = engines["asr"].transcribe(audio[: int(ended_s * SAMPLE_RATE_HZ)]).text.strip()
     final_asr_ms = (time.perf_counter() - started) * 1000.0
     partial = partials[-1][1] if partials else ""
-    covered = bool(partial) and _bare(partial) == _bare(final)
+    covered = bool(partial) and normalize_text(partial) == normalize_text(final)
     judge: WordsJudge = engines["judge"]
     final_p = judge(final)
     partial_p = judge(partial) if partial else None
@@ -168,7 +163,6 @@ def main(argv: list[str]) -> int:
     from appliance.config import load_settings
     from appliance.engine_set import asr_engine, llm_engine, open_bundle, vad_engine
     from bench.machine import write_result
-    from bench.turn import DEFAULT_DATA
 
     settings = load_settings(None)
     bundle = open_bundle(settings)

@@ -161,11 +161,13 @@ class ExtensionSecret:
     ) -> tuple[str, str]:
         """The header answering ``response``'s challenge, when ``challenger`` may have it. Raises
         ChallengeError (ChallengeRefused when it may not)."""
-        challenge, _ = challenge_of(response)
+        challenge, credentials = answer(
+            response, method=method, uri=uri, username=self.user, password=self.password
+        )
         refused = self.refusal(challenge, challenger)
         if refused is not None:
-            raise ChallengeRefused(refused)
-        return answer(response, method=method, uri=uri, username=self.user, password=self.password)[1]
+            raise ChallengeRefused(refused)  # the digest made here is dropped, never sent
+        return credentials
 
     def refusal(self, challenge: Challenge, challenger: tuple[str, int]) -> str | None:
         """Why ``challenger`` must not get a digest of the password for ``challenge``; None when it may.
