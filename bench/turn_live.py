@@ -14,8 +14,9 @@ this machine delivers it. Two endpointers run side by side, clip by clip:
 - ``after``: the shipped rule, where nothing of the sound ends a pause before the expected words (at
   most ``words_wait_ms``).
 
-Reported per endpointer and audio path: the share of pauses cut (answered as two turns), after a
-function word and elsewhere; the share of complete sentences split; on complete sentences the endpoint
+Reported per endpointer and audio path: the share of pauses cut (a turn ended inside the inserted
+pause), after a function word and elsewhere, and the share of pause clips split anywhere (a
+recording's own pause between sentences counts there too, as it does for complete sentences); the share of complete sentences split; on complete sentences the endpoint
 wait and the turn latency minus its floor (ASR + first token + first clause + first audio of the same
 turn: what no endpointer can save) p50/p95; and the share of turns decided by the sound alone (no
 words' verdict when the pause was decided), with why the words were not expected. Replies are cut to
@@ -74,6 +75,19 @@ class ClipOutcome:
     latency_minus_floor_ms: float | None
     sound_alone: bool  # the pause that ended the (last) turn was decided without the words' verdict
     words_not_expected: str
+    speech_ends_s: list[float]  # where each turn's speech ended, in the clip (s)
+    cut_at_pause: bool  # pause clips: a turn (not the last) ended inside the inserted pause
+
+
+# A turn's end of speech is the VAD's estimate: it may fall a little before the pause's first sample.
+CUT_EARLY_S = 0.25
+
+
+def cut_inside(clip: Clip, speech_ends_s: list[float]) -> bool:
+    """Whether a turn other than the last ended inside the clip's inserted pause."""
+    if clip.pause_start_s is None or clip.pause_end_s is None:
+        return False
+    return any(clip.pause_start_s - CUT_EARLY_S <= end <= clip.pause_end_s for end in speech_ends_s[:-1])
 
 
 def _floor_s(trace: Any) -> float | None:
@@ -88,12 +102,13 @@ def run_clip(engines: Any, settings: Any, audio: np.ndarray, clip: Clip, variant
     from appliance.pipeline.session import Session
 
     chosen = BeforeEndpointer if variant == "before" else Endpointer
+    source = ArraySource(audio, realtime=True)
     original = speech_loop.Endpointer  # the speech loop makes the session's endpointer
     speech_loop.Endpointer = chosen  # type: ignore[misc]
     try:
         session = Session(
             engines=engines,
-            source=ArraySource(audio, realtime=True),
+            source=source,
             sink=MemorySink(engines.tts.sample_rate_hz),
             config=session_config(settings),
         )
@@ -105,6 +120,10 @@ def run_clip(engines: Any, settings: Any, audio: np.ndarray, clip: Clip, variant
         )
     asyncio.run(asyncio.wait_for(session.run(), 300))
     traces = [t for t in session.traces if t.transcript]
+    started = source.started_at
+    ends = [
+        round(t.speech_end - started, 3) for t in traces if started is not None and t.speech_end is not None
+    ]
     last = traces[-1] if traces else None
     wait = last.stage_s("endpoint_wait") if last else None
     latency = last.stage_s("turn_latency") if last else None
@@ -120,6 +139,8 @@ def run_clip(engines: Any, settings: Any, audio: np.ndarray, clip: Clip, variant
         else round((latency - floor) * 1000, 1),
         sound_alone=bool(last is not None and last.words_complete_p is None),
         words_not_expected=last.words_not_expected if last else "",
+        speech_ends_s=ends,
+        cut_at_pause=cut_inside(clip, ends),
     )
 
 
@@ -137,11 +158,12 @@ def summarize(outcomes: list[ClipOutcome]) -> dict[str, Any]:
     over_floor = [o.latency_minus_floor_ms for o in complete if o.latency_minus_floor_ms is not None]
     return {
         "clips": len(outcomes),
-        "pauses_cut": _share([o.turns > 1 for o in outcomes if o.kind != "complete"]),
+        "pauses_cut": _share([o.cut_at_pause for o in outcomes if o.kind != "complete"]),
         "pauses_cut_after_function_word": _share(
-            [o.turns > 1 for o in outcomes if o.kind == "pause_function"]
+            [o.cut_at_pause for o in outcomes if o.kind == "pause_function"]
         ),
-        "pauses_cut_elsewhere": _share([o.turns > 1 for o in outcomes if o.kind == "pause_other"]),
+        "pauses_cut_elsewhere": _share([o.cut_at_pause for o in outcomes if o.kind == "pause_other"]),
+        "pause_clips_split_anywhere": _share([o.turns > 1 for o in outcomes if o.kind != "complete"]),
         "complete_split": _share([o.turns > 1 for o in complete]),
         "complete_unanswered": _share([o.turns == 0 for o in complete]),
         "endpoint_wait_ms": {"p50": _pct(waits, 50), "p95": _pct(waits, 95)},
@@ -194,7 +216,11 @@ def main(argv: list[str]) -> int:
             for variant, chosen in variants.items():  # side by side, clip by clip: the same load on all
                 outcome = run_clip(engines, chosen, audio, clip, variant)
                 outcomes[variant].append(outcome)
-                pause = {"pause_s": round(clip.pause_s, 3)} if clip.kind != "complete" else {}
+                pause = (
+                    {"pause_start_s": round(clip.pause_start_s or 0.0, 3), "pause_s": round(clip.pause_s, 3)}
+                    if clip.kind != "complete"
+                    else {}
+                )
                 rows.append({"path": path_name, "variant": variant, **outcome.__dict__, **pause})
                 log.warning("%s %s %s %s: %s", path_name, variant, clip.name, clip.kind, outcome.endpoint_by)
         results[path_name] = {variant: summarize(found) for variant, found in outcomes.items()}
@@ -225,7 +251,8 @@ def describe(results: dict[str, Any]) -> str:
             wait, over = summary["endpoint_wait_ms"], summary["latency_minus_floor_ms"]
             lines.append(
                 f"  {variant:6} pauses cut {_fmt(summary['pauses_cut'])} (after a function word "
-                f"{_fmt(summary['pauses_cut_after_function_word'])}, elsewhere {_fmt(summary['pauses_cut_elsewhere'])}), "
+                f"{_fmt(summary['pauses_cut_after_function_word'])}, elsewhere {_fmt(summary['pauses_cut_elsewhere'])}; "
+                f"split anywhere {_fmt(summary['pause_clips_split_anywhere'])}), "
                 f"complete split {_fmt(summary['complete_split'])}; wait p50/p95 {wait['p50']}/{wait['p95']} ms, "
                 f"latency - floor p50/p95 {over['p50']}/{over['p95']} ms; sound alone "
                 f"{_fmt(summary['decided_by_sound_alone'])} {summary['words_not_expected']}; {summary['ended_by']}"

@@ -210,3 +210,17 @@ def test_when_the_words_cannot_judge_the_trace_says_why(real_engines: SessionEng
     (trace,) = session.traces
     assert trace.words_not_expected == "off" and trace.words_complete_p is None, trace
     assert '"words":"not expected, off"' in trace.log_line()
+
+
+def test_a_pause_is_counted_cut_only_when_a_turn_ends_inside_it() -> None:
+    from bench.turn_live import cut_inside
+    from bench.turn_set import Clip
+
+    clip = Clip(
+        "c.wav", "pause_function", np.zeros(16000, np.float32), 6.0, pause_start_s=3.0, pause_end_s=3.8
+    )
+    assert cut_inside(clip, [2.9, 6.0])  # the VAD put the end a little before the pause
+    assert cut_inside(clip, [3.5, 6.0])
+    assert not cut_inside(clip, [1.4, 6.0])  # the recording's own pause between sentences
+    assert not cut_inside(clip, [6.0])  # answered once
+    assert not cut_inside(dataclasses.replace(clip, kind="complete", pause_start_s=None), [3.0, 6.0])

@@ -27,6 +27,7 @@ class ArraySource(SourceBase):
         self.audio = data
         self.realtime = realtime
         self.name = name
+        self.started_at: float | None = None  # monotonic time the first frame began (stream time 0)
         self._closed = False
 
     @property
@@ -34,7 +35,7 @@ class ArraySource(SourceBase):
         return len(self.audio) / SAMPLE_RATE_HZ
 
     async def frames(self) -> AsyncIterator[np.ndarray]:
-        start = time.monotonic()
+        start = self.started_at = time.monotonic()
         for index in range(len(self.audio) // FRAME_SAMPLES):
             if self._closed:
                 return
