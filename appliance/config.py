@@ -18,7 +18,7 @@ from appliance.agent_params import AgentParams
 from appliance.audio.params import AudioParams
 from appliance.bundle_params import BundleParams
 from appliance.pipeline.echo_gate import EchoGateParams
-from appliance.pipeline.params import PartialsParams, PrefillParams
+from appliance.pipeline.params import OverlapParams, PartialsParams, PrefillParams
 from appliance.sip_params import SipParams
 from appliance.trace.params import TraceParams
 from engines.aec.params import AecParams
@@ -45,7 +45,9 @@ class VadConfig(EchoGateParams, VadParams):
     """``[vad]``: the VAD's own settings and the echo gate's."""
 
 
-EndpointerConfig = EndpointerParams
+class EndpointerConfig(OverlapParams, EndpointerParams):
+    """``[endpointer]``: the end of a turn (engines/vad/endpointer.py) and speech over a reply
+    (appliance/pipeline/overlap.py)."""
 
 
 class AsrConfig(PartialsParams, AsrParams):

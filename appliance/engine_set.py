@@ -352,6 +352,7 @@ def session_config(settings: Settings, *, echo_cancelled: bool = False) -> Sessi
         partials=PartialsConfig(timing=settings.asr, llm=settings.llm),
         history=settings.agent,
         call=settings.sip,
+        overlap=settings.endpointer,
     )
 
 

@@ -28,6 +28,7 @@ BENCHMARKS = {
     "fleet": "calls through the Kamailio proxy vs direct (turn latency, call setup); a dead appliance's cost",
     "tools": "spoken questions about a test site: right tool and arguments, fact in the answer, latency",
     "answers": "spoken questions about a site: answered from its facts, declined, invented figures, latency",
+    "interruptions": "speech over a reply: backchannels go on, stop words and new questions stop it (timing)",
     "aec": "echo cancellation in simulated rooms: ERLE, false and real barge-ins, WER, CPU vs the raised threshold",
 }
 

@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from appliance.admin.schemas import TurnView, WithheldClause
+from appliance.admin.schemas import OverlapHeard, TurnView, WithheldClause
 from appliance.grounding import WithheldWhy
-from appliance.trace.labels import EndedBy, Judge, TurnOutcome, WordsNotExpected
+from appliance.trace.labels import EndedBy, Judge, OverlapKind, TurnOutcome, WordsNotExpected
 from tests.fixtures.admin import AdminEnv
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -69,6 +69,7 @@ def _schema_enum(model: type, field: str) -> set[str]:
         (TurnView, "outcome", TurnOutcome),
         (TurnView, "words_not_expected", WordsNotExpected),
         (WithheldClause, "why", WithheldWhy),
+        (OverlapHeard, "kind", OverlapKind),
     ],
 )
 def test_the_admin_schema_knows_every_label(model: type, field: str, labels: type[Enum]) -> None:
@@ -89,6 +90,7 @@ def test_metrics_and_the_page_know_every_label(admin_env: AdminEnv) -> None:
         ("appliance_turn_endings_total", "by", EndedBy),
         ("appliance_turn_words_not_expected_total", "why", WordsNotExpected),
         ("appliance_clauses_withheld_total", "why", WithheldWhy),
+        ("appliance_overlaps_total", "kind", OverlapKind),
         ("appliance_turn_complete_probability_count", "judge", Judge),
     ):
         shown = set(re.findall(rf'^{metric}\{{{key}="(\w+)"\}}', metrics, re.M))
@@ -97,3 +99,4 @@ def test_metrics_and_the_page_know_every_label(admin_env: AdminEnv) -> None:
     assert _js_keys(script, "ENDED_BY") == {label.value for label in EndedBy}
     assert _js_keys(script, "OUTCOMES") == {label.value for label in TurnOutcome}
     assert _js_keys(script, "WITHHELD") == {label.value for label in WithheldWhy}
+    assert _js_keys(script, "OVERLAPS") == {label.value for label in OverlapKind}

@@ -21,7 +21,7 @@ from appliance.grounding import WithheldWhy
 from appliance.quality import signals as quality_signals
 from appliance.service.loop_watch import STALL_S, current_figures
 from appliance.trace import STAGES, TurnTrace
-from appliance.trace.labels import EndedBy, Judge, WordsNotExpected
+from appliance.trace.labels import EndedBy, Judge, OverlapKind, WordsNotExpected
 
 # 25 ms .. 30 s: a GPU turn is ~0.15 s, a CPU turn several seconds.
 LATENCY_BUCKETS_S = (
@@ -48,6 +48,7 @@ SCRAPE_TURNS = 1000
 _ENDINGS = frozenset(by.value for by in EndedBy)
 _WORDS_REASONS = frozenset(why.value for why in WordsNotExpected)
 _WITHHELD_REASONS = frozenset(why.value for why in WithheldWhy)
+_OVERLAP_KINDS = frozenset(kind.value for kind in OverlapKind)
 
 
 class _LiveGauges(Collector):
@@ -270,6 +271,15 @@ class TraceMetrics:
         self.declined = Counter(
             "appliance_turns_declined", "replies that said agent.not_known_reply", registry=self.registry
         )
+        self.overlaps = Counter(
+            "appliance_overlaps",
+            "speech over a reply, by what it was taken for: backchannel (the reply went on), stop_word, "
+            "interruption",
+            ["kind"],
+            registry=self.registry,
+        )
+        for kind in OverlapKind:
+            self.overlaps.labels(kind=kind.value)
         for by in EndedBy:
             self.endings.labels(by=by.value)
         for judge in Judge:
@@ -302,6 +312,9 @@ class TraceMetrics:
                 self.withheld.labels(why=clause["why"]).inc()
         if trace.declined:
             self.declined.inc()
+        for overlap in trace.overlaps:
+            if overlap.get("kind") in _OVERLAP_KINDS:
+                self.overlaps.labels(kind=overlap["kind"]).inc()
         for judge, probability in (
             (Judge.SOUND, trace.turn_complete_p),
             (Judge.WORDS, trace.words_complete_p),

@@ -7,7 +7,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from appliance.grounding import WithheldWhy
-from appliance.trace.labels import EndedBy, TurnOutcome, WordsNotExpected
+from appliance.trace.labels import EndedBy, OverlapKind, TurnOutcome, WordsNotExpected
 
 Role = Literal["viewer", "admin"]
 
@@ -157,6 +157,20 @@ class WithheldClause(Body):
     figures: list[str] = Field(default_factory=list, description="the figures no source gave")
 
 
+class OverlapHeard(Body):
+    kind: OverlapKind = Field(
+        description="backchannel: the reply paused and went on; stop_word: it stopped and nothing was "
+        "answered; interruption: it stopped and what was said was the next turn"
+    )
+    heard: str = Field(description="the words of the overlap (empty: a sound, or decided by its length)")
+    at_s: float = Field(description="seconds of the reply heard when the person began")
+    voiced_ms: int = Field(description="voiced time of the overlap when it was decided")
+    silenced_ms: float = Field(description="from the first voiced frame to the reply's silence")
+    decided_ms: float = Field(
+        description="from the first voiced frame to the decision (a backchannel's pause)"
+    )
+
+
 class TurnView(Body):
     turn_id: str
     session_id: str
@@ -207,6 +221,9 @@ class TurnView(Body):
         default_factory=list, description="clauses of the reply not spoken (agent.grounding), and why"
     )
     declined: bool = Field(False, description="the reply said agent.not_known_reply")
+    overlaps: list[OverlapHeard] = Field(
+        default_factory=list, description="speech over the reply, and what it was taken for"
+    )
     partials: int = Field(0, description="partial transcripts made while the person spoke")
     prefill_reused: int = Field(0, description="prompt tokens the LLM had evaluated before the end of speech")
     llm_evaluated_tokens: int = Field(

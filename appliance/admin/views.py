@@ -6,7 +6,14 @@ from collections import Counter
 from enum import Enum
 from typing import TypeVar
 
-from appliance.admin.schemas import LatencyReport, StageLatency, TurnView, VersionQualityView, WithheldClause
+from appliance.admin.schemas import (
+    LatencyReport,
+    OverlapHeard,
+    StageLatency,
+    TurnView,
+    VersionQualityView,
+    WithheldClause,
+)
 from appliance.quality import by_version
 from appliance.trace import STAGES, TurnTrace, summarize
 from appliance.trace.labels import EndedBy, TurnOutcome, WordsNotExpected
@@ -46,6 +53,7 @@ def turn_view(trace: TurnTrace, budget_ms: float) -> TurnView:
         facts_given=trace.facts_given,
         withheld=[WithheldClause.model_validate(clause) for clause in trace.withheld],
         declined=trace.declined,
+        overlaps=[OverlapHeard.model_validate(overlap) for overlap in trace.overlaps],
         partials=trace.partials,
         prefill_reused=trace.prefill_reused,
         llm_evaluated_tokens=trace.llm_evaluated_tokens,

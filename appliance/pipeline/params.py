@@ -1,9 +1,10 @@
 """The pipeline's own settings: partial transcripts and the LLM prefill, what a turn says when it
-cannot answer, and the conversation a session keeps. (The echo gate's are in ``echo_gate``.)"""
+cannot answer, the conversation a session keeps, and speech over a reply. (The echo gate's are in ``echo_gate``.)"""
 
 from __future__ import annotations
 
 import re
+from typing import Literal
 
 from pydantic import Field, field_validator
 
@@ -148,3 +149,41 @@ class CallParams(Params):
 
     def transfer_domain(self) -> str:
         return ""
+
+
+# fmt: off
+_BACKCHANNELS = (
+    "mm", "mmm", "mm hmm", "mhm", "hmm", "hm", "uh huh", "uh", "huh", "um", "ah", "oh", "yeah", "yes",
+    "yep", "yup", "okay", "ok", "right", "sure", "alright", "all right", "i see", "got it", "cool",
+    "great", "good", "nice", "wow", "true", "exactly", "ha", "haha", "thanks", "thank you", "you",
+)
+# fmt: on
+
+
+class OverlapParams(Params):
+    """In ``[endpointer]``: speech over a reply (docs/turn-taking.md, "While the appliance speaks")."""
+
+    overlap: Literal["decide", "interrupt"] = Field(
+        "decide",
+        description="decide: speech over a reply pauses it at once; a backchannel lets it go on, a stop "
+        "word stops it, anything else interrupts it; interrupt: any speech over a reply stops it",
+    )
+    backchannel_max_ms: int = Field(
+        1000,
+        ge=100,
+        le=5000,
+        description="decide: voiced speech over a reply this long is an interruption, whatever its words",
+    )
+    backchannels: tuple[str, ...] = Field(
+        _BACKCHANNELS,
+        description='decide: words that only acknowledge ("you": what Whisper hears in a cough)',
+    )
+    stop_words: tuple[str, ...] = Field(
+        ("stop", "wait", "hold on", "no", "cancel", "quiet", "be quiet", "enough", "shut up", "pause"),
+        description="decide: words that stop the reply without being answered (with backchannels around "
+        'them too: "oh wait", "no no")',
+    )
+
+    @property
+    def backchannel_max_s(self) -> float:
+        return ms_to_s(self.backchannel_max_ms)

@@ -7,7 +7,8 @@ one in progress, turn.py, and the record of those done) and, on a call, the call
 (call_policy.py, carried out by call_driver.py: keypad, silence prompt, goodbye, transfer).
 The endpointer's events start, confirm, drop or interrupt turns:
 
-    SPEECH_START    while a turn is running or playing: barge-in, cancel it
+    SPEECH_START    while a turn is running: barge-in, cancel it; over a reply being heard, the
+                    reply was paused at the first voiced frame and the overlap decides (overlap.py)
     PROBABLY_ENDED  start a turn at once (ASR, LLM, TTS run; playback waits); when the reply's
                     language model judges turns and no other reply is running, its P(the words end
                     the message), read while it evaluates them, goes back to the endpointer too
@@ -33,9 +34,11 @@ from appliance.audio.base import AudioSink, AudioSource, HeardFrame
 from appliance.pipeline.call_driver import CallDriver
 from appliance.pipeline.call_policy import CallLine
 from appliance.pipeline.engines import SessionEngines
+from appliance.pipeline.overlap import OverlapKind, Overlaps
 from appliance.pipeline.partials import Partials
 from appliance.pipeline.session_config import SessionConfig
 from appliance.pipeline.speech_loop import SpeechLoop
+from appliance.pipeline.turn import Turn
 from appliance.pipeline.turn_keeper import TurnKeeper
 from appliance.trace.labels import TurnOutcome, WordsNotExpected
 from appliance.trace.record import TurnTrace, new_turn_id
@@ -84,6 +87,7 @@ class Session:
         self._speech_start_mono: float | None = None
         self._source_ended = False
         self.partials = self._partials_on(engines)
+        self.overlaps = Overlaps(self.config.overlap)
 
     def _partials_on(self, engines: SessionEngines) -> Partials:
         return Partials(
@@ -149,6 +153,8 @@ class Session:
             async for frame in self.hearing.frames(self.source.frames()):
                 if frame is not None:
                     await self._on_frame(frame)
+                elif self.overlaps.current is not None:
+                    await self._overlap_step(time.monotonic(), voiced=False)
                 if self.call is not None:
                     await self.call.keys(time.monotonic())
                 if not self.source.realtime:
@@ -204,21 +210,87 @@ class Session:
 
     async def _on_frame(self, heard: np.ndarray | HeardFrame) -> None:
         await self.hearing.feed(heard, playing=self.speaking, echo_converged=self.source.echo_converged)
+        if self.overlaps.deciding:
+            await self._overlap_step(self.hearing.heard_at, voiced=self.hearing.voiced)
         if self.endpointer.in_speech and self.turns.active is None:
             await self.partials.on_frame(self.endpointer.time_s, self.hearing.audio_between)
+
+    def _reply(self) -> Turn | None:
+        """The turn whose reply may be heard now (confirmed and not over)."""
+        active = self.turns.active
+        return (
+            active.turn if active is not None and active.turn.confirmed and not active.task.done() else None
+        )
+
+    @property
+    def _overlapping(self) -> bool:
+        """The endpointer's utterance is someone speaking over a reply."""
+        return self.overlaps.current is not None and self.overlaps.current.speech
+
+    async def _overlap_step(self, now: float, *, voiced: bool) -> None:
+        kind = await self.overlaps.on_frame(
+            now, voiced=voiced, in_speech=self.endpointer.in_speech, reply=self._reply()
+        )
+        if kind is not None:
+            await self._settle_overlap(kind, time.monotonic())
+
+    async def _settle_overlap(
+        self, kind: OverlapKind, now: float, endpoint: EndpointEvent | None = None
+    ) -> None:
+        overlap = self.overlaps.current
+        assert overlap is not None
+        self.overlaps.forget()
+        overlap.reply.trace.overlaps.append(overlap.record(kind, now))
+        log.info(
+            "session %s: %s over turn %s (%r)",
+            self.session_id,
+            kind.value,
+            overlap.reply.trace.turn_id,
+            overlap.heard,
+        )
+        if kind is OverlapKind.BACKCHANNEL:
+            self.endpointer.dismiss()
+            self.partials.stop()
+            await overlap.reply.player.resume()
+            return
+        await self.turns.barge_in(kind.value)
+        if kind is OverlapKind.STOP_WORD:
+            self.endpointer.dismiss()
+            self.partials.stop()
+        elif endpoint is not None:
+            await self._start_turn(endpoint, now, confirmed=True)
+        elif overlap.pause is not None:  # the person is silent: what they said is a turn from this pause
+            await self._start_turn(overlap.pause, now, confirmed=False)
+
+    async def _transcribe_overlap(self, audio: np.ndarray) -> str:
+        result = await self.engines.asr_worker.call(self.engines.asr.transcribe, audio)
+        return str(result.text).strip()
 
     async def _on_event(self, event: EndpointEvent, now: float) -> None:
         if event.kind is EventKind.SPEECH_START:
             self._speech_start_mono = self.hearing.monotonic_at(event.speech_start_s, now)
             if self.call is not None:
                 self.call.heard(now)
-            await self.turns.barge_in("barge-in")
+            if self.overlaps.current is not None:
+                self.overlaps.current.speech = True  # the reply is paused; the overlap decides
+            else:
+                await self.turns.barge_in("barge-in")
             self.partials.begin(event.utterance_start_s, event.speech_start_s)
         elif event.kind is EventKind.PROBABLY_ENDED:
-            await self._start_turn(event, now, confirmed=False)
+            if self._overlapping:
+                audio = self.hearing.audio_between(event.utterance_start_s, event.time_s)
+                self.overlaps.paused_speaking(event, audio, self._transcribe_overlap)
+            else:
+                await self._start_turn(event, now, confirmed=False)
         elif event.kind is EventKind.RESUMED:
-            await self.turns.drop()
+            if self._overlapping:
+                self.overlaps.spoke_again()
+            else:
+                await self.turns.drop()
             self.partials.resume()
+        elif event.kind is EventKind.ENDPOINT and self._overlapping:
+            kind = await self.overlaps.words_now(self.config.overlap.backchannel_max_s)
+            await self._settle_overlap(kind, time.monotonic(), endpoint=event)
         elif event.kind is EventKind.ENDPOINT:
             waiting = self.turns.unconfirmed
             if waiting is not None:

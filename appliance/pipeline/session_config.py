@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from appliance.pipeline.echo_gate import EchoGate
-from appliance.pipeline.params import CallParams, HistoryParams
+from appliance.pipeline.params import CallParams, HistoryParams, OverlapParams
 from appliance.pipeline.partials import PartialsConfig
 from appliance.pipeline.turn import TurnConfig
 from engines.vad.endpointer import EndpointerParams
@@ -20,5 +20,6 @@ class SessionConfig:
     partials: PartialsConfig = field(default_factory=PartialsConfig)
     history: HistoryParams = field(default_factory=HistoryParams)
     call: CallParams = field(default_factory=CallParams)
+    overlap: OverlapParams = field(default_factory=OverlapParams)
     keep_traces: int = 100  # recent turns kept in memory on the session (all go to the store)
     drain_timeout_s: float = 300.0  # how long a turn may still run after the source ended

@@ -81,6 +81,8 @@ class SpeechLoop:
         self._vad_stream: Any = None
         self._check_tasks: set[asyncio.Task[None]] = set()
         self._words_due: asyncio.Event | None = None
+        self.voiced = False  # the last frame was voiced (at the endpointer's threshold)
+        self.heard_at = 0.0  # monotonic: the last frame arrived
 
     async def listen_with(self, engines: SessionEngines) -> None:
         """Judge with ``engines`` from now on; their VAD stream starts afresh, in silence."""
@@ -111,6 +113,7 @@ class SpeechLoop:
         probability = self.echo.probability_for(probability, playing)
         if playing and not echo_converged:
             probability = 0.0  # the echo canceller is still learning the room (a session's first seconds)
+        self.voiced, self.heard_at = probability >= self.endpointer.threshold, now
         await self._handle(self.endpointer.feed(probability, FRAME_S), now)
 
     async def finish(self) -> None:

@@ -45,3 +45,11 @@ class Stage(Label):
     LLM = "llm"
     TTS = "tts"
     PLAYBACK = "playback"
+
+
+class OverlapKind(Label):
+    """What someone's speech over a reply was taken for (appliance/pipeline/overlap.py)."""
+
+    BACKCHANNEL = "backchannel"  # the reply went on
+    STOP_WORD = "stop_word"  # the reply stopped; nothing was answered
+    INTERRUPTION = "interruption"  # the reply stopped; what the person said was the next turn

@@ -100,6 +100,9 @@ class TurnTrace:
     facts_given: list[str] = field(default_factory=list)
     withheld: list[dict[str, Any]] = field(default_factory=list)
     declined: bool = False
+    # speech over the reply ({"kind": OverlapKind, "heard", "at_s", "voiced_ms", "silenced_ms",
+    # "decided_ms"}): a backchannel paused the reply for decided_ms, a stop word or interruption ended it.
+    overlaps: list[dict[str, Any]] = field(default_factory=list)
     # Output quality (appliance.quality): Whisper's confidence in the transcript, the person saying
     # again what they said the turn before, and the bundle version whose engines answered.
     asr_avg_logprob: float | None = None
@@ -172,4 +175,6 @@ class TurnTrace:
         }
         if self.withheld:
             payload["withheld"] = self.withheld
+        if self.overlaps:
+            payload["overlaps"] = self.overlaps
         return json.dumps(payload, ensure_ascii=False, separators=(",", ":"))

@@ -282,6 +282,16 @@ class Endpointer:
         self._floor_s = 0.0  # audio before the previous endpoint belongs to the previous utterance
         self._new_pause()
 
+    def dismiss(self) -> None:
+        """Forget the utterance in progress without an ENDPOINT: it was not a turn (a listener's
+        "mm-hmm" over a reply). The next voiced run starts a new one."""
+        if not self._in_speech:
+            return
+        self._in_speech = False
+        self._trailing = False
+        self._new_pause()
+        self._floor_s = self._time_s
+
     @property
     def verdicts(self) -> PauseVerdicts:
         """What the current (or last) pause was told."""

@@ -1,0 +1,204 @@
+"""Someone speaks over a reply: pause it at the first voiced frame, then decide what it was.
+
+- a backchannel ("mm-hmm", "yeah", "okay", a laugh, a cough): the reply goes on from the sample where
+  it paused, and the sound is not answered as a turn;
+- a stop word ("stop", "wait", "hold on"): the reply stops and the appliance listens, without
+  answering "stop" as a question;
+- an interruption (a new question, "no, I meant ..."), or anything voiced longer than
+  ``backchannel_max_ms``: the reply stops and what the person says is the next turn, as a barge-in
+  always was.
+
+The words come from one transcript of the overlap, made when it pauses (the ASR worker is free while
+a reply plays). ``classify`` is pure and decides from those words alone.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from appliance.audio.base import FRAME_S
+from appliance.pipeline.params import OverlapParams
+from appliance.pipeline.turn import Turn
+from appliance.trace.labels import OverlapKind
+from engines.asr.text import normalize_text
+from engines.vad.endpointer import EndpointEvent
+
+# What Whisper writes for a sound that is not a word ("(laughs)", "[coughing]").
+_SOUNDS = frozenset(
+    [
+        "laugh",
+        "laughs",
+        "laughing",
+        "laughter",
+        "chuckles",
+        "chuckle",
+        "cough",
+        "coughs",
+        "coughing",
+        "sigh",
+        "sighs",
+        "sighing",
+        "breath",
+        "breathing",
+        "inhales",
+        "exhales",
+        "clears",
+        "throat",
+        "sniff",
+        "sniffs",
+        "music",
+        "noise",
+        "inaudible",
+        "silence",
+        "blank",
+        "audio",
+    ]
+)
+# A voiced blip that never became speech (shorter than endpointer.min_speech_ms): resume after this
+# much silence.
+BLIP_SILENCE_S = 0.096
+
+
+def _covers(words: Sequence[str], phrases: set[tuple[str, ...]]) -> bool:
+    """Whether ``words`` are a sequence of ``phrases``, each whole."""
+    reachable = [True] + [False] * len(words)
+    for start in range(len(words)):
+        if reachable[start]:
+            for phrase in phrases:
+                end = start + len(phrase)
+                if tuple(words[start:end]) == phrase:
+                    reachable[end] = True
+    return reachable[len(words)]
+
+
+def classify(heard: str, params: OverlapParams) -> OverlapKind:
+    """What the words of an overlap were (its length is judged before them)."""
+    words = [w for w in normalize_text(heard).split() if w not in _SOUNDS]
+    backchannels = {tuple(normalize_text(p).split()) for p in params.backchannels}
+    if not words or _covers(words, backchannels):
+        return OverlapKind.BACKCHANNEL
+    stops = {tuple(normalize_text(p).split()) for p in params.stop_words}
+    if _covers(words, backchannels | stops):
+        return OverlapKind.STOP_WORD
+    return OverlapKind.INTERRUPTION
+
+
+@dataclass
+class Overlap:
+    """One stretch of someone's voice over a reply."""
+
+    reply: Turn
+    began: float  # monotonic: the first voiced frame arrived
+    last_voiced: float
+    paused: bool
+    silenced_ms: float  # from the first voiced frame's arrival to the reply's silence
+    reply_heard_s: float  # of the reply, when it paused
+    voiced_s: float = FRAME_S
+    speech: bool = False  # the endpointer heard speech start (more than a blip)
+    pause: EndpointEvent | None = None  # its PROBABLY_ENDED, while the pause lasts
+    judging: asyncio.Task[str] | None = None
+    heard: str = ""
+
+    def record(self, kind: OverlapKind, now: float) -> dict[str, Any]:
+        """For the reply's trace (``TurnTrace.overlaps``)."""
+        return {
+            "kind": kind.value,
+            "heard": self.heard,
+            "at_s": round(self.reply_heard_s, 3),
+            "voiced_ms": round(self.voiced_s * 1000.0),
+            "silenced_ms": round(self.silenced_ms, 1),
+            "decided_ms": round((now - self.began) * 1000.0, 1),
+        }
+
+
+Transcribe = Callable[[np.ndarray], Awaitable[str]]
+NOT_TRANSCRIBED = "(not transcribed)"  # the words could not be had: not taken for a backchannel
+
+
+class Overlaps:
+    """The overlap in progress (at most one), for one session."""
+
+    def __init__(self, params: OverlapParams) -> None:
+        self.params = params
+        self.current: Overlap | None = None
+
+    @property
+    def deciding(self) -> bool:
+        return self.params.overlap == "decide"
+
+    async def on_frame(
+        self, now: float, *, voiced: bool, in_speech: bool, reply: Turn | None
+    ) -> OverlapKind | None:
+        """Each frame: pause an audible reply at the first voiced frame over it; resume it after a
+        blip; the decision, once there is one."""
+        overlap = self.current
+        if overlap is None:
+            if voiced and reply is not None and reply.player.playing:
+                heard_s = reply.player.played_samples / reply.player.rate
+                paused = await reply.player.pause()
+                self.current = Overlap(reply, now, now, paused, (time.monotonic() - now) * 1000.0, heard_s)
+            return None
+        if reply is not overlap.reply:  # the reply was cut meanwhile (a key pressed, the session ending)
+            self.forget()
+            return None
+        if voiced:
+            overlap.last_voiced = now
+            overlap.voiced_s += FRAME_S
+        if not overlap.speech and not in_speech and now - overlap.last_voiced >= BLIP_SILENCE_S:
+            self.current = None
+            await overlap.reply.player.resume()  # a click, a breath: nothing to decide
+            return None
+        if overlap.speech and in_speech and overlap.voiced_s >= self.params.backchannel_max_s:
+            return OverlapKind.INTERRUPTION
+        if overlap.judging is not None and overlap.judging.done():
+            overlap.heard = NOT_TRANSCRIBED if overlap.judging.cancelled() else _result(overlap.judging)
+            return classify(overlap.heard, self.params)
+        return None
+
+    def paused_speaking(self, event: EndpointEvent, audio: np.ndarray, transcribe: Transcribe) -> None:
+        """The overlap paused (PROBABLY_ENDED): transcribe it so far."""
+        overlap = self.current
+        assert overlap is not None
+        overlap.pause = event
+        if overlap.judging is not None:
+            overlap.judging.cancel()
+        overlap.judging = asyncio.ensure_future(transcribe(audio))
+
+    def spoke_again(self) -> None:
+        """RESUMED: the words so far are not the whole overlap."""
+        overlap = self.current
+        if overlap is not None:
+            overlap.pause = None
+            if overlap.judging is not None:
+                overlap.judging.cancel()
+                overlap.judging = None
+
+    async def words_now(self, timeout_s: float) -> OverlapKind:
+        """The overlap ended (ENDPOINT) before its words were judged: wait for them, briefly."""
+        overlap = self.current
+        assert overlap is not None
+        if overlap.judging is None:
+            return OverlapKind.INTERRUPTION
+        with contextlib.suppress(asyncio.TimeoutError, asyncio.CancelledError):
+            overlap.heard = await asyncio.wait_for(asyncio.shield(overlap.judging), timeout_s)
+            return classify(overlap.heard, self.params)
+        return OverlapKind.INTERRUPTION
+
+    def forget(self) -> None:
+        overlap, self.current = self.current, None
+        if overlap is not None and overlap.judging is not None:
+            overlap.judging.cancel()
+
+
+def _result(task: asyncio.Task[str]) -> str:
+    try:
+        return task.result()
+    except Exception:  # a failed transcript: the words cannot say it was only a backchannel
+        return NOT_TRANSCRIBED

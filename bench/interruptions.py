@@ -1,0 +1,168 @@
+"""Speech over a reply: does a backchannel let it go on, does a stop word or a new question stop it?
+
+    .venv/bin/python -m bench interruptions [--modes decide,interrupt] [--after 0.5,1.5] [--call-path]
+
+A person (bench/overlap_set.py ``CueSource``) asks "Tell me about the history of the Brooklyn
+Bridge." in the Piper voice, then, ``--after`` seconds into the reply they hear, says a backchannel
+("yes", "right": real recordings; "mm-hmm", "uh-huh", "yeah", "okay", "sure", a laugh: Piper; a
+made-up cough), a stop word ("stop", "no": real; "wait", "hold on", "cancel": Piper) or an
+interruption (two new questions in Piper, a recorded sentence). The real session hears it in real
+time: Silero VAD, Smart Turn, Whisper, the shipped LLM, Piper. ``--call-path``: the person's audio
+also as a SIP call delivers it (8 kHz G.711), as a second set.
+
+Reported per mode and path: backchannels that let the reply go on (and were not answered),
+stop words that stopped it without being answered, interruptions that stopped it and were answered;
+the time from the overlap's first sample to the reply's silence and to the decision (p50/p95), and how
+long a resumed reply was paused. ``interrupt`` is the rule before: any speech over a reply stops it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from bench.overlap_set import QUESTION, CueSink, CueSource, OverlapClip, overlap_clips, spoken
+from bench.turn_set import call_path
+
+log = logging.getLogger("bench.interruptions")
+DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
+KINDS = ("backchannel", "stop_word", "interruption")
+
+
+def _pct(values: list[float], q: float) -> float | None:
+    return None if not values else round(float(np.percentile(values, q)), 1)
+
+
+async def run_case(
+    engines: Any, settings: Any, question: np.ndarray, clip: OverlapClip, audio: np.ndarray, after_s: float
+) -> dict[str, Any]:
+    from appliance.engine_set import session_config
+    from appliance.pipeline.session import Session
+
+    sink = CueSink(engines.tts.sample_rate_hz)
+    source = CueSource(question, audio, sink, after_s=after_s)
+    session = Session(engines=engines, source=source, sink=sink, config=session_config(settings))
+    await asyncio.wait_for(session.run(), 180)
+    traces = [t for t in session.traces if t.transcript]
+    reply = traces[0] if traces else None
+    overlaps = reply.overlaps if reply is not None else []
+    decision = overlaps[0] if overlaps else {}
+    said_at = source.overlap_at
+    silenced = [t for t in sink.flushed_at if said_at is not None and t >= said_at]
+    return {
+        "clip": clip.name,
+        "meant": clip.kind,
+        "source": clip.source,
+        "after_s": after_s,
+        "said": said_at is not None,
+        "decided": decision.get("kind", "none"),
+        "heard": decision.get("heard", ""),
+        "reply_went_on": reply is not None and not reply.cancelled,
+        "answered_as_turn": len(traces) > 1,
+        "silenced_ms": None
+        if not silenced or said_at is None
+        else round((silenced[0] - said_at) * 1000.0, 1),
+        "decided_ms": decision.get("decided_ms"),  # from the first voiced frame
+        "voiced_ms": decision.get("voiced_ms"),
+        "first_transcript": reply.transcript if reply is not None else "",
+    }
+
+
+def summarize(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    said = [r for r in rows if r["said"]]
+    by = {kind: [r for r in said if r["meant"] == kind] for kind in KINDS}
+    right = {
+        "backchannel": [r["reply_went_on"] and not r["answered_as_turn"] for r in by["backchannel"]],
+        "stop_word": [not r["reply_went_on"] and not r["answered_as_turn"] for r in by["stop_word"]],
+        "interruption": [not r["reply_went_on"] and r["answered_as_turn"] for r in by["interruption"]],
+    }
+    silenced = [r["silenced_ms"] for r in said if r["silenced_ms"] is not None]
+    decided = [r["decided_ms"] for r in said if r["decided_ms"] is not None]
+    paused = [
+        r["decided_ms"] for r in by["backchannel"] if r["reply_went_on"] and r["decided_ms"] is not None
+    ]
+    return {
+        "cases": len(rows),
+        "overlap_not_said": len(rows) - len(said),  # the reply ended before the cue
+        "right": {kind: f"{sum(flags)}/{len(flags)}" for kind, flags in right.items()},
+        "silenced_ms": {"p50": _pct(silenced, 50), "p95": _pct(silenced, 95)},
+        "decided_ms": {"p50": _pct(decided, 50), "p95": _pct(decided, 95)},
+        "backchannel_paused_ms": {"p50": _pct(paused, 50), "p95": _pct(paused, 95)},
+        "wrong": [
+            f"{r['clip']} ({r['meant']}) -> {r['decided']} {r['heard']!r}" for r in said if not _right(r)
+        ],
+    }
+
+
+def _right(row: dict[str, Any]) -> bool:
+    if row["meant"] == "backchannel":
+        return bool(row["reply_went_on"] and not row["answered_as_turn"])
+    if row["meant"] == "stop_word":
+        return bool(not row["reply_went_on"] and not row["answered_as_turn"])
+    return bool(not row["reply_went_on"] and row["answered_as_turn"])
+
+
+async def main_async(args: argparse.Namespace) -> dict[str, Any]:
+    from appliance.config import load_settings, override
+    from appliance.engine_set import build_engines, load_engines, open_bundle
+
+    base = override(load_settings(None), llm={"max_reply_tokens": args.reply_tokens})
+    engines = build_engines(base, open_bundle(base))
+    await load_engines(engines)
+    question = spoken(engines.tts, QUESTION)
+    clips = overlap_clips(engines.tts, args.data)
+    if args.only:
+        clips = [c for c in clips if c.name in args.only.split(",")]
+    paths = {"16 kHz": lambda a: a}
+    if args.call_path:
+        paths["8 kHz call"] = call_path
+    results: dict[str, Any] = {}
+    rows: list[dict[str, Any]] = []
+    for path_name, carry in paths.items():
+        for mode in args.modes.split(","):
+            settings = override(base, endpointer={"overlap": mode})
+            found = []
+            for after_s in (float(a) for a in args.after.split(",")):
+                for clip in clips:
+                    row = await run_case(engines, settings, carry(question), clip, carry(clip.audio), after_s)
+                    row.update(path=path_name, mode=mode)
+                    log.warning(
+                        "%s %s %s after %.1f s: %s %r",
+                        path_name,
+                        mode,
+                        clip.name,
+                        after_s,
+                        row["decided"],
+                        row["heard"],
+                    )
+                    found.append(row)
+            rows.extend(found)
+            results[f"{path_name} {mode}"] = summarize(found)
+    return {"summary": results, "cases": rows}
+
+
+def main() -> None:
+    from bench.machine import write_result
+
+    parser = argparse.ArgumentParser(prog="python -m bench interruptions", description=__doc__.split("\n")[0])
+    parser.add_argument("--modes", default="decide,interrupt", help="endpointer.overlap values, side by side")
+    parser.add_argument("--after", default="0.5,1.5", help="seconds into the reply the person speaks")
+    parser.add_argument("--call-path", action="store_true", help="also as a SIP call delivers the audio")
+    parser.add_argument("--reply-tokens", type=int, default=48)
+    parser.add_argument("--only", default="", help="these clips only (names, comma-separated)")
+    parser.add_argument("--data", type=Path, default=DATA)
+    args = parser.parse_args()
+    logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    results = asyncio.run(main_async(args))
+    for name, summary in results["summary"].items():
+        print(f"{name}: {summary}")
+    write_result("interruptions", vars(args) | {"data": str(args.data)}, results)
+
+
+if __name__ == "__main__":
+    main()
