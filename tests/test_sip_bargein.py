@@ -22,6 +22,8 @@ from appliance.rtp.packet import RtpPacket, parse_rtp
 from appliance.sip import CallAudio
 from appliance.sip.call import CallHandler
 from appliance.sip.message import SipResponse, parse_message
+from appliance.trace.labels import OverlapKind
+from bench.overlap_set import recorded_word, spoken
 from engines.audio import load_audio, resample
 from engines.vad.endpointer import EndpointerParams
 from tests.fixtures.net import send_datagram
@@ -174,3 +176,47 @@ def test_a_caller_speaking_over_the_reply_is_heard_by_the_real_engines_and_answe
     # is flushed: the reply stops well within a second, not at its end.
     assert reply_end - barge_at < 0.8
     assert later and any(w in later[0].transcript.lower() for w in ("child", "dog")), later
+
+
+def _real_call(
+    real_engines: SessionEngines, data_dir: Path, over: np.ndarray
+) -> tuple[Session, float, float]:
+    sessions: list[Session] = []
+
+    async def handler(call: CallAudio) -> None:
+        session = Session(
+            engines=real_engines, config=session_config(load_settings(None)), **call_session_kwargs(call)
+        )
+        sessions.append(session)
+        await session.run()
+
+    question = np.concatenate([np.zeros(2000, np.float32), _speech_8k(data_dir / QUESTION)])
+    _reply_start, barge_at, reply_end = asyncio.run(
+        _call_with_barge_in(handler, question, over, talk_over_after_s=0.3, call_s=14.0)
+    )
+    (session,) = sessions
+    return session, barge_at, reply_end
+
+
+def test_on_a_call_an_okay_over_the_reply_lets_it_go_on(real_engines: SessionEngines, data_dir: Path) -> None:
+    okay = _speech_8k_of(spoken(real_engines.tts, "Okay."))
+    session, _barge_at, _reply_end = _real_call(real_engines, data_dir, okay)
+    first, *later = [t for t in session.traces if t.transcript]
+    assert [o["kind"] for o in first.overlaps] == [OverlapKind.BACKCHANNEL], first.overlaps
+    assert not first.cancelled and first.played_reply == first.reply and not later
+
+
+def test_on_a_call_stop_over_the_reply_silences_it_unanswered(
+    real_engines: SessionEngines, data_dir: Path
+) -> None:
+    stop = _speech_8k_of(recorded_word(data_dir, "stop"))
+    session, barge_at, reply_end = _real_call(real_engines, data_dir, stop)
+    first, *later = [t for t in session.traces if t.transcript]
+    assert [o["kind"] for o in first.overlaps] == [OverlapKind.STOP_WORD], first.overlaps
+    assert first.cancelled and not later
+    assert reply_end - barge_at < 0.8  # the RTP went quiet at the caller's first voiced frames
+
+
+def _speech_8k_of(audio_16k: np.ndarray) -> np.ndarray:
+    audio = resample(audio_16k, 16000, 8000)
+    return (audio / float(np.abs(audio).max()) * 0.5).astype(np.float32)
