@@ -19,6 +19,7 @@ from appliance.pipeline.params import PartialsParams
 from appliance.pipeline.partials import PartialsConfig, prefill_words, stable_prefix
 from appliance.pipeline.session import Session, SessionConfig
 from appliance.trace import TurnTrace
+from appliance.trace.labels import OverlapKind
 from engines.audio import load_audio_16k
 from engines.llm import Message
 from tests.fixtures.pipeline import ReactiveSource, english_words, silence
@@ -113,8 +114,11 @@ def test_speech_over_the_reply_interrupts_it_and_is_itself_heard_in_partials(
     assert session.barge_ins == 1
     first, second = session.traces
     assert first.cancelled and "brooklyn" in first.transcript.lower()
-    # The reply stopped as the person began, not at their first pause (~0.9 s in) or their end.
-    assert first.turn_done - source.injected_at < 0.8  # type: ignore[operator]
+    # The reply fell silent as the person began (a pause) and was cut as an interruption after a
+    # second of their speech, not at their end.
+    assert first.reply_audio_s - (source.injected_at - first.playback_start) < 0.3  # type: ignore[operator]
+    assert [o["kind"] for o in first.overlaps] == [OverlapKind.INTERRUPTION]
+    assert first.turn_done - source.injected_at < 1.6  # type: ignore[operator]
     assert not second.cancelled and second.error is None
     assert "canoe" in second.transcript.lower(), second.transcript
     assert second.partials >= 2  # the interruption (3.3 s) was transcribed while it was spoken
