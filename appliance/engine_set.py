@@ -11,12 +11,13 @@ The daemon, every command and every benchmark build their engines here, so a key
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypeVar
 
 from appliance.agent import FactsPlace, system_prompt
 from appliance.config import ConfigProblem, Settings
 from appliance.pipeline.echo_gate import EchoGate
 from appliance.pipeline.engines import SessionEngines
+from appliance.pipeline.params import OverlapParams
 from appliance.pipeline.partials import PartialsConfig
 from appliance.pipeline.session import SessionConfig
 from appliance.pipeline.turn import TurnConfig
@@ -27,9 +28,11 @@ from engines.bundle import Bundle
 from engines.bundle_store import version_of
 from engines.errors import EngineError
 from engines.llm import LlmEngine
+from engines.params import Params
 from engines.tts import TtsEngine
 from engines.turn import TurnDetector
 from engines.vad import VadEngine
+from engines.vad.endpointer import EndpointerParams
 
 if TYPE_CHECKING:
     from appliance.tools import ToolBox
@@ -342,17 +345,25 @@ def echo_canceller(settings: Settings, *, microphone: bool) -> EchoCanceller | N
     return create_canceller(audio)
 
 
+P = TypeVar("P", bound=Params)
+
+
+def _only(section: Params, kind: type[P]) -> P:
+    """The ``kind`` settings of a section that holds more than one component's (``[endpointer]``)."""
+    return kind.model_validate(section.model_dump(include=set(kind.model_fields)))
+
+
 def session_config(settings: Settings, *, echo_cancelled: bool = False) -> SessionConfig:
     """The endpointer, echo gate, turn and history settings of a session (``echo_cancelled``: its
     microphone runs through the echo canceller)."""
     return SessionConfig(
-        endpointer=settings.endpointer,
+        endpointer=_only(settings.endpointer, EndpointerParams),
         echo=echo_gate(settings, echo_cancelled=echo_cancelled),
         turn=TurnConfig(replies=settings.agent, speech=settings.tts),
         partials=PartialsConfig(timing=settings.asr, llm=settings.llm),
         history=settings.agent,
         call=settings.sip,
-        overlap=settings.endpointer,
+        overlap=_only(settings.endpointer, OverlapParams),
     )
 
 

@@ -118,6 +118,7 @@ def test_the_pipeline_built_with_its_own_defaults_is_the_daemons() -> None:
     daemon = session_config(settings)
     own = SessionConfig()
     assert own.endpointer == daemon.endpointer
+    assert own.overlap == daemon.overlap
     assert own.echo == daemon.echo == EchoGate.of()
     assert (
         own.partials.interval_s == daemon.partials.interval_s
