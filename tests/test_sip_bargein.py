@@ -152,22 +152,10 @@ def test_a_caller_speaking_over_the_reply_is_heard_by_the_real_engines_and_answe
     """The same call on the shipped engines and settings with recorded speech: the caller's question is
     answered, their next sentence spoken over the reply stops it within the VAD's reaction, and that
     sentence is then answered in its turn."""
-    sessions: list[Session] = []
-
-    async def handler(call: CallAudio) -> None:
-        session = Session(
-            engines=real_engines, config=session_config(load_settings(None)), **call_session_kwargs(call)
-        )
-        sessions.append(session)
-        await session.run()
-
-    question = np.concatenate([np.zeros(2000, np.float32), _speech_8k(data_dir / QUESTION)])
-    interruption = _speech_8k(data_dir / INTERRUPTION)
-    reply_start, barge_at, reply_end = asyncio.run(
-        _call_with_barge_in(handler, question, interruption, talk_over_after_s=0.3, call_s=16.0)
+    session, reply_start, barge_at, reply_end = _real_call(
+        real_engines, data_dir, _speech_8k(data_dir / INTERRUPTION), call_s=16.0
     )
     assert barge_at - reply_start >= 0.25  # the caller heard the reply before talking over it
-    (session,) = sessions
     assert session.barge_ins == 1, [t.transcript for t in session.traces]
     first, *later = session.traces
     assert "brooklyn" in first.transcript.lower() and first.cancelled
@@ -179,8 +167,10 @@ def test_a_caller_speaking_over_the_reply_is_heard_by_the_real_engines_and_answe
 
 
 def _real_call(
-    real_engines: SessionEngines, data_dir: Path, over: np.ndarray
-) -> tuple[Session, float, float]:
+    real_engines: SessionEngines, data_dir: Path, over: np.ndarray, *, call_s: float = 14.0
+) -> tuple[Session, float, float, float]:
+    """A call on the shipped engines and settings: the recorded question, then ``over`` 0.3 s into
+    the reply; (the session, reply start, talking over it, the reply's last loud packet)."""
     sessions: list[Session] = []
 
     async def handler(call: CallAudio) -> None:
@@ -191,16 +181,16 @@ def _real_call(
         await session.run()
 
     question = np.concatenate([np.zeros(2000, np.float32), _speech_8k(data_dir / QUESTION)])
-    _reply_start, barge_at, reply_end = asyncio.run(
-        _call_with_barge_in(handler, question, over, talk_over_after_s=0.3, call_s=14.0)
+    reply_start, barge_at, reply_end = asyncio.run(
+        _call_with_barge_in(handler, question, over, talk_over_after_s=0.3, call_s=call_s)
     )
     (session,) = sessions
-    return session, barge_at, reply_end
+    return session, reply_start, barge_at, reply_end
 
 
 def test_on_a_call_an_okay_over_the_reply_lets_it_go_on(real_engines: SessionEngines, data_dir: Path) -> None:
     okay = _speech_8k_of(spoken(real_engines.tts, "Okay."))
-    session, _barge_at, _reply_end = _real_call(real_engines, data_dir, okay)
+    session, *_times = _real_call(real_engines, data_dir, okay)
     first, *later = [t for t in session.traces if t.transcript]
     assert [o["kind"] for o in first.overlaps] == [OverlapKind.BACKCHANNEL], first.overlaps
     assert not first.cancelled and first.played_reply == first.reply and not later
@@ -210,7 +200,7 @@ def test_on_a_call_stop_over_the_reply_silences_it_unanswered(
     real_engines: SessionEngines, data_dir: Path
 ) -> None:
     stop = _speech_8k_of(recorded_word(data_dir, "stop"))
-    session, barge_at, reply_end = _real_call(real_engines, data_dir, stop)
+    session, _reply_start, barge_at, reply_end = _real_call(real_engines, data_dir, stop)
     first, *later = [t for t in session.traces if t.transcript]
     assert [o["kind"] for o in first.overlaps] == [OverlapKind.STOP_WORD], first.overlaps
     assert first.cancelled and not later
