@@ -76,11 +76,7 @@ async def run_case(
 def summarize(rows: list[dict[str, Any]]) -> dict[str, Any]:
     said = [r for r in rows if r["said"]]
     by = {kind: [r for r in said if r["meant"] == kind] for kind in KINDS}
-    right = {
-        "backchannel": [r["reply_went_on"] and not r["answered_as_turn"] for r in by["backchannel"]],
-        "stop_word": [not r["reply_went_on"] and not r["answered_as_turn"] for r in by["stop_word"]],
-        "interruption": [not r["reply_went_on"] and r["answered_as_turn"] for r in by["interruption"]],
-    }
+    right = {kind: [_right(r) for r in rows_of_kind] for kind, rows_of_kind in by.items()}
     silenced = [r["silenced_ms"] for r in said if r["silenced_ms"] is not None]
     decided = [r["decided_ms"] for r in said if r["decided_ms"] is not None]
     paused = [

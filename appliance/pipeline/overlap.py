@@ -15,7 +15,6 @@ a reply plays). ``classify`` is pure and decides from those words alone.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
@@ -97,7 +96,6 @@ class Overlap:
     reply: Turn
     began: float  # monotonic: the first voiced frame arrived
     last_voiced: float
-    paused: bool
     silenced_ms: float  # from the first voiced frame's arrival to the reply's silence
     reply_heard_s: float  # of the reply, when it paused
     voiced_s: float = FRAME_S
@@ -142,8 +140,8 @@ class Overlaps:
         if overlap is None:
             if voiced and reply is not None and reply.player.playing:
                 heard_s = reply.player.played_samples / reply.player.rate
-                paused = await reply.player.pause()
-                self.current = Overlap(reply, now, now, paused, (time.monotonic() - now) * 1000.0, heard_s)
+                await reply.player.pause()
+                self.current = Overlap(reply, now, now, (time.monotonic() - now) * 1000.0, heard_s)
             return None
         if reply is not overlap.reply:  # the reply was cut meanwhile (a key pressed, the session ending)
             self.forget()
@@ -158,9 +156,12 @@ class Overlaps:
         if overlap.speech and in_speech and overlap.voiced_s >= self.params.backchannel_max_s:
             return OverlapKind.INTERRUPTION
         if overlap.judging is not None and overlap.judging.done():
-            overlap.heard = NOT_TRANSCRIBED if overlap.judging.cancelled() else _result(overlap.judging)
-            return classify(overlap.heard, self.params)
+            return self._from_words(overlap, overlap.judging)
         return None
+
+    def _from_words(self, overlap: Overlap, judging: asyncio.Task[str]) -> OverlapKind:
+        overlap.heard = NOT_TRANSCRIBED if judging.cancelled() else _result(judging)
+        return classify(overlap.heard, self.params)
 
     def paused_speaking(self, event: EndpointEvent, audio: np.ndarray, transcribe: Transcribe) -> None:
         """The overlap paused (PROBABLY_ENDED): transcribe it so far."""
@@ -184,12 +185,12 @@ class Overlaps:
         """The overlap ended (ENDPOINT) before its words were judged: wait for them, briefly."""
         overlap = self.current
         assert overlap is not None
-        if overlap.judging is None:
+        judging = overlap.judging
+        if judging is None:
             return OverlapKind.INTERRUPTION
-        with contextlib.suppress(asyncio.TimeoutError, asyncio.CancelledError):
-            overlap.heard = await asyncio.wait_for(asyncio.shield(overlap.judging), timeout_s)
-            return classify(overlap.heard, self.params)
-        return OverlapKind.INTERRUPTION
+        # asyncio.wait, not wait_for: the session's own cancellation must not be taken for the words'.
+        done, _pending = await asyncio.wait({judging}, timeout=timeout_s)
+        return self._from_words(overlap, judging) if done else OverlapKind.INTERRUPTION
 
     def forget(self) -> None:
         overlap, self.current = self.current, None

@@ -98,10 +98,8 @@ class Player:
                     if self._stopped:
                         return
                     if self.paused:  # paused while waiting: this frame waits for the resume
-                        await self._resumed.wait()
-                        if self._stopped:
+                        if not await self._go_on():
                             return
-                        await self._go_on()
                         continue
             break
         self._recent.append((self.written_samples, frame))

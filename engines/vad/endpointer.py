@@ -285,12 +285,14 @@ class Endpointer:
     def dismiss(self) -> None:
         """Forget the utterance in progress without an ENDPOINT: it was not a turn (a listener's
         "mm-hmm" over a reply). The next voiced run starts a new one."""
-        if not self._in_speech:
-            return
+        if self._in_speech:
+            self._forget_utterance()
+
+    def _forget_utterance(self) -> None:
         self._in_speech = False
         self._trailing = False
         self._new_pause()
-        self._floor_s = self._time_s
+        self._floor_s = self._time_s  # audio before this belongs to the utterance forgotten
 
     @property
     def verdicts(self) -> PauseVerdicts:
@@ -468,10 +470,7 @@ class Endpointer:
 
     def _end(self, *, by: EndedBy) -> EndpointEvent:
         event = self._event(EventKind.ENDPOINT, speech_end_s=self._last_voiced_end_s, by=by)
-        self._in_speech = False
-        self._trailing = False
-        self._new_pause()
-        self._floor_s = self._time_s
+        self._forget_utterance()
         return event
 
     def _event(
