@@ -23,6 +23,7 @@ from appliance.sip_params import SipParams
 from appliance.trace.params import TraceParams
 from engines.aec.params import AecParams
 from engines.asr.params import AsrParams
+from engines.denoise.params import DenoiseParams
 from engines.files import TOMLDecodeError, loads_toml
 from engines.llm.params import LlmParams, LlmServerParams
 from engines.params import Params
@@ -39,6 +40,10 @@ class BundleConfig(BundleParams):
 
 class AudioConfig(AudioParams, AecParams):
     """[audio]: appliance/audio/params.py and the echo canceller's engines/aec/params.py."""
+
+
+class DenoiseConfig(DenoiseParams):
+    """``[denoise]``: noise suppression, engines/denoise/params.py."""
 
 
 class VadConfig(EchoGateParams, VadParams):
@@ -104,6 +109,7 @@ class Settings(BaseSettings):
 
     bundle: BundleConfig = BundleConfig()
     audio: AudioConfig = AudioConfig()
+    denoise: DenoiseConfig = DenoiseConfig()
     vad: VadConfig = VadConfig()
     endpointer: EndpointerConfig = EndpointerConfig()
     asr: AsrConfig = AsrConfig()

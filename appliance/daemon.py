@@ -21,6 +21,7 @@ import numpy as np
 import numpy.typing as npt
 
 from appliance.audio.base import AudioSink, AudioSource
+from appliance.audio.denoise import suppress_noise
 from appliance.audio.echo import cancel_echo
 from appliance.audio.files import NullSink
 from appliance.config import Settings
@@ -106,8 +107,12 @@ async def run_session(
         if on_turn is not None:
             on_turn(trace)
 
+    engines = daemon.engines
+    source = suppress_noise(
+        source, engines.denoise, engines.denoise_worker, feed=daemon.settings.denoise.feed
+    )
     session = Session(
-        engines=daemon.engines,
+        engines=engines,
         source=source,
         sink=sink,
         config=config,

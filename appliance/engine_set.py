@@ -26,6 +26,7 @@ from engines.asr import AsrEngine
 from engines.asr.params import AsrParams
 from engines.bundle import Bundle
 from engines.bundle_store import version_of
+from engines.denoise import Denoiser
 from engines.errors import EngineError
 from engines.llm import LlmEngine
 from engines.params import Params
@@ -59,6 +60,7 @@ def startup_problems(settings: Settings) -> list[ConfigProblem]:
     what is there), and the persona's tokens against ``llm.context_tokens``; a bundle that cannot be
     opened is a problem of ``bundle.dir``."""
     from engines.asr.artifacts import whisper_models
+    from engines.denoise import missing_artifacts
     from engines.llm import available_models
     from engines.tts import bundled_voices
     from engines.turn import SMART_TURN_ARTIFACT
@@ -98,6 +100,17 @@ def startup_problems(settings: Settings) -> list[ConfigProblem]:
                 f"the bundle {bundle.root} has no Smart Turn model ({SMART_TURN_ARTIFACT}); rebuild it with "
                 f"python -m build_scripts bundle --out {bundle.root}, or set endpointer.mode = 'silence'",
                 "smart_turn",
+            )
+        )
+    missing = missing_artifacts(bundle, settings.denoise.engine)
+    if missing:
+        problems.append(
+            ConfigProblem(
+                "denoise.engine",
+                f"the bundle {bundle.root} lacks {', '.join(missing)}; rebuild it with python -m build_scripts "
+                f"bundle --out {bundle.root} (on this machine: the libraries are per platform), or set "
+                "denoise.engine = 'none'",
+                settings.denoise.engine,
             )
         )
     if settings.llm.model in models:
@@ -385,6 +398,19 @@ def check_llm_runs(bundle: Bundle) -> None:
     log.info("llama.cpp runs on this processor (%s in %.1f s)", result.detail, result.seconds)
 
 
+def noise_suppressor(settings: Settings, bundle: Bundle) -> Denoiser | None:
+    """The suppressor ``denoise.engine`` names, unloaded; None for none, and None with a warning where
+    its library does not load on this machine (the daemon runs on without it)."""
+    from engines.denoise import create_denoiser, missing_artifacts, unavailable_reason
+
+    engine = settings.denoise.engine
+    why = None if missing_artifacts(bundle, engine) else unavailable_reason(bundle, engine)
+    if why is not None:
+        log.warning("noise suppression is off: denoise.engine = %r, but %s", engine, why)
+        return None
+    return create_denoiser(bundle, settings.denoise)
+
+
 def turn_detector(settings: Settings, bundle: Bundle) -> TurnDetector | None:
     """Smart Turn when ``endpointer.mode`` asks for it; None in silence mode (no file needed)."""
     if settings.endpointer.mode != "smart_turn":
@@ -409,6 +435,7 @@ def build_engines(settings: Settings, bundle: Bundle, *, microphone: bool = Fals
         llm_threads=llm_worker_threads(settings),
         tools=tool_box(settings),
         aec=echo_canceller(settings, microphone=microphone),
+        denoise=noise_suppressor(settings, bundle),
         bundle_version=version_of(bundle.root) or "",
     )
 

@@ -29,6 +29,7 @@ BENCHMARKS = {
     "tools": "spoken questions about a test site: right tool and arguments, fact in the answer, latency",
     "answers": "spoken questions about a site: answered from its facts, declined, invented figures, latency",
     "interruptions": "speech over a reply: backchannels go on, stop words and new questions stop it (timing)",
+    "noise": "noise suppression: WER and end of turn in noise at 20-0 dB, false turns on noise and music, cost",
     "aec": "echo cancellation in simulated rooms: ERLE, false and real barge-ins, WER, CPU vs the raised threshold",
 }
 

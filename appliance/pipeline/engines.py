@@ -14,6 +14,7 @@ from appliance.pipeline.workers import EngineWorker
 from appliance.tools import ToolBox
 from engines.aec import EchoCanceller
 from engines.asr import AsrEngine
+from engines.denoise import Denoiser
 from engines.llm import LlmEngine
 from engines.tts import TtsEngine
 from engines.turn import TurnDetector
@@ -46,6 +47,8 @@ class SessionEngines(TurnEngines):
     tools: ToolBox | None = None  # agent.tools, run off the event loop by the turn
     aec: EchoCanceller | None = None  # audio.echo_cancellation; each session that uses it has a stream
     aec_worker: EngineWorker | None = None
+    denoise: Denoiser | None = None  # denoise.engine; each session has its streams
+    denoise_worker: EngineWorker | None = None
     bundle_version: str = ""  # the bundle version the engines were loaded from ("": unversioned)
 
     @classmethod
@@ -61,6 +64,7 @@ class SessionEngines(TurnEngines):
         llm_threads: int = 1,
         tools: ToolBox | None = None,
         aec: EchoCanceller | None = None,
+        denoise: Denoiser | None = None,
         bundle_version: str = "",
     ) -> SessionEngines:
         """``llm_threads``: sessions whose replies can reach the LLM at once (it batches them)."""
@@ -79,6 +83,8 @@ class SessionEngines(TurnEngines):
             tools=tools,
             aec=aec,
             aec_worker=None if aec is None else EngineWorker("aec"),
+            denoise=denoise,
+            denoise_worker=None if denoise is None else EngineWorker("denoise"),
             bundle_version=bundle_version,
         )
 
@@ -95,6 +101,8 @@ class SessionEngines(TurnEngines):
             pairs["asr_partial"] = (self.partial_asr, self.asr_worker)
         if self.aec is not None and self.aec_worker is not None:
             pairs["aec"] = (self.aec, self.aec_worker)
+        if self.denoise is not None and self.denoise_worker is not None:
+            pairs["denoise"] = (self.denoise, self.denoise_worker)
         return pairs
 
     async def load(self, *, one_at_a_time: bool = False) -> dict[str, float]:
