@@ -105,7 +105,7 @@ async def switch_bundle(
     while any(session.engines is old for session in daemon.sessions):
         await asyncio.sleep(RETIRE_POLL_S)
     moved_s = time.monotonic() - ready
-    await old.close(keep=[new_engines.aec, new_engines.denoise])
+    await old.close(keep=[new_engines.aec, new_engines.denoise, new_engines.wake])
     log.info(
         "bundle version %s serves: loaded in %.1f s beside %s, every session on it %.2f s later "
         "(peak %.0f MB)",
@@ -126,14 +126,16 @@ async def _load_beside(daemon: Daemon) -> tuple[SessionEngines, Bundle, dict[str
     await asyncio.to_thread(check_llm_runs, bundle)
     engines = await asyncio.to_thread(build_engines, settings, bundle)
     engines.aec, engines.aec_worker = old.aec, old.aec_worker  # the room's echo model is no bundle's
-    # A session's suppressor streams outlive the switch (a call goes on): they keep their worker.
+    # A session's suppressor and wake word streams outlive the switch (a call goes on): they keep
+    # their engines and workers.
     engines.denoise, engines.denoise_worker = old.denoise, old.denoise_worker
+    engines.wake, engines.wake_worker = old.wake, old.wake_worker
     try:
         # One at a time beside the serving set: +0.6 s of load, and the calls' longest RTP gap was
         # 145-217 ms instead of 224-313 ms (docs/model-updates.md).
         seconds = await load_engines(engines, one_at_a_time=True)
     except BaseException:
-        await engines.close(keep=[old.aec, old.denoise])
+        await engines.close(keep=[old.aec, old.denoise, old.wake])
         raise
     return engines, bundle, seconds
 

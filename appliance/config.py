@@ -30,6 +30,7 @@ from engines.params import Params
 from engines.tts.params import TtsParams
 from engines.vad.endpointer import EndpointerParams
 from engines.vad.params import VadParams
+from engines.wake.params import WakeParams
 
 ENV_PREFIX = "APPLIANCE_"
 
@@ -44,6 +45,10 @@ class AudioConfig(AudioParams, AecParams):
 
 class DenoiseConfig(DenoiseParams):
     """``[denoise]``: noise suppression, engines/denoise/params.py."""
+
+
+class WakeConfig(WakeParams):
+    """``[wake]``: how a turn may begin, engines/wake/params.py."""
 
 
 class VadConfig(EchoGateParams, VadParams):
@@ -110,6 +115,7 @@ class Settings(BaseSettings):
     bundle: BundleConfig = BundleConfig()
     audio: AudioConfig = AudioConfig()
     denoise: DenoiseConfig = DenoiseConfig()
+    wake: WakeConfig = WakeConfig()
     vad: VadConfig = VadConfig()
     endpointer: EndpointerConfig = EndpointerConfig()
     asr: AsrConfig = AsrConfig()

@@ -34,6 +34,7 @@ from engines.tts import TtsEngine
 from engines.turn import TurnDetector
 from engines.vad import VadEngine
 from engines.vad.endpointer import EndpointerParams
+from engines.wake import WakeWordEngine
 
 if TYPE_CHECKING:
     from appliance.tools import ToolBox
@@ -64,6 +65,7 @@ def startup_problems(settings: Settings) -> list[ConfigProblem]:
     from engines.llm import available_models
     from engines.tts import bundled_voices
     from engines.turn import SMART_TURN_ARTIFACT
+    from engines.wake import missing_artifacts as missing_wake
 
     try:
         bundle = Bundle.open(settings.bundle.dir, verify=False)
@@ -113,6 +115,18 @@ def startup_problems(settings: Settings) -> list[ConfigProblem]:
                 settings.denoise.engine,
             )
         )
+    if settings.wake.activation == "wake_word":
+        lacking = missing_wake(bundle, settings.wake.model)
+        if lacking:
+            problems.append(
+                ConfigProblem(
+                    "wake.model",
+                    f"the bundle {bundle.root} lacks {', '.join(lacking)}; rebuild it with python -m "
+                    f"build_scripts bundle --out {bundle.root} (its wheel needs glibc 2.35), or set "
+                    "wake.activation = 'always'",
+                    settings.wake.model,
+                )
+            )
     if settings.llm.model in models:
         problems += _persona_problems(settings, bundle)
     return problems + tool_problems(settings) + llm_server_problems(settings)
@@ -377,6 +391,7 @@ def session_config(settings: Settings, *, echo_cancelled: bool = False) -> Sessi
         history=settings.agent,
         call=settings.sip,
         overlap=_only(settings.endpointer, OverlapParams),
+        wake=settings.wake,
     )
 
 
@@ -411,6 +426,22 @@ def noise_suppressor(settings: Settings, bundle: Bundle) -> Denoiser | None:
     return create_denoiser(bundle, settings.denoise)
 
 
+def wake_word(settings: Settings, bundle: Bundle) -> WakeWordEngine | None:
+    """The wake word when ``wake.activation`` asks for one, unloaded; None otherwise, and None with a
+    warning where its library does not load on this machine (then any speech begins a turn)."""
+    if settings.wake.activation != "wake_word":
+        return None
+    from engines.wake import create_wake_word, missing_artifacts, unavailable_reason
+
+    why = None if missing_artifacts(bundle, settings.wake.model) else unavailable_reason(bundle)
+    if why is not None:
+        log.warning(
+            "the wake word is off: wake.activation = 'wake_word', but %s; any speech begins a turn", why
+        )
+        return None
+    return create_wake_word(bundle, settings.wake)
+
+
 def turn_detector(settings: Settings, bundle: Bundle) -> TurnDetector | None:
     """Smart Turn when ``endpointer.mode`` asks for it; None in silence mode (no file needed)."""
     if settings.endpointer.mode != "smart_turn":
@@ -436,6 +467,7 @@ def build_engines(settings: Settings, bundle: Bundle, *, microphone: bool = Fals
         tools=tool_box(settings),
         aec=echo_canceller(settings, microphone=microphone),
         denoise=noise_suppressor(settings, bundle),
+        wake=wake_word(settings, bundle),
         bundle_version=version_of(bundle.root) or "",
     )
 

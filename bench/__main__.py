@@ -30,6 +30,7 @@ BENCHMARKS = {
     "answers": "spoken questions about a site: answered from its facts, declined, invented figures, latency",
     "interruptions": "speech over a reply: backchannels go on, stop words and new questions stop it (timing)",
     "noise": "noise suppression: WER and end of turn in noise at 20-0 dB, false turns on noise and music, cost",
+    "wake": "wake words: found in noise at three speeds (delay), false wakes per hour, cost",
     "aec": "echo cancellation in simulated rooms: ERLE, false and real barge-ins, WER, CPU vs the raised threshold",
 }
 

@@ -41,6 +41,8 @@ BENCHMARKS: dict[str, tuple[tuple[str, ...], bool]] = {
     "fleet": (("fleet",), True),
     "llm-server": (("llm_server",), True),
     "aec": (("aec",), False),
+    "noise": (("noise",), False),
+    "wake": (("wake",), True),
     "interruptions": (("interruptions", "--after", "1.0", "--call-path"), False),
     "e2e-partials": (
         (

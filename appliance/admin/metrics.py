@@ -21,7 +21,7 @@ from appliance.grounding import WithheldWhy
 from appliance.quality import signals as quality_signals
 from appliance.service.loop_watch import STALL_S, current_figures
 from appliance.trace import STAGES, TurnTrace
-from appliance.trace.labels import EndedBy, Judge, OverlapKind, WordsNotExpected
+from appliance.trace.labels import EndedBy, Judge, OpenedBy, OverlapKind, WordsNotExpected
 
 # 25 ms .. 30 s: a GPU turn is ~0.15 s, a CPU turn several seconds.
 LATENCY_BUCKETS_S = (
@@ -49,6 +49,7 @@ _ENDINGS = frozenset(by.value for by in EndedBy)
 _WORDS_REASONS = frozenset(why.value for why in WordsNotExpected)
 _WITHHELD_REASONS = frozenset(why.value for why in WithheldWhy)
 _OVERLAP_KINDS = frozenset(kind.value for kind in OverlapKind)
+_OPENED_BY = frozenset(by.value for by in OpenedBy)
 
 
 class _LiveGauges(Collector):
@@ -280,6 +281,15 @@ class TraceMetrics:
         )
         for kind in OverlapKind:
             self.overlaps.labels(kind=kind.value)
+        self.opened = Counter(
+            "appliance_turns_opened",
+            "turns by what let the speech begin them: always, wake_word, follow_up (after a reply), "
+            "answering (over a turn still running)",
+            ["by"],
+            registry=self.registry,
+        )
+        for opened in OpenedBy:
+            self.opened.labels(by=opened.value)
         for by in EndedBy:
             self.endings.labels(by=by.value)
         for judge in Judge:
@@ -315,6 +325,8 @@ class TraceMetrics:
         for overlap in trace.overlaps:
             if overlap.get("kind") in _OVERLAP_KINDS:
                 self.overlaps.labels(kind=overlap["kind"]).inc()
+        if trace.opened_by in _OPENED_BY:
+            self.opened.labels(by=trace.opened_by).inc()
         for judge, probability in (
             (Judge.SOUND, trace.turn_complete_p),
             (Judge.WORDS, trace.words_complete_p),

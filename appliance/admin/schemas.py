@@ -7,7 +7,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from appliance.grounding import WithheldWhy
-from appliance.trace.labels import EndedBy, OverlapKind, TurnOutcome, WordsNotExpected
+from appliance.trace.labels import EndedBy, OpenedBy, OverlapKind, TurnOutcome, WordsNotExpected
 
 Role = Literal["viewer", "admin"]
 
@@ -223,6 +223,11 @@ class TurnView(Body):
     declined: bool = Field(False, description="the reply said agent.not_known_reply")
     overlaps: list[OverlapHeard] = Field(
         default_factory=list, description="speech over the reply, and what it was taken for"
+    )
+    opened_by: OpenedBy | None = Field(
+        None,
+        description="what let the speech begin the turn: always, wake_word, follow_up (after a reply), "
+        "answering (over a turn still running); null in older records",
     )
     partials: int = Field(0, description="partial transcripts made while the person spoke")
     prefill_reused: int = Field(0, description="prompt tokens the LLM had evaluated before the end of speech")

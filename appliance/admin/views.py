@@ -16,7 +16,7 @@ from appliance.admin.schemas import (
 )
 from appliance.quality import by_version
 from appliance.trace import STAGES, TurnTrace, summarize
-from appliance.trace.labels import EndedBy, TurnOutcome, WordsNotExpected
+from appliance.trace.labels import EndedBy, OpenedBy, TurnOutcome, WordsNotExpected
 
 # The stage whose duration is compared with ``trace.budget_ms``.
 BUDGET_STAGE = "turn_latency"
@@ -54,6 +54,7 @@ def turn_view(trace: TurnTrace, budget_ms: float) -> TurnView:
         withheld=[WithheldClause.model_validate(clause) for clause in trace.withheld],
         declined=trace.declined,
         overlaps=[OverlapHeard.model_validate(overlap) for overlap in trace.overlaps],
+        opened_by=_known(OpenedBy, trace.opened_by),
         partials=trace.partials,
         prefill_reused=trace.prefill_reused,
         llm_evaluated_tokens=trace.llm_evaluated_tokens,

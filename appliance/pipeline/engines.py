@@ -19,6 +19,7 @@ from engines.llm import LlmEngine
 from engines.tts import TtsEngine
 from engines.turn import TurnDetector
 from engines.vad import VadEngine
+from engines.wake import WakeWordEngine
 
 log = logging.getLogger(__name__)
 
@@ -49,6 +50,8 @@ class SessionEngines(TurnEngines):
     aec_worker: EngineWorker | None = None
     denoise: Denoiser | None = None  # denoise.engine; each session has its streams
     denoise_worker: EngineWorker | None = None
+    wake: WakeWordEngine | None = None  # wake.activation = wake_word; each session has its stream
+    wake_worker: EngineWorker | None = None
     bundle_version: str = ""  # the bundle version the engines were loaded from ("": unversioned)
 
     @classmethod
@@ -65,6 +68,7 @@ class SessionEngines(TurnEngines):
         tools: ToolBox | None = None,
         aec: EchoCanceller | None = None,
         denoise: Denoiser | None = None,
+        wake: WakeWordEngine | None = None,
         bundle_version: str = "",
     ) -> SessionEngines:
         """``llm_threads``: sessions whose replies can reach the LLM at once (it batches them)."""
@@ -85,6 +89,8 @@ class SessionEngines(TurnEngines):
             aec_worker=None if aec is None else EngineWorker("aec"),
             denoise=denoise,
             denoise_worker=None if denoise is None else EngineWorker("denoise"),
+            wake=wake,
+            wake_worker=None if wake is None else EngineWorker("wake"),
             bundle_version=bundle_version,
         )
 
@@ -103,6 +109,8 @@ class SessionEngines(TurnEngines):
             pairs["aec"] = (self.aec, self.aec_worker)
         if self.denoise is not None and self.denoise_worker is not None:
             pairs["denoise"] = (self.denoise, self.denoise_worker)
+        if self.wake is not None and self.wake_worker is not None:
+            pairs["wake"] = (self.wake, self.wake_worker)
         return pairs
 
     async def load(self, *, one_at_a_time: bool = False) -> dict[str, float]:

@@ -209,7 +209,12 @@ class Session:
         log.info("session %s: now on the engines of bundle version %s (was %s)", self.session_id, *versions)
 
     async def _on_frame(self, heard: np.ndarray | HeardFrame) -> None:
-        await self.hearing.feed(heard, playing=self.speaking, echo_converged=self.source.echo_converged)
+        await self.hearing.feed(
+            heard,
+            playing=self.speaking,
+            echo_converged=self.source.echo_converged,
+            answering=self.turns.active is not None,
+        )
         if self.overlaps.deciding:
             await self._overlap_step(self.hearing.heard_at, voiced=self.hearing.voiced)
         if self.endpointer.in_speech and self.turns.active is None:
@@ -308,6 +313,7 @@ class Session:
         trace = self.turns.new_trace(speculative=not confirmed)
         trace.words_not_expected = "" if words_missing is None else words_missing.value
         trace.speech_start = self._speech_start_mono
+        trace.opened_by = self.hearing.opened_by.value
         trace.speech_end = self.hearing.monotonic_at(end_s, now)
         turn = self.turns.new_turn(
             trace,

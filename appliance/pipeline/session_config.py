@@ -10,6 +10,7 @@ from appliance.pipeline.params import CallParams, HistoryParams, OverlapParams
 from appliance.pipeline.partials import PartialsConfig
 from appliance.pipeline.turn import TurnConfig
 from engines.vad.endpointer import EndpointerParams
+from engines.wake.params import WakeParams
 
 
 @dataclass(frozen=True)
@@ -21,5 +22,6 @@ class SessionConfig:
     history: HistoryParams = field(default_factory=HistoryParams)
     call: CallParams = field(default_factory=CallParams)
     overlap: OverlapParams = field(default_factory=OverlapParams)
+    wake: WakeParams = field(default_factory=WakeParams)
     keep_traces: int = 100  # recent turns kept in memory on the session (all go to the store)
     drain_timeout_s: float = 300.0  # how long a turn may still run after the source ended

@@ -24,10 +24,11 @@ from typing import Any, TypeVar
 import numpy as np
 
 from appliance.audio.base import FRAME_S, FRAME_SAMPLES, HeardFrame, split_frame
+from appliance.pipeline.activation import Activation
 from appliance.pipeline.engines import SessionEngines
 from appliance.pipeline.session_config import SessionConfig
 from appliance.pipeline.ticks import frames_or_ticks
-from appliance.trace.labels import WordsNotExpected
+from appliance.trace.labels import OpenedBy, WordsNotExpected
 from appliance.trace.record import TurnTrace
 from engines.vad.endpointer import Endpointer, EndpointEvent, EventKind
 
@@ -83,10 +84,22 @@ class SpeechLoop:
         self._words_due: asyncio.Event | None = None
         self.voiced = False  # the last frame was voiced (at the endpointer's threshold)
         self.heard_at = 0.0  # monotonic: the last frame arrived
+        self.activation = Activation(config.wake) if config.wake.activation == "wake_word" else None
+        self._wake_stream: Any = None
+        self._answering = False
+        self.opened_by = OpenedBy.ALWAYS  # of the utterance in progress
 
     async def listen_with(self, engines: SessionEngines) -> None:
         """Judge with ``engines`` from now on; their VAD stream starts afresh, in silence."""
         self._vad_stream = await engines.vad_worker.call(engines.vad.stream)
+        if self.activation is not None and engines.wake is not None and engines.wake_worker is not None:
+            self._wake_stream = await engines.wake_worker.call(engines.wake.stream)
+        elif self.activation is not None:
+            log.warning(
+                "%s: wake.activation is wake_word but no wake word is loaded: any speech begins a turn",
+                self._label,
+            )
+            self.activation = None
         self._engines = engines
 
     def frames(self, frames: AsyncIterator[T]) -> AsyncIterator[T | None]:
@@ -99,7 +112,10 @@ class SpeechLoop:
         """A verdict on a pause is still being made."""
         return bool(self._check_tasks)
 
-    async def feed(self, heard: np.ndarray | HeardFrame, *, playing: bool, echo_converged: bool) -> None:
+    async def feed(
+        self, heard: np.ndarray | HeardFrame, *, playing: bool, echo_converged: bool, answering: bool = False
+    ) -> None:
+        """``answering``: a turn is running (or its reply playing): speech over it needs no wake word."""
         engines = self._engines
         assert engines is not None, "listen_with() first"
         frame, transcribed = split_frame(heard)
@@ -113,8 +129,20 @@ class SpeechLoop:
         probability = self.echo.probability_for(probability, playing)
         if playing and not echo_converged:
             probability = 0.0  # the echo canceller is still learning the room (a session's first seconds)
+        if self.activation is not None and not await self._addressed(engines, transcribed, now, answering):
+            probability = 0.0  # nobody said the wake word: as if nobody spoke
         self.voiced, self.heard_at = probability >= self.endpointer.threshold, now
         await self._handle(self.endpointer.feed(probability, FRAME_S), now)
+
+    async def _addressed(
+        self, engines: SessionEngines, frame: np.ndarray, now: float, answering: bool
+    ) -> bool:
+        assert self.activation is not None and engines.wake_worker is not None
+        heard_wake = bool(await engines.wake_worker.call(self._wake_stream.process, frame))
+        if heard_wake:
+            log.info("%s: wake word heard", self._label)
+        self._answering = answering
+        return self.activation.step(now, heard_wake=heard_wake, busy=answering or self.endpointer.in_speech)
 
     async def finish(self) -> None:
         """The audio ended: the utterance in progress, if any, ends with it."""
@@ -129,6 +157,11 @@ class SpeechLoop:
                 continue
             if event.kind is EventKind.SPEECH_START:
                 self.checks = UtteranceChecks()
+                self.opened_by = (
+                    OpenedBy.ALWAYS
+                    if self.activation is None
+                    else self.activation.opened_by(at, answering=self._answering)
+                )
             await self._on_event(event, at)
 
     async def _check_turn(self, event: EndpointEvent) -> None:

@@ -53,3 +53,12 @@ class OverlapKind(Label):
     BACKCHANNEL = "backchannel"  # the reply went on
     STOP_WORD = "stop_word"  # the reply stopped; nothing was answered
     INTERRUPTION = "interruption"  # the reply stopped; what the person said was the next turn
+
+
+class OpenedBy(Label):
+    """What let speech begin a turn (``[wake]``, appliance/pipeline/activation.py)."""
+
+    ALWAYS = "always"  # wake.activation = always
+    WAKE_WORD = "wake_word"  # the wake word, within wake.listen_ms before the speech
+    FOLLOW_UP = "follow_up"  # within wake.follow_up_ms of the last turn
+    ANSWERING = "answering"  # over a turn still running or a reply playing (a barge-in)

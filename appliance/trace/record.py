@@ -103,6 +103,9 @@ class TurnTrace:
     # speech over the reply ({"kind": OverlapKind, "heard", "at_s", "voiced_ms", "silenced_ms",
     # "decided_ms"}): a backchannel paused the reply for decided_ms, a stop word or interruption ended it.
     overlaps: list[dict[str, Any]] = field(default_factory=list)
+    # What let the speech begin a turn (appliance.pipeline.activation.OpenedBy): always, the wake
+    # word, the follow-up window after a reply, or speech over a turn still answering.
+    opened_by: str = ""
     # Output quality (appliance.quality): Whisper's confidence in the transcript, the person saying
     # again what they said the turn before, and the bundle version whose engines answered.
     asr_avg_logprob: float | None = None
@@ -177,4 +180,6 @@ class TurnTrace:
             payload["withheld"] = self.withheld
         if self.overlaps:
             payload["overlaps"] = self.overlaps
+        if self.opened_by not in ("", "always"):
+            payload["opened_by"] = self.opened_by
         return json.dumps(payload, ensure_ascii=False, separators=(",", ":"))

@@ -168,7 +168,8 @@ function replyShown(t) {
     `not said: ${w.figures.length ? w.figures.join(", ") : "a clause"} (${WITHHELD[w.why] || w.why})`);
   const facts = (t.facts_given || []).length ? [`facts: ${t.facts_given.slice(0, 3).join(", ")}`] : [];
   const declined = t.declined && !notSaid.length ? ["declined"] : [];
-  return [said, ...over, ...notSaid, ...declined, ...facts].join(" · ");
+  const woke = t.opened_by === "wake_word" ? ["after the wake word"] : t.opened_by === "follow_up" ? ["a follow-up"] : [];
+  return [said, ...over, ...notSaid, ...declined, ...facts, ...woke].join(" · ");
 }
 
 function showLatency(report, turns) {
