@@ -104,32 +104,40 @@ def startup_problems(settings: Settings) -> list[ConfigProblem]:
                 "smart_turn",
             )
         )
-    missing = missing_artifacts(bundle, settings.denoise.engine)
-    if missing:
-        problems.append(
-            ConfigProblem(
-                "denoise.engine",
-                f"the bundle {bundle.root} lacks {', '.join(missing)}; rebuild it with python -m build_scripts "
-                f"bundle --out {bundle.root} (on this machine: the libraries are per platform), or set "
-                "denoise.engine = 'none'",
-                settings.denoise.engine,
-            )
-        )
+    problems += _lacking(
+        "denoise.engine",
+        settings.denoise.engine,
+        bundle,
+        missing_artifacts(bundle, settings.denoise.engine),
+        why="on this machine: the libraries are per platform",
+        otherwise="denoise.engine = 'none'",
+    )
     if settings.wake.activation == "wake_word":
-        lacking = missing_wake(bundle, settings.wake.model)
-        if lacking:
-            problems.append(
-                ConfigProblem(
-                    "wake.model",
-                    f"the bundle {bundle.root} lacks {', '.join(lacking)}; rebuild it with python -m "
-                    f"build_scripts bundle --out {bundle.root} (its wheel needs glibc 2.35), or set "
-                    "wake.activation = 'always'",
-                    settings.wake.model,
-                )
-            )
+        problems += _lacking(
+            "wake.model",
+            settings.wake.model,
+            bundle,
+            missing_wake(bundle, settings.wake.model),
+            why="its wheel needs glibc 2.35",
+            otherwise="wake.activation = 'always'",
+        )
     if settings.llm.model in models:
         problems += _persona_problems(settings, bundle)
     return problems + tool_problems(settings) + llm_server_problems(settings)
+
+
+def _lacking(
+    key: str, value: str, bundle: Bundle, lacking: list[str], *, why: str, otherwise: str
+) -> list[ConfigProblem]:
+    """The setting ``key`` needs files the bundle lacks: rebuild it (``why`` it may lack them), or
+    set ``otherwise``."""
+    if not lacking:
+        return []
+    message = (
+        f"the bundle {bundle.root} lacks {', '.join(lacking)}; rebuild it with python -m build_scripts "
+        f"bundle --out {bundle.root} ({why}), or set {otherwise}"
+    )
+    return [ConfigProblem(key, message, value)]
 
 
 def llm_server_problems(settings: Settings) -> list[ConfigProblem]:

@@ -4,6 +4,7 @@ babble of three other speakers (``vad/speech_untranscribed``) at several SNRs, 0
 the speech and 1.5 s after (an open microphone), on the 16 kHz path and the 8 kHz call path.
 
     .venv/bin/python -m bench noise [--snrs 20,10,5,0] [--paths 16k,8k] [--engines none,rnnoise,deepfilternet]
+        [--plot FILE] [--plot-only RESULT.json]
 
 Side by side in one run, for each suppressor (``denoise.engine``; none is the audio as heard):
 - Whisper's word error rate when it hears the suppressor's output (``denoise.feed = asr``), per noise
@@ -22,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import csv
+import json
 import logging
 import os
 import time
@@ -51,7 +53,7 @@ BEFORE_S, AFTER_S = 0.3, 1.5
 ENGINES = ("none", "rnnoise", "deepfilternet")
 
 
-def _load(path: Path) -> np.ndarray:
+def load_16k(path: Path) -> np.ndarray:
     audio, rate = load_audio(path)
     return resample(audio, rate, RATE)
 
@@ -66,12 +68,12 @@ def speech_set() -> list[tuple[str, np.ndarray, str]]:
             and r["transcript"] not in ("-", "")
             and not r["transcript"].startswith("[")
         ]
-    return [(Path(r["file"]).stem, _load(DATA / r["file"]), r["transcript"]) for r in rows]
+    return [(Path(r["file"]).stem, load_16k(DATA / r["file"]), r["transcript"]) for r in rows]
 
 
 def babble() -> np.ndarray:
     """Three other people talking at once, each at the same level."""
-    voices = [_load(p) for p in sorted((DATA / "vad" / "speech_untranscribed").glob("*.wav"))]
+    voices = [load_16k(p) for p in sorted((DATA / "vad" / "speech_untranscribed").glob("*.wav"))]
     length = max(len(v) for v in voices)
     mixed = np.zeros(length, dtype=np.float32)
     for voice in voices:
@@ -80,7 +82,7 @@ def babble() -> np.ndarray:
 
 
 def noise_set() -> dict[str, np.ndarray]:
-    noises = {p.stem: _load(p) for p in sorted((DATA / "vad" / "noise").glob("*.wav"))}
+    noises = {p.stem: load_16k(p) for p in sorted((DATA / "vad" / "noise").glob("*.wav"))}
     noises["babble"] = babble()
     return noises
 
@@ -189,7 +191,8 @@ def _wer(pairs: list[tuple[str, str]]) -> float:
     )
 
 
-def _pct(values: list[float]) -> dict[str, float]:
+def percentiles_ms(values: list[float]) -> dict[str, float]:
+    """p50 / p95 in whole milliseconds of ``values`` in seconds."""
     if not values:
         return {"p50": float("nan"), "p95": float("nan"), "n": 0}
     array = np.asarray(values) * 1000
@@ -245,7 +248,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                             waits.append(float(at) - speech_end)
                 row_wer[engine] = _wer(pairs)
                 row_turn[engine] = {
-                    "wait_ms": _pct(waits),
+                    "wait_ms": percentiles_ms(waits),
                     "ended_long_pct": round(ended_long / max(ended_all, 1) * 100, 1),
                     "turns_per_clip": round(ended_all / len(clips), 2),
                 }
@@ -261,7 +264,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                 flush=True,
             )
     no_speech = [
-        (f"{sub}/{p.stem}", _load(p))
+        (f"{sub}/{p.stem}", load_16k(p))
         for sub in ("noise", "music", "nonspeech")
         for p in sorted((DATA / "vad" / sub).glob("*.wav"))
     ]
@@ -283,14 +286,57 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     return results
 
 
+def plot(results: dict[str, Any], out: Path) -> Path:
+    """Word error rate against SNR, per suppressor: the mean over the noises, and babble alone."""
+    import matplotlib
+
+    matplotlib.use("Agg")  # files only, no display
+    import matplotlib.pyplot as plt
+
+    paths = list(results["wer"])
+    fig, axes = plt.subplots(1, len(paths), figsize=(6 * len(paths), 4), squeeze=False)
+    for ax, path in zip(axes[0], paths, strict=True):
+        rows = results["wer"][path]
+        snrs = sorted({float(label.split()[-2]) for label in rows if label != "clean"})
+        engines = list(rows["clean"])
+        for index, engine in enumerate(engines):
+            color = f"C{index}"
+            mean = [
+                np.mean([v[engine] for k, v in rows.items() if k.endswith(f" {snr:g} dB")]) for snr in snrs
+            ]
+            ax.plot(snrs, mean, "o-", color=color, label=f"{engine}: mean of the noises")
+            babble_wer = [rows.get(f"babble {snr:g} dB", {}).get(engine, np.nan) for snr in snrs]
+            ax.plot(snrs, babble_wer, "s--", color=color, alpha=0.6, label=f"{engine}: babble")
+            ax.axhline(rows["clean"][engine], color=color, linestyle=":", linewidth=1)
+        ax.set_title(f"Whisper tiny.en hearing the suppressor's output, {path} path (dotted: clean)")
+        ax.set_xlabel("SNR (dB)")
+        ax.set_ylabel("word error rate (%)")
+        ax.legend(fontsize=7)
+        ax.grid(alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(out, dpi=110)
+    print(f"plot written to {out}")
+    return out
+
+
 def main() -> None:
     logging.basicConfig(level=logging.WARNING)
     parser = argparse.ArgumentParser(prog="python -m bench noise", description=__doc__.split("\n\n")[0])
     parser.add_argument("--snrs", default="20,10,5,0")
     parser.add_argument("--paths", default="16k,8k", help="16k (microphone) and/or 8k (call path)")
     parser.add_argument("--engines", default=",".join(ENGINES))
+    parser.add_argument("--plot", type=Path, help="also plot WER against SNR to this PNG")
+    parser.add_argument("--plot-only", type=Path, help="plot an earlier result file instead of running")
     args = parser.parse_args()
-    write_result("noise", vars(args), run(args))
+    if args.plot_only is not None:
+        plot(
+            json.loads(args.plot_only.read_text())["results"], args.plot or args.plot_only.with_suffix(".png")
+        )
+        return
+    results = run(args)
+    write_result("noise", {k: str(v) if isinstance(v, Path) else v for k, v in vars(args).items()}, results)
+    if args.plot is not None:
+        plot(results, args.plot)
 
 
 if __name__ == "__main__":

@@ -28,7 +28,7 @@ from appliance.config import load_settings, override
 from appliance.engine_set import open_bundle, tts_engine
 from bench.answers import QUESTIONS
 from bench.machine import write_result
-from bench.noise import DATA, RATE, _load, mixed, noise_set, speech_set
+from bench.noise import DATA, RATE, load_16k, mixed, noise_set, percentiles_ms, speech_set
 from engines.audio import resample
 from engines.wake import WAKE_MODELS, WakeParams, create_wake_word
 
@@ -69,20 +69,9 @@ def _events(engine: Any, audio: np.ndarray) -> tuple[list[float], float]:
     return heard, time.perf_counter() - started
 
 
-def _pct(values: list[float]) -> dict[str, float]:
-    if not values:
-        return {"p50": float("nan"), "p95": float("nan"), "n": 0}
-    array = np.asarray(values) * 1000
-    return {
-        "p50": round(float(np.percentile(array, 50))),
-        "p95": round(float(np.percentile(array, 95))),
-        "n": len(values),
-    }
-
-
 def without_phrase(voice: Any) -> list[np.ndarray]:
     clips = [audio for _, audio, _ in speech_set()]
-    clips += [_load(p) for p in sorted(DATA.rglob("*.wav")) if "speech/en/" not in str(p)]
+    clips += [load_16k(p) for p in sorted(DATA.rglob("*.wav")) if "speech/en/" not in str(p)]
     rng = np.random.default_rng(5)
     noises = noise_set()
     clips += [mixed(audio, noise, 10.0, rng) for _, audio, _ in speech_set() for noise in noises.values()]
@@ -127,7 +116,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                     delays.append(hits[0] - phrase_end)
                 log.debug("%s %s: %s", model, label, events)
             row["found"][label] = f"{found}/{total}"
-            row["delay_ms"][label] = _pct(delays)
+            row["delay_ms"][label] = percentiles_ms(delays)
         false = 0
         for clip in negatives:
             events, seconds = _events(engine, clip)

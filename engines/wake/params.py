@@ -20,7 +20,8 @@ class WakeParams(Params):
     # hey_jarvis: found in 99% of phrases (100% at 10 dB) with no false wake in 0.46 h; okay_nabu 54%,
     # hey_mycroft 73%, alexa 94% (bench wake, bench/reference/wake.json).
     model: Literal["okay_nabu", "hey_jarvis", "hey_mycroft", "alexa"] = Field(
-        "hey_jarvis", description="the wake word (microWakeWord): hey_jarvis | alexa | hey_mycroft | okay_nabu"
+        "hey_jarvis",
+        description="the wake word (microWakeWord): hey_jarvis | alexa | hey_mycroft | okay_nabu",
     )
     threshold: float | None = Field(
         None,
