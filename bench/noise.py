@@ -308,7 +308,7 @@ def plot(results: dict[str, Any], out: Path) -> Path:
             babble_wer = [rows.get(f"babble {snr:g} dB", {}).get(engine, np.nan) for snr in snrs]
             ax.plot(snrs, babble_wer, "s--", color=color, alpha=0.6, label=f"{engine}: babble")
             ax.axhline(rows["clean"][engine], color=color, linestyle=":", linewidth=1)
-        ax.set_title(f"Whisper tiny.en hearing the suppressor's output, {path} path (dotted: clean)")
+        ax.set_title(f"Whisper tiny.en on the suppressor's output, {path} (dotted: clean)", fontsize=9)
         ax.set_xlabel("SNR (dB)")
         ax.set_ylabel("word error rate (%)")
         ax.legend(fontsize=7)

@@ -41,7 +41,11 @@ BENCHMARKS: dict[str, tuple[tuple[str, ...], bool]] = {
     "fleet": (("fleet",), True),
     "llm-server": (("llm_server",), True),
     "aec": (("aec",), False),
-    "noise": (("noise",), False),
+    "noise": (
+        ("noise", "--snrs", "10,5,0", "--paths", "16k", "--plot", "bench/reference/noise-wer.png"),
+        False,
+    ),
+    "noise-8k": (("noise", "--snrs", "5", "--paths", "8k"), False),
     "wake": (("wake",), True),
     "interruptions": (("interruptions", "--after", "1.0", "--call-path"), False),
     "e2e-partials": (

@@ -114,6 +114,7 @@ def test_with_a_wake_word_only_speech_after_it_is_answered(
         # Someone passing by asks the same question: no turn, nothing said.
         passing = _answered(engines, np.concatenate([silence(0.3), question, silence(2.0)]), params)
         assert passing.turns_done == 0 and not passing.traces
+        assert passing.state == "waiting for the wake word"
         # "Hey Jarvis", then the question: one turn, opened by the wake word, answered.
         phrase = _said(piper_tts, "Hey Jarvis")
         audio = np.concatenate([silence(0.3), phrase, silence(0.4), question, silence(2.0)])

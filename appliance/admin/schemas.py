@@ -140,7 +140,9 @@ class LiveSession(Body):
     session_id: str
     kind: str = Field(description="microphone, sip or file")
     peer: str = ""
-    state: str = Field("idle", description="idle, listening, thinking or speaking")
+    state: str = Field(
+        "idle", description="idle, listening, thinking, speaking, or waiting for the wake word"
+    )
     heard: str = Field(
         "", description="partial transcript of what the person is saying now (asr.partial_interval_ms)"
     )

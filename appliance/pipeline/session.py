@@ -126,10 +126,13 @@ class Session:
 
     @property
     def state(self) -> str:
-        """What the admin page shows: speaking (a reply playing), thinking (a turn running), listening."""
+        """What the admin page shows: speaking (a reply playing), thinking (a turn running), listening,
+        or waiting for the wake word (wake.activation = wake_word, nobody addressing it)."""
         if self.speaking:
             return "speaking"
-        return "thinking" if self.turns.active is not None else "listening"
+        if self.turns.active is not None:
+            return "thinking"
+        return "listening" if self.hearing.addressed else "waiting for the wake word"
 
     @property
     def idle(self) -> bool:

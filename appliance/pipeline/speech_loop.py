@@ -88,6 +88,7 @@ class SpeechLoop:
         self._wake_stream: Any = None
         self._answering = False
         self.opened_by = OpenedBy.ALWAYS  # of the utterance in progress
+        self._heard = self.activation is None
 
     async def listen_with(self, engines: SessionEngines) -> None:
         """Judge with ``engines`` from now on; their VAD stream starts afresh, in silence."""
@@ -100,6 +101,7 @@ class SpeechLoop:
                 self._label,
             )
             self.activation = None
+            self._heard = True
         self._engines = engines
 
     def frames(self, frames: AsyncIterator[T]) -> AsyncIterator[T | None]:
@@ -134,6 +136,11 @@ class SpeechLoop:
         self.voiced, self.heard_at = probability >= self.endpointer.threshold, now
         await self._handle(self.endpointer.feed(probability, FRAME_S), now)
 
+    @property
+    def addressed(self) -> bool:
+        """The last frame was heard (always, unless a wake word is awaited)."""
+        return self._heard
+
     async def _addressed(
         self, engines: SessionEngines, frame: np.ndarray, now: float, answering: bool
     ) -> bool:
@@ -142,7 +149,10 @@ class SpeechLoop:
         if heard_wake:
             log.info("%s: wake word heard", self._label)
         self._answering = answering
-        return self.activation.step(now, heard_wake=heard_wake, busy=answering or self.endpointer.in_speech)
+        self._heard = self.activation.step(
+            now, heard_wake=heard_wake, busy=answering or self.endpointer.in_speech
+        )
+        return self._heard
 
     async def finish(self) -> None:
         """The audio ended: the utterance in progress, if any, ends with it."""
