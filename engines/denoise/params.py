@@ -15,8 +15,8 @@ class DenoiseParams(Params):
     # (bench noise, docs/noise.md).
     engine: Literal["none", "rnnoise", "deepfilternet"] = Field(
         "none",
-        description="none | rnnoise (RNNoise, about 8% of a core per stream) | deepfilternet "
-        "(DeepFilterNet3, about 20%): noise taken out of what the microphone or the caller sends",
+        description="none | rnnoise (RNNoise, about 11% of a core per stream) | deepfilternet "
+        "(DeepFilterNet3, about 17%): noise taken out of what the microphone or the caller sends",
     )
     feed: Literal["vad", "asr", "both"] = Field(
         "vad",
