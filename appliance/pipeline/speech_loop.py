@@ -131,7 +131,7 @@ class SpeechLoop:
         probability = self.echo.probability_for(probability, playing)
         if playing and not echo_converged:
             probability = 0.0  # the echo canceller is still learning the room (a session's first seconds)
-        if self.activation is not None and not await self._addressed(engines, transcribed, now, answering):
+        if self.activation is not None and not await self._addressed(engines, transcribed, answering):
             probability = 0.0  # nobody said the wake word: as if nobody spoke
         self.voiced, self.heard_at = probability >= self.endpointer.threshold, now
         await self._handle(self.endpointer.feed(probability, FRAME_S), now)
@@ -141,10 +141,11 @@ class SpeechLoop:
         """The last frame was heard (always, unless a wake word is awaited)."""
         return self._heard
 
-    async def _addressed(
-        self, engines: SessionEngines, frame: np.ndarray, now: float, answering: bool
-    ) -> bool:
+    async def _addressed(self, engines: SessionEngines, frame: np.ndarray, answering: bool) -> bool:
+        """Whether this frame is heard; the wake word's windows run on the stream's own time, so that
+        a file fed faster than real time keeps them."""
         assert self.activation is not None and engines.wake_worker is not None
+        now = self.endpointer.time_s + FRAME_S
         heard_wake = bool(await engines.wake_worker.call(self._wake_stream.process, frame))
         if heard_wake:
             log.info("%s: wake word heard", self._label)
@@ -170,7 +171,7 @@ class SpeechLoop:
                 self.opened_by = (
                     OpenedBy.ALWAYS
                     if self.activation is None
-                    else self.activation.opened_by(at, answering=self._answering)
+                    else self.activation.opened_by(event.speech_start_s, answering=self._answering)
                 )
             await self._on_event(event, at)
 
