@@ -109,7 +109,7 @@ def startup_problems(settings: Settings) -> list[ConfigProblem]:
         settings.denoise.engine,
         bundle,
         missing_artifacts(bundle, settings.denoise.engine),
-        why="on this machine: the libraries are per platform",
+        because="on this machine: the libraries are per platform",
         otherwise="denoise.engine = 'none'",
     )
     if settings.wake.activation == "wake_word":
@@ -118,7 +118,7 @@ def startup_problems(settings: Settings) -> list[ConfigProblem]:
             settings.wake.model,
             bundle,
             missing_wake(bundle, settings.wake.model),
-            why="its wheel needs glibc 2.35",
+            because="its wheel needs glibc 2.35",
             otherwise="wake.activation = 'always'",
         )
     if settings.llm.model in models:
@@ -127,15 +127,15 @@ def startup_problems(settings: Settings) -> list[ConfigProblem]:
 
 
 def _lacking(
-    key: str, value: str, bundle: Bundle, lacking: list[str], *, why: str, otherwise: str
+    key: str, value: str, bundle: Bundle, lacking: list[str], *, because: str, otherwise: str
 ) -> list[ConfigProblem]:
-    """The setting ``key`` needs files the bundle lacks: rebuild it (``why`` it may lack them), or
+    """The setting ``key`` needs files the bundle lacks: rebuild it (``because``: why it may lack them), or
     set ``otherwise``."""
     if not lacking:
         return []
     message = (
         f"the bundle {bundle.root} lacks {', '.join(lacking)}; rebuild it with python -m build_scripts "
-        f"bundle --out {bundle.root} ({why}), or set {otherwise}"
+        f"bundle --out {bundle.root} ({because}), or set {otherwise}"
     )
     return [ConfigProblem(key, message, value)]
 
