@@ -418,19 +418,22 @@ async def _demo_turn(
 
     settings = daemon.settings
     engines = daemon.engines
+    # With a wake word the demo says it first, as a person at the kiosk would.
+    wake = engines.wake.phrase if settings.wake.activation == "wake_word" and engines.wake is not None else ""
+    spoken = f"{wake}. {DEMO_QUESTION}" if wake else DEMO_QUESTION
     print(
         f"No microphone found ({daemon.no_microphone_reason}).\n"
         "To talk to the appliance, connect a microphone and set audio.input_device to its sounddevice "
         "name or index (python -m sounddevice lists them), or set audio.input = 'microphone'.\n"
         f"Meanwhile, one turn with a question spoken by the voice {settings.tts.voice!r}:\n"
-        f'  "{DEMO_QUESTION}"',
+        f'  "{spoken}"',
         flush=True,
     )
     control.status("no microphone: running one demo turn")
     voice_rate = engines.tts.sample_rate_hz
 
     def speak() -> npt.NDArray[np.float32]:
-        chunks = list(engines.tts.synthesize(DEMO_QUESTION, sample_rate_hz=voice_rate))
+        chunks = list(engines.tts.synthesize(spoken, sample_rate_hz=voice_rate))
         return np.concatenate(chunks).astype(np.float32) if chunks else np.zeros(0, dtype=np.float32)
 
     question = resample(await engines.tts_worker.call(speak), voice_rate, SAMPLE_RATE_HZ)
@@ -453,7 +456,8 @@ async def _demo_turn(
     finally:
         await sink.close()
     if not session.traces:
-        print("the demo question was not heard as speech; check vad.threshold", flush=True)
+        heard = f"after the wake word {wake!r} (wake.threshold)" if wake else "as speech"
+        print(f"the demo question was not heard {heard}; check vad.threshold", flush=True)
         control.status("demo turn: no speech detected")
         return
     summary = turn_summary(session.traces[0], reply_wav=reply_path, reply_audio_s=sink.duration_s, fast=False)
