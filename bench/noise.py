@@ -40,7 +40,8 @@ from engines.audio import load_audio, resample
 from engines.bundle import Bundle
 from engines.denoise import DenoiseParams, create_denoiser
 from engines.turn import create_turn_detector
-from engines.vad.endpointer import Endpointer, EndpointerParams, EventKind
+from engines.vad.ended_by import EndedBy
+from engines.vad.endpointer import Endpointer, EndpointerParams, EndpointEvent, EventKind
 from engines.vad.frames import frame_probabilities
 
 log = logging.getLogger("bench.noise")
@@ -160,28 +161,22 @@ class Turns:
         self.turn.load()
         self.params = EndpointerParams()
 
-    def run(self, audio: np.ndarray) -> list[tuple[float, float | None, str]]:
-        """(speech start, end of speech, what ended it) of each turn the clip opens."""
+    def run(self, audio: np.ndarray) -> list[EndpointEvent]:
+        """The ENDPOINT of each turn the clip opens."""
         probabilities = frame_probabilities(self.vad.stream(), audio)
         endpointer = Endpointer(self.params)
-        frame_s = FRAME / RATE
-        turns: list[tuple[float, float | None, str]] = []
-        start = 0.0
+        turns: list[EndpointEvent] = []
 
-        def ended(events: list[Any]) -> None:
-            for event in events:
-                if event.kind is EventKind.ENDPOINT:
-                    turns.append((start, event.speech_end_s, f"{event.by.value}@{event.time_s:.3f}"))
+        def keep(events: list[EndpointEvent]) -> None:
+            turns.extend(event for event in events if event.kind is EventKind.ENDPOINT)
 
         for probability in probabilities:
-            for event in endpointer.feed(float(probability), frame_s):
-                if event.kind is EventKind.SPEECH_START:
-                    start = event.speech_start_s
-                elif event.kind is EventKind.TURN_CHECK:
+            for event in endpointer.feed(float(probability), FRAME / RATE):
+                if event.kind is EventKind.TURN_CHECK:
                     heard = audio[int(event.utterance_start_s * RATE) : int(event.time_s * RATE)]
-                    ended(endpointer.verdict(event.check_id, self.turn.complete_probability(heard)))
-                ended([event])
-        ended(endpointer.finish())
+                    keep(endpointer.verdict(event.check_id, self.turn.complete_probability(heard)))
+                keep([event])
+        keep(endpointer.finish())
         return turns
 
 
@@ -240,12 +235,11 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                     cleaned = suppressors.clean(engine, audio)
                     pairs.append((text, asr.transcribe(cleaned).text))
                     speech_end = BEFORE_S + samples / RATE
-                    for _, _, how in turns.run(cleaned):
-                        by, at = how.split("@")
+                    for endpoint in turns.run(cleaned):
                         ended_all += 1
-                        ended_long += by in ("incomplete_silence", "max_length")
-                        if float(at) >= speech_end - 0.2:
-                            waits.append(float(at) - speech_end)
+                        ended_long += endpoint.by in (EndedBy.INCOMPLETE_SILENCE, EndedBy.MAX_LENGTH)
+                        if endpoint.time_s >= speech_end - 0.2:
+                            waits.append(endpoint.time_s - speech_end)
                 row_wer[engine] = _wer(pairs)
                 row_turn[engine] = {
                     "wait_ms": percentiles_ms(waits),

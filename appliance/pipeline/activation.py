@@ -19,7 +19,6 @@ class Activation:
         self.wakes = 0
         self._woke_at = -math.inf
         self._awake_until = -math.inf
-        self._busy = False
 
     def step(self, now: float, *, heard_wake: bool, busy: bool) -> bool:
         """One frame at ``now``: whether the session hears it."""
@@ -29,7 +28,6 @@ class Activation:
             self._awake_until = max(self._awake_until, now + self.params.listen_s)
         if busy:
             self._awake_until = max(self._awake_until, now + self.params.follow_up_s)
-        self._busy = busy
         return busy or now < self._awake_until
 
     def opened_by(self, now: float, *, answering: bool) -> OpenedBy:

@@ -68,12 +68,14 @@ def unavailable_reason(bundle: Bundle, engine: str) -> str | None:
     library too old), or None when it does."""
     import ctypes
 
-    library = ARTIFACTS.get(engine, ())[:1]
-    for name in library:
-        try:
-            ctypes.CDLL(str(bundle.path(name)))
-        except OSError as err:
-            return f"its library {bundle.path(name)} does not load here: {err}"
+    files = ARTIFACTS.get(engine)
+    if not files:
+        return None
+    library = bundle.path(files[0])
+    try:
+        ctypes.CDLL(str(library))
+    except OSError as err:
+        return f"its library {library} does not load here: {err}"
     return None
 
 
