@@ -90,6 +90,11 @@ class AgentParams(HistoryParams, ReplyParams):
     facts_per_turn: int = Field(
         2, ge=1, le=8, description="sections of a large facts file given per question"
     )
+    site_words_by_sound: bool = Field(
+        True,
+        description="a heard word that is not in the facts but sounds like the facts' word in the same place "
+        'is read as that word ("meeting room L" -> "meeting room Elm", "visitors spark" -> "visitors park")',
+    )
     grounding: bool = Field(
         True,
         description="check each clause of a reply before it is spoken: one stating a figure (number, time, "

@@ -2,10 +2,12 @@
 (``bench/sites/riverside/facts.md``), 30 questions its facts answer and 10 they do not, each spoken by
 Piper's voice into the real session (VAD, Whisper, Qwen, Piper), in real time.
 
-    .venv/bin/python -m bench answers [--model qwen-1.5b] [--configs prompt,unchecked,question,call]
+    .venv/bin/python -m bench answers [--model qwen-1.5b] [--configs prompt,as_heard,unchecked,question,call]
 
 Side by side in one run, on the same questions:
 - ``prompt``: the facts in the system prompt and the grounding check (the shipped settings);
+- ``as_heard``: the same with the transcript as Whisper wrote it (``agent.site_words_by_sound = false``:
+  "meeting room L" is not read as "meeting room Elm");
 - ``unchecked``: the same without the check (what the model says on its own);
 - ``question``: the facts matching each question given with it (``agent.facts_prompt_tokens = 0``), checked;
 - ``call``: as ``prompt``, the voice through the 8 kHz call path (band-limited to 8 kHz and back).
@@ -98,7 +100,7 @@ QUESTIONS = (
     Question("How many lockers are there?"),
     Question("What torque do the M8 bolts on line 5 need?"),
 )
-CONFIGS = ("prompt", "unchecked", "question", "call")
+CONFIGS = ("prompt", "as_heard", "unchecked", "question", "call")
 
 
 def site_settings(model: str, config: str) -> Settings:
@@ -114,6 +116,7 @@ def site_settings(model: str, config: str) -> Settings:
             {"name": "device_status", "kind": "device", "description": "the current time and today's date"},
         ],
         "grounding": config != "unchecked",
+        "site_words_by_sound": config != "as_heard",
     }
     if config == "question":
         agent["facts_prompt_tokens"] = 0
@@ -167,6 +170,7 @@ async def _ask(engines: Any, settings: Settings, question: Question, audio: np.n
     return {
         "question": question.text,
         "heard": trace.transcript,
+        "heard_as": trace.heard_as,
         "answerable": answerable,
         "reply": reply,
         "played": played,

@@ -1,6 +1,6 @@
 """Speech over a reply: does a backchannel let it go on, does a stop word or a new question stop it?
 
-    .venv/bin/python -m bench interruptions [--modes decide,interrupt] [--after 0.5,1.5] [--call-path]
+    .venv/bin/python -m bench interruptions [--modes decide,interrupt] [--after 0.5,1.5] [--call-path] [--echo]
 
 A person (bench/overlap_set.py ``CueSource``) asks "Tell me about the history of the Brooklyn
 Bridge." in the Piper voice, then, ``--after`` seconds into the reply they hear, says a backchannel
@@ -8,7 +8,11 @@ Bridge." in the Piper voice, then, ``--after`` seconds into the reply they hear,
 made-up cough), a stop word ("stop", "no": real; "wait", "hold on", "cancel": Piper) or an
 interruption (two new questions in Piper, a recorded sentence). The real session hears it in real
 time: Silero VAD, Smart Turn, Whisper, the shipped LLM, Piper. ``--call-path``: the person's audio
-also as a SIP call delivers it (8 kHz G.711), as a second set.
+also as a SIP call delivers it (8 kHz G.711), as a second set. ``--echo``: also at a kiosk with an open
+speaker (bench/simulated_room.py, an office): the microphone hears the reply's echo as loud as the
+person, through the WebRTC canceller at the delay calibration finds; the canceller learns the room from
+the first ``CONVERGE_S`` of a reply (the session ignores the microphone until then, as a new kiosk
+session does), so there ``--after`` counts from that moment.
 
 Reported per mode and path: backchannels that let the reply go on (and were not answered),
 stop words that stopped it without being answered, interruptions that stopped it and were answered;
@@ -21,17 +25,24 @@ from __future__ import annotations
 import argparse
 import asyncio
 import logging
+import time
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from bench import rooms
 from bench.overlap_set import QUESTION, CueSink, CueSource, OverlapClip, overlap_clips, spoken
 from bench.turn_set import call_path
 
 log = logging.getLogger("bench.interruptions")
 DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
 KINDS = ("backchannel", "stop_word", "interruption")
+QUIET_S = 2.0  # a case is over when the person has finished and the speaker has been silent this long
+ECHO_DEVICE_DELAY_S = 0.07  # the device's own audio path, as in tests/test_echo_session.py
+
+ECHO_ROOM = rooms.ROOMS[1]  # an office, the speaker 0.6 m from the microphone
 
 
 def _pct(values: list[float], q: float) -> float | None:
@@ -48,12 +59,18 @@ async def run_case(
     source = CueSource(question, audio, sink, after_s=after_s)
     session = Session(engines=engines, source=source, sink=sink, config=session_config(settings))
     await asyncio.wait_for(session.run(), 180)
+    return _row(session, clip, after_s, source.overlap_at, sink.flushed_at)
+
+
+def _row(
+    session: Any, clip: OverlapClip, after_s: float, said_at: float | None, flushed_at: list[float]
+) -> dict[str, Any]:
+    """One case's outcome: what was decided, whether the reply went on, how soon it fell silent."""
     traces = [t for t in session.traces if t.transcript]
     reply = traces[0] if traces else None
     overlaps = reply.overlaps if reply is not None else []
     decision = overlaps[0] if overlaps else {}
-    said_at = source.overlap_at
-    silenced = [t for t in sink.flushed_at if said_at is not None and t >= said_at]
+    silenced = [t for t in flushed_at if said_at is not None and t >= said_at]
     return {
         "clip": clip.name,
         "meant": clip.kind,
@@ -70,7 +87,52 @@ async def run_case(
         "decided_ms": decision.get("decided_ms"),  # from the first voiced frame
         "voiced_ms": decision.get("voiced_ms"),
         "first_transcript": reply.transcript if reply is not None else "",
+        "overlaps": len(overlaps),  # more than one: the reply paused again (an echo, a second word)
     }
+
+
+async def run_echo_case(
+    engines: Any,
+    settings: Any,
+    question: np.ndarray,
+    clip: OverlapClip,
+    after_s: float,
+    *,
+    delay_ms: float,
+    noise: np.ndarray,
+) -> dict[str, Any]:
+    from appliance.audio.echo import CONVERGE_S, cancel_echo
+    from appliance.engine_set import session_config
+    from appliance.pipeline.session import Session
+    from bench.simulated_room import SimulatedRoom
+
+    room = SimulatedRoom(
+        ECHO_ROOM,
+        device_delay_s=ECHO_DEVICE_DELAY_S,
+        first=np.concatenate([np.zeros(8000, np.float32), rooms.at_level(question, rooms.SPEECH_DBFS)]),
+        noise=noise,
+        seconds=60.0,
+    )
+    room.speak(rooms.at_level(clip.audio, rooms.SPEECH_DBFS), after_s=CONVERGE_S + after_s)
+    source, sink = cancel_echo(
+        room, room.speaker, stream=engines.aec.stream(), worker=engines.aec_worker, echo_delay_ms=delay_ms
+    )
+    session = Session(
+        engines=engines, source=source, sink=sink, config=session_config(settings, echo_cancelled=True)
+    )
+    stop = asyncio.Event()
+
+    async def watch() -> None:
+        while not (room.start is not None and room.quiet_after_person(time.monotonic(), QUIET_S)):
+            await asyncio.sleep(0.05)
+        stop.set()
+
+    watcher = asyncio.create_task(watch())
+    try:
+        await asyncio.wait_for(session.run(stop=stop), 180)
+    finally:
+        watcher.cancel()
+    return _row(session, clip, after_s, room.person_said_at, room.speaker.flushed_at)
 
 
 def summarize(rows: list[dict[str, Any]]) -> dict[str, Any]:
@@ -108,24 +170,40 @@ async def main_async(args: argparse.Namespace) -> dict[str, Any]:
     from appliance.engine_set import build_engines, load_engines, open_bundle
 
     base = override(load_settings(None), llm={"max_reply_tokens": args.reply_tokens})
-    engines = build_engines(base, open_bundle(base))
+    if args.echo:
+        base = override(base, audio={"echo_cancellation": "on"})
+    engines = build_engines(base, open_bundle(base), microphone=args.echo)
     await load_engines(engines)
     question = spoken(engines.tts, QUESTION)
     clips = overlap_clips(engines.tts, args.data)
     if args.only:
         clips = [c for c in clips if c.name in args.only.split(",")]
-    paths = {"16 kHz": lambda a: a}
+    Case = Callable[[Any, OverlapClip, float], Awaitable[dict[str, Any]]]
+    paths: dict[str, Case] = {
+        "16 kHz": lambda settings, clip, after: run_case(engines, settings, question, clip, clip.audio, after)
+    }
     if args.call_path:
-        paths["8 kHz call"] = call_path
+        paths["8 kHz call"] = lambda settings, clip, after: run_case(
+            engines, settings, call_path(question), clip, call_path(clip.audio), after
+        )
+    if args.echo:
+        from bench.aec import calibrated_delay_s
+        from engines.audio import load_audio_16k
+
+        delay_ms = calibrated_delay_s(ECHO_ROOM, ECHO_DEVICE_DELAY_S) * 1000.0
+        noise = load_audio_16k(args.data / "vad/noise/speechbrain_noise1.wav")
+        paths["16 kHz, open speaker, echo canceller"] = lambda settings, clip, after: run_echo_case(
+            engines, settings, question, clip, after, delay_ms=delay_ms, noise=noise
+        )
     results: dict[str, Any] = {}
     rows: list[dict[str, Any]] = []
-    for path_name, carry in paths.items():
+    for path_name, case in paths.items():
         for mode in args.modes.split(","):
             settings = override(base, endpointer={"overlap": mode})
             found = []
             for after_s in (float(a) for a in args.after.split(",")):
                 for clip in clips:
-                    row = await run_case(engines, settings, carry(question), clip, carry(clip.audio), after_s)
+                    row = await case(settings, clip, after_s)
                     row.update(path=path_name, mode=mode)
                     log.warning(
                         "%s %s %s after %.1f s: %s %r",
@@ -149,6 +227,9 @@ def main() -> None:
     parser.add_argument("--modes", default="decide,interrupt", help="endpointer.overlap values, side by side")
     parser.add_argument("--after", default="0.5,1.5", help="seconds into the reply the person speaks")
     parser.add_argument("--call-path", action="store_true", help="also as a SIP call delivers the audio")
+    parser.add_argument(
+        "--echo", action="store_true", help="also at a kiosk whose speaker the microphone hears"
+    )
     parser.add_argument("--reply-tokens", type=int, default=48)
     parser.add_argument("--only", default="", help="these clips only (names, comma-separated)")
     parser.add_argument("--data", type=Path, default=DATA)

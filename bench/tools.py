@@ -104,6 +104,9 @@ class _Timed:
     def load(self) -> None:
         self.tts.load()
 
+    def phonemes(self, words: Any) -> list[str]:
+        return list(self.tts.phonemes(words))
+
     def close(self) -> None:
         self.tts.close()
 

@@ -20,6 +20,7 @@ from appliance.engine_set import session_config
 from appliance.pipeline.engines import SessionEngines
 from appliance.pipeline.session import Session
 from bench import rooms
+from bench.simulated_room import SimulatedRoom
 from engines.aec import EchoCanceller
 from engines.asr import AsrEngine
 from engines.asr.text import word_error_rate
@@ -28,7 +29,6 @@ from engines.tts import TtsEngine
 from engines.turn import TurnDetector
 from engines.vad import VadEngine
 from tests.fixtures.pipeline import FakeLlm, silence
-from tests.fixtures.room import SimulatedRoom
 
 QUESTION = "speech/en/google_audio.wav"  # "how old is the Brooklyn Bridge"
 REPLY = (

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from appliance.audio.files import MemorySink
-from appliance.pipeline.overlap import NOT_TRANSCRIBED, OverlapKind, classify
+from appliance.pipeline.overlap import NOT_TRANSCRIBED, Heard, OverlapKind, classify
 from appliance.pipeline.params import OverlapParams
 from appliance.pipeline.playback import Player
 from engines.vad.endpointer import Endpointer, EndpointerParams, EventKind
@@ -20,33 +20,51 @@ PARAMS = OverlapParams()
 @pytest.mark.parametrize(
     "heard",
     ["Mm-hmm.", "Uh-huh.", "Yeah.", "Okay.", "Right.", "Sure!", "Yes, yes.", "Oh, okay.", "I see.", "(laughs)",
-     "[COUGHING]", "", " you", "Ha ha!"],
+     "[COUGHING]", "", " you", "Ha ha!", "MMM.", "M.H.M.", "Mmmhmm"],
 )  # fmt: skip
 def test_an_acknowledgement_is_a_backchannel(heard: str) -> None:
-    assert classify(heard, PARAMS) is OverlapKind.BACKCHANNEL
+    assert classify(Heard(heard, -0.2), PARAMS) is OverlapKind.BACKCHANNEL
 
 
 @pytest.mark.parametrize(
     "heard", ["Stop.", "Wait.", "Hold on!", "No.", "No, no.", "Oh, wait.", "Okay, stop."]
 )
 def test_a_stop_word_stops_without_a_question(heard: str) -> None:
-    assert classify(heard, PARAMS) is OverlapKind.STOP_WORD
+    assert classify(Heard(heard, -0.2), PARAMS) is OverlapKind.STOP_WORD
+    assert classify(Heard(heard, -0.9), PARAMS) is OverlapKind.STOP_WORD  # unsure, but its words say so
 
 
 @pytest.mark.parametrize(
     "heard",
     ["What time does the canteen open?", "No, I meant the one in London.", "Stop, what about parking?",
-     "Yes, but how long is it?", NOT_TRANSCRIBED, "Hold"],
+     "Yes, but how long is it?", "Hold", "What?", "Why?"],
 )  # fmt: skip
 def test_anything_else_is_an_interruption(heard: str) -> None:
-    assert classify(heard, PARAMS) is OverlapKind.INTERRUPTION
+    assert classify(Heard(heard, -0.3), PARAMS) is OverlapKind.INTERRUPTION
+    assert classify(Heard(heard), PARAMS) is OverlapKind.INTERRUPTION  # no confidence given
+
+
+def test_words_not_transcribed_are_an_interruption() -> None:
+    assert classify(NOT_TRANSCRIBED, PARAMS) is OverlapKind.INTERRUPTION
+
+
+@pytest.mark.parametrize("heard", ["in my mom.", "And I'm on.", "MMO", "picture."])
+def test_a_few_words_made_up_for_a_hum_are_a_backchannel(heard: str) -> None:
+    """What Whisper tiny.en wrote for Piper's "mm-hmm", "hmm" and "sure", each below -0.65."""
+    assert classify(Heard(heard, -0.8), PARAMS) is OverlapKind.BACKCHANNEL
+    assert classify(Heard(heard, -0.5), PARAMS) is OverlapKind.INTERRUPTION  # said with confidence
+    assert classify(Heard(heard, -0.8), OverlapParams(unsure_logprob=None)) is OverlapKind.INTERRUPTION
+
+
+def test_an_unsure_question_of_more_words_still_interrupts() -> None:
+    assert classify(Heard("what time does it open", -1.2), PARAMS) is OverlapKind.INTERRUPTION
 
 
 def test_a_site_chooses_its_own_words() -> None:
     params = OverlapParams(backchannels=("genau",), stop_words=("halt",))
-    assert classify("Genau.", params) is OverlapKind.BACKCHANNEL
-    assert classify("Halt!", params) is OverlapKind.STOP_WORD
-    assert classify("Okay.", params) is OverlapKind.INTERRUPTION
+    assert classify(Heard("Genau."), params) is OverlapKind.BACKCHANNEL
+    assert classify(Heard("Halt!"), params) is OverlapKind.STOP_WORD
+    assert classify(Heard("Okay."), params) is OverlapKind.INTERRUPTION
 
 
 def test_a_dismissed_utterance_ends_without_an_endpoint() -> None:

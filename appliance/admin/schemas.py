@@ -165,6 +165,9 @@ class OverlapHeard(Body):
         "answered; interruption: it stopped and what was said was the next turn"
     )
     heard: str = Field(description="the words of the overlap (empty: a sound, or decided by its length)")
+    heard_logprob: float | None = Field(
+        None, description="how sure Whisper was of those words (mean token log-probability; lower: less)"
+    )
     at_s: float = Field(description="seconds of the reply heard when the person began")
     voiced_ms: int = Field(description="voiced time of the overlap when it was decided")
     silenced_ms: float = Field(description="from the first voiced frame to the reply's silence")
@@ -218,6 +221,10 @@ class TurnView(Body):
     turn_incomplete: int = Field(description="... and did not hear it as finished")
     facts_given: list[str] = Field(
         default_factory=list, description="the site facts' sections the question was given (their titles)"
+    )
+    heard_as: list[str] = Field(
+        default_factory=list,
+        description='words of the transcript read as the site\'s by their sound ("L -> Elm", agent.site_words_by_sound)',
     )
     withheld: list[WithheldClause] = Field(
         default_factory=list, description="clauses of the reply not spoken (agent.grounding), and why"

@@ -51,6 +51,7 @@ def turn_view(trace: TurnTrace, budget_ms: float) -> TurnView:
         words_not_expected=_known(WordsNotExpected, trace.words_not_expected),
         turn_incomplete=trace.turn_incomplete,
         facts_given=trace.facts_given,
+        heard_as=trace.heard_as,
         withheld=[WithheldClause.model_validate(clause) for clause in trace.withheld],
         declined=trace.declined,
         overlaps=[OverlapHeard.model_validate(overlap) for overlap in trace.overlaps],

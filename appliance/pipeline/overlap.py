@@ -9,12 +9,15 @@
   always was.
 
 The words come from one transcript of the overlap, made when it pauses (the ASR worker is free while
-a reply plays). ``classify`` is pure and decides from those words alone.
+a reply plays). ``classify`` is pure and decides from those words and how sure Whisper was of them:
+a hum ("mm-hmm") has no words, and Whisper makes some up for it ("in my mom", "MMO") with less
+confidence than it hears any short word a person says on purpose.
 """
 
 from __future__ import annotations
 
 import asyncio
+import re
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
@@ -60,6 +63,11 @@ _SOUNDS = frozenset(
         "audio",
     ]
 )
+_HUM = re.compile(r"[mh]+")  # "m", "mm", "hmm", "mhm", "m h m": a hum written as letters
+# At most this many words heard less sure than ``unsure_logprob`` are a sound, not words (bench
+# interruptions: Piper's "mm-hmm" and "hmm" came out as 1-5 words at -0.6 to -1.2; short words said on
+# purpose, "what?", "why?", "stop", "no", at -0.1 to -0.56).
+UNSURE_MAX_WORDS = 3
 # A voiced blip that never became speech (shorter than endpointer.min_speech_ms): resume after this
 # much silence.
 BLIP_SILENCE_S = 0.096
@@ -77,16 +85,33 @@ def _covers(words: Sequence[str], phrases: set[tuple[str, ...]]) -> bool:
     return reachable[len(words)]
 
 
-def classify(heard: str, params: OverlapParams) -> OverlapKind:
-    """What the words of an overlap were (its length is judged before them)."""
-    words = [w for w in normalize_text(heard).split() if w not in _SOUNDS]
+@dataclass(frozen=True)
+class Heard:
+    """One transcript of an overlap: its words and Whisper's mean token log-probability."""
+
+    text: str
+    logprob: float | None = None
+
+
+def classify(heard: Heard, params: OverlapParams) -> OverlapKind:
+    """What an overlap was, from its words (its length is judged before them)."""
+    words = [w for w in normalize_text(heard.text).split() if w not in _SOUNDS and not _HUM.fullmatch(w)]
     backchannels = {tuple(normalize_text(p).split()) for p in params.backchannels}
     if not words or _covers(words, backchannels):
         return OverlapKind.BACKCHANNEL
     stops = {tuple(normalize_text(p).split()) for p in params.stop_words}
     if _covers(words, backchannels | stops):
         return OverlapKind.STOP_WORD
+    if _unsure(heard, len(words), params):
+        return OverlapKind.BACKCHANNEL
     return OverlapKind.INTERRUPTION
+
+
+def _unsure(heard: Heard, words: int, params: OverlapParams) -> bool:
+    """A few words Whisper was unsure of: made up for a sound."""
+    if params.unsure_logprob is None or heard.logprob is None:
+        return False
+    return words <= UNSURE_MAX_WORDS and heard.logprob < params.unsure_logprob
 
 
 @dataclass
@@ -101,14 +126,15 @@ class Overlap:
     voiced_s: float = FRAME_S
     speech: bool = False  # the endpointer heard speech start (more than a blip)
     pause: EndpointEvent | None = None  # its PROBABLY_ENDED, while the pause lasts
-    judging: asyncio.Task[str] | None = None
-    heard: str = ""
+    judging: asyncio.Task[Heard] | None = None
+    heard: Heard = Heard("")
 
     def record(self, kind: OverlapKind, now: float) -> dict[str, Any]:
         """For the reply's trace (``TurnTrace.overlaps``)."""
         return {
             "kind": kind.value,
-            "heard": self.heard,
+            "heard": self.heard.text,
+            "heard_logprob": None if self.heard.logprob is None else round(self.heard.logprob, 2),
             "at_s": round(self.reply_heard_s, 3),
             "voiced_ms": round(self.voiced_s * 1000.0),
             "silenced_ms": round(self.silenced_ms, 1),
@@ -116,8 +142,8 @@ class Overlap:
         }
 
 
-Transcribe = Callable[[np.ndarray], Awaitable[str]]
-NOT_TRANSCRIBED = "(not transcribed)"  # the words could not be had: not taken for a backchannel
+Transcribe = Callable[[np.ndarray], Awaitable[Heard]]
+NOT_TRANSCRIBED = Heard("(not transcribed)")  # the words could not be had: not taken for a backchannel
 
 
 class Overlaps:
@@ -159,7 +185,7 @@ class Overlaps:
             return self._from_words(overlap, overlap.judging)
         return None
 
-    def _from_words(self, overlap: Overlap, judging: asyncio.Task[str]) -> OverlapKind:
+    def _from_words(self, overlap: Overlap, judging: asyncio.Task[Heard]) -> OverlapKind:
         overlap.heard = NOT_TRANSCRIBED if judging.cancelled() else _result(judging)
         return classify(overlap.heard, self.params)
 
@@ -198,7 +224,7 @@ class Overlaps:
             overlap.judging.cancel()
 
 
-def _result(task: asyncio.Task[str]) -> str:
+def _result(task: asyncio.Task[Heard]) -> Heard:
     try:
         return task.result()
     except Exception:  # a failed transcript: the words cannot say it was only a backchannel

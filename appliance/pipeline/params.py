@@ -183,6 +183,13 @@ class OverlapParams(Params):
         description="decide: words that stop the reply without being answered (with backchannels around "
         'them too: "oh wait", "no no")',
     )
+    unsure_logprob: float | None = Field(
+        -0.65,
+        le=0.0,
+        description="decide: at most 3 words that Whisper heard less sure than this (mean token "
+        'log-probability) are a sound, not words: a hum ("mm-hmm" heard as "in my mom") lets the reply go '
+        "on; none: judge the words alone",
+    )
 
     @property
     def backchannel_max_s(self) -> float:

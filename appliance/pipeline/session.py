@@ -34,7 +34,7 @@ from appliance.audio.base import AudioSink, AudioSource, HeardFrame
 from appliance.pipeline.call_driver import CallDriver
 from appliance.pipeline.call_policy import CallLine
 from appliance.pipeline.engines import SessionEngines
-from appliance.pipeline.overlap import OverlapKind, Overlaps
+from appliance.pipeline.overlap import Heard, OverlapKind, Overlaps
 from appliance.pipeline.partials import Partials
 from appliance.pipeline.session_config import SessionConfig
 from appliance.pipeline.speech_loop import SpeechLoop
@@ -250,11 +250,12 @@ class Session:
         self.overlaps.forget()
         overlap.reply.trace.overlaps.append(overlap.record(kind, now))
         log.info(
-            "session %s: %s over turn %s (%r)",
+            "session %s: %s over turn %s (%r, log-probability %s)",
             self.session_id,
             kind.value,
             overlap.reply.trace.turn_id,
-            overlap.heard,
+            overlap.heard.text,
+            overlap.heard.logprob,
         )
         if kind is OverlapKind.BACKCHANNEL:
             self.endpointer.dismiss()
@@ -270,9 +271,9 @@ class Session:
         elif overlap.pause is not None:  # the person is silent: what they said is a turn from this pause
             await self._start_turn(overlap.pause, now, confirmed=False)
 
-    async def _transcribe_overlap(self, audio: np.ndarray) -> str:
+    async def _transcribe_overlap(self, audio: np.ndarray) -> Heard:
         result = await self.engines.asr_worker.call(self.engines.asr.transcribe, audio)
-        return str(result.text).strip()
+        return Heard(str(result.text).strip(), result.avg_logprob)
 
     async def _on_event(self, event: EndpointEvent, now: float) -> None:
         if event.kind is EventKind.SPEECH_START:

@@ -224,10 +224,39 @@ class Turn:
         except Exception as err:
             raise TurnFailed(Stage.ASR, err) from err
         self.trace.mark("asr_done")
-        self.transcript = self.trace.transcript = result.text.strip()
+        self.transcript = self.trace.transcript = await self._site_words(result.text.strip())
         self.trace.asr_avg_logprob = _rounded(result.avg_logprob)
         self.trace.asr_no_speech_p = _rounded(result.no_speech_p)
         self.trace.asr_compression_ratio = _rounded(result.compression_ratio)
+
+    async def _site_words(self, heard: str) -> str:
+        """``heard`` with the facts' words that Whisper heard as others put back ("meeting room L" ->
+        "meeting room Elm"); the phonemes come from the voice's espeak, on its worker."""
+        words = self.tools.site_words if self.tools is not None else None
+        if words is None or not heard:
+            return heard
+        unknown = words.unknown(heard)
+        if unknown:
+            try:
+                words.learn(unknown, await self.engines.tts_worker.call(self.engines.tts.phonemes, unknown))
+            except Exception:  # the words as heard are still a question
+                log.warning(
+                    "turn %s: no phonemes for %s; the words stay as heard",
+                    self.trace.turn_id,
+                    unknown,
+                    exc_info=True,
+                )
+                return heard
+        text, corrections = words.correct(heard)
+        if corrections:
+            self.trace.heard_as = [str(c) for c in corrections]
+            log.info(
+                "turn %s: heard %r as the site's words: %s",
+                self.trace.turn_id,
+                heard,
+                ", ".join(map(str, corrections)),
+            )
+        return text
 
     async def _generate(self, messages: list[Message], clauses: asyncio.Queue[str | None]) -> None:
         from engines.tts.clauses import ClauseSplitter  # the TTS package's splitter (pure, cheap)

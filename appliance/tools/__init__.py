@@ -30,6 +30,7 @@ from appliance.tools.calls import (
 )
 from appliance.tools.facts import Fact, FactsFileError, FactsIndex, as_text, estimated_tokens
 from appliance.tools.lan import ToolFailed, build_url, call_service
+from appliance.tools.site_words import SiteWords
 from engines.llm import Message
 
 __all__ = [
@@ -89,6 +90,7 @@ class ToolBox:
         self._facts: dict[str, FactsIndex] = {}
         self._site: FactsIndex | None = None  # every facts file's sections, for the prompt
         self._in_prompt = False  # ... and they fit agent.facts_prompt_tokens (set by load)
+        self.site_words: SiteWords | None = None  # the facts' words, for transcripts (by sound)
         self._started = time.monotonic()
 
     def load(self) -> None:
@@ -99,6 +101,8 @@ class ToolBox:
         every = [fact for index in self._facts.values() for fact in index.facts]
         self._site = FactsIndex(every) if every else None
         self._in_prompt = bool(every) and estimated_tokens(every) <= self.agent.facts_prompt_tokens
+        if every and self.agent.site_words_by_sound:
+            self.site_words = SiteWords([f"{fact.title}. {fact.text}" for fact in every])
 
     @property
     def site_facts(self) -> list[Fact]:

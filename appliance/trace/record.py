@@ -98,9 +98,11 @@ class TurnTrace:
     # What the reply could say (appliance.grounding): the facts sections given for the question, the
     # clauses not spoken ({"clause", "why": figure | internal, "figures"}), and whether it declined.
     facts_given: list[str] = field(default_factory=list)
+    # Words of the transcript read as the site's by their sound ("L -> Elm"): the transcript holds them.
+    heard_as: list[str] = field(default_factory=list)
     withheld: list[dict[str, Any]] = field(default_factory=list)
     declined: bool = False
-    # speech over the reply ({"kind": OverlapKind, "heard", "at_s", "voiced_ms", "silenced_ms",
+    # speech over the reply ({"kind": OverlapKind, "heard", "heard_logprob", "at_s", "voiced_ms", "silenced_ms",
     # "decided_ms"}): a backchannel paused the reply for decided_ms, a stop word or interruption ended it.
     overlaps: list[dict[str, Any]] = field(default_factory=list)
     # What let the speech begin a turn (appliance.pipeline.activation.OpenedBy): always, the wake

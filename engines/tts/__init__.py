@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING, Protocol
 
 import numpy as np
@@ -21,6 +21,10 @@ class TtsEngine(Protocol):
 
     def synthesize(self, text: str, *, sample_rate_hz: int | None = None) -> Iterator[np.ndarray]:
         """Yield float32 mono chunks of ``text`` spoken, at ``sample_rate_hz`` (voice rate if None)."""
+        ...
+
+    def phonemes(self, words: Sequence[str]) -> list[str]:
+        """Each word's phonemes as the voice would say it (IPA, one string a word)."""
         ...
 
     def close(self) -> None: ...

@@ -5,7 +5,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import logging
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -94,6 +94,13 @@ class PiperTts:
                 if target_hz != self.sample_rate_hz:
                     audio = resample(audio, self.sample_rate_hz, target_hz)
                 yield audio
+
+    def phonemes(self, words: Sequence[str]) -> list[str]:
+        """Each word's phonemes from the voice's own espeak-ng (not thread-safe: call it on the worker
+        that synthesizes)."""
+        if self._voice is None:
+            raise RuntimeError("the TTS engine is not loaded; call load() first")
+        return ["".join("".join(sentence) for sentence in self._voice.phonemize(word)) for word in words]
 
     def close(self) -> None:
         self._voice = None

@@ -167,9 +167,10 @@ function replyShown(t) {
   const notSaid = (t.withheld || []).map((w) =>
     `not said: ${w.figures.length ? w.figures.join(", ") : "a clause"} (${WITHHELD[w.why] || w.why})`);
   const facts = (t.facts_given || []).length ? [`facts: ${t.facts_given.slice(0, 3).join(", ")}`] : [];
+  const heardAs = (t.heard_as || []).length ? [`heard as the site's words: ${t.heard_as.join(", ")}`] : [];
   const declined = t.declined && !notSaid.length ? ["declined"] : [];
   const woke = t.opened_by === "wake_word" ? ["after the wake word"] : t.opened_by === "follow_up" ? ["a follow-up"] : [];
-  return [said, ...over, ...notSaid, ...declined, ...facts, ...woke].join(" · ");
+  return [said, ...over, ...notSaid, ...declined, ...facts, ...heardAs, ...woke].join(" · ");
 }
 
 function showLatency(report, turns) {
