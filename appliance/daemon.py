@@ -57,6 +57,7 @@ class SessionRegistry(Protocol):
         peer: str = "",
         state_of: Callable[[], str] | None = None,
         heard_of: Callable[[], str] | None = None,
+        wakes_of: Callable[[], int] | None = None,
     ) -> None: ...
 
     def update_session(
@@ -76,6 +77,7 @@ class NullRegistry:
         peer: str = "",
         state_of: Callable[[], str] | None = None,
         heard_of: Callable[[], str] | None = None,
+        wakes_of: Callable[[], int] | None = None,
     ) -> None:
         return None
 
@@ -123,7 +125,12 @@ async def run_session(
         call=call,
     )
     registry.open_session(
-        session_id, kind, peer, state_of=lambda: session.state, heard_of=lambda: session.heard
+        session_id,
+        kind,
+        peer,
+        state_of=lambda: session.state,
+        heard_of=lambda: session.heard,
+        wakes_of=lambda: session.wakes,
     )
     daemon.sessions.add(session)
     try:

@@ -47,7 +47,11 @@ BENCHMARKS: dict[str, tuple[tuple[str, ...], bool]] = {
     ),
     "noise-8k": (("noise", "--snrs", "5", "--paths", "8k"), False),
     "wake": (("wake",), True),
-    "interruptions": (("interruptions", "--after", "1.0", "--call-path"), False),
+    "interruptions": (
+        ("interruptions", "--modes", "decide", "--after", "1.0", "--call-path", "--echo"),
+        False,
+    ),
+    "interruptions-before": (("interruptions", "--modes", "interrupt", "--after", "1.0", "--echo"), False),
     "e2e-partials": (
         (
             "--llm",

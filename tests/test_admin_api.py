@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import socket
 import sqlite3
 import stat
@@ -303,6 +304,22 @@ def test_sessions_follow_the_live_registry(admin_env: AdminEnv) -> None:
     assert client.get("/api/sessions").json()[1]["heard"] == heard[0]
     admin_env.registry.close_session("sip-1")
     assert [s["session_id"] for s in client.get("/api/sessions").json()] == ["mic"]
+
+
+def test_wake_words_are_counted_per_session_and_since_the_start(admin_env: AdminEnv) -> None:
+    """Wake words that opened no turn are seen too: each session's count, and the total after it ended."""
+    client = admin_env.client()
+    admin_env.login(client)
+    wakes = {"kiosk": 2, "call": 1}
+    for name in wakes:
+        admin_env.registry.open_session(name, "microphone", wakes_of=lambda name=name: wakes[name])
+    sessions = {s["session_id"]: s for s in client.get("/api/sessions").json()}
+    assert sessions["kiosk"]["wakes"] == 2 and sessions["call"]["wakes"] == 1
+    admin_env.registry.close_session("call")
+    wakes["kiosk"] = 3
+    assert client.get("/api/status").json()["wake_words_heard"] == 4
+    metrics = client.get("/metrics").text
+    assert re.search(r"^appliance_wake_words_heard_total 4\.0$", metrics, re.MULTILINE), metrics
 
 
 def test_turns_and_latency_come_from_the_trace_store(admin_env: AdminEnv) -> None:

@@ -114,7 +114,7 @@ def test_with_a_wake_word_only_speech_after_it_is_answered(
         # Someone passing by asks the same question: no turn, nothing said.
         passing = _answered(engines, np.concatenate([silence(0.3), question, silence(2.0)]), params)
         assert passing.turns_done == 0 and not passing.traces
-        assert passing.state == "waiting for the wake word"
+        assert passing.state == "waiting for the wake word" and passing.wakes == 0
         # "Hey Jarvis", then the question: one turn, opened by the wake word, answered.
         phrase = _said(piper_tts, "Hey Jarvis")
         audio = np.concatenate([silence(0.3), phrase, silence(0.4), question, silence(2.0)])
@@ -122,7 +122,7 @@ def test_with_a_wake_word_only_speech_after_it_is_answered(
     finally:
         worker.shutdown()
     (trace,) = session.traces
-    assert trace.opened_by == OpenedBy.WAKE_WORD.value
+    assert trace.opened_by == OpenedBy.WAKE_WORD.value and session.wakes == 1
     assert "brooklyn" in trace.transcript.lower() and "jarvis" not in trace.transcript.lower(), (
         trace.transcript
     )

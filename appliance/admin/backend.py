@@ -78,6 +78,8 @@ class LiveRegistry:
         self._sessions: dict[str, LiveSession] = {}
         self._state_of: dict[str, Callable[[], str]] = {}
         self._heard_of: dict[str, Callable[[], str]] = {}
+        self._wakes_of: dict[str, Callable[[], int]] = {}
+        self._wakes_of_closed = 0  # wake words heard by sessions that have ended
         self._llm_load: Callable[[], LlmLoad] | None = None
         self._bundle: BundleSummary | None = None
         self._registration: Callable[[], SipRegistrationView | None] | None = None
@@ -145,9 +147,11 @@ class LiveRegistry:
         peer: str = "",
         state_of: Callable[[], str] | None = None,
         heard_of: Callable[[], str] | None = None,
+        wakes_of: Callable[[], int] | None = None,
     ) -> None:
         """``state_of``: the session's own state (listening, thinking, speaking); ``heard_of``: its
-        partial transcript of the utterance in progress; both read when shown."""
+        partial transcript of the utterance in progress; ``wakes_of``: the wake words it heard; all
+        read when shown."""
         with self._lock:
             self._sessions[session_id] = LiveSession(
                 session_id=session_id, kind=kind, peer=peer, started_at=time.time()
@@ -156,6 +160,8 @@ class LiveRegistry:
                 self._state_of[session_id] = state_of
             if heard_of is not None:
                 self._heard_of[session_id] = heard_of
+            if wakes_of is not None:
+                self._wakes_of[session_id] = wakes_of
 
     def update_session(self, session_id: str, *, state: str | None = None, turn_done: bool = False) -> None:
         with self._lock:
@@ -169,12 +175,14 @@ class LiveRegistry:
                 changes["turns"] = current.turns + 1
             self._sessions[session_id] = current.model_copy(update=changes)
 
-    def _live(self, session_id: str) -> dict[str, str]:
-        live = {}
+    def _live(self, session_id: str) -> dict[str, Any]:
+        live: dict[str, Any] = {}
         if session_id in self._state_of:
             live["state"] = self._state_of[session_id]()
         if session_id in self._heard_of:
             live["heard"] = self._heard_of[session_id]()
+        if session_id in self._wakes_of:
+            live["wakes"] = self._wakes_of[session_id]()
         return live
 
     def close_session(self, session_id: str) -> None:
@@ -182,6 +190,14 @@ class LiveRegistry:
             self._sessions.pop(session_id, None)
             self._state_of.pop(session_id, None)
             self._heard_of.pop(session_id, None)
+            wakes_of = self._wakes_of.pop(session_id, None)
+            if wakes_of is not None:
+                self._wakes_of_closed += wakes_of()
+
+    def wake_words_heard(self) -> int:
+        """Wake words heard since the start, by every session (ended ones included)."""
+        with self._lock:
+            return self._wakes_of_closed + sum(read() for read in self._wakes_of.values())
 
     def sessions(self) -> list[LiveSession]:
         with self._lock:

@@ -133,6 +133,7 @@ class LocalBackend:
             llm=self.llm_load(),
             sip_registration=self.registry.registration(),
             sip_events=self.registry.sip_events(),
+            wake_words_heard=self.registry.wake_words_heard(),
         )
 
     def _notices(self) -> str | None:

@@ -148,6 +148,12 @@ def _device_gauges(status: StatusReport) -> Iterator[GaugeMetricFamily | Counter
         for kind, count in sorted(status.sip_events.items()):
             events.add_metric([kind], count)
         yield events
+    yield CounterMetricFamily(
+        "appliance_wake_words_heard",
+        "wake words heard since the start (wake.activation = wake_word), whether a turn followed or not: "
+        'against appliance_turns_opened_total{by="wake_word"}, the wakes nobody went on to address',
+        value=status.wake_words_heard,
+    )
     host = status.host
     for name, text, value in (
         ("appliance_disk_total_bytes", "size of the disk holding the turn store", host.disk_total_bytes),

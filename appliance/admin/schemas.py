@@ -134,6 +134,9 @@ class StatusReport(Body):
         description="what the SIP server refused or dropped since the start, by kind (malformed, "
         "rejected, forbidden, busy, internal_errors, media_dropped, keys_refused); None without SIP",
     )
+    wake_words_heard: int = Field(
+        0, description="wake words heard since the start by every session, whether a turn followed or not"
+    )
 
 
 class LiveSession(Body):
@@ -148,6 +151,7 @@ class LiveSession(Body):
     )
     started_at: float
     turns: int = 0
+    wakes: int = Field(0, description="wake words heard in this session (wake.activation = wake_word)")
 
 
 class WithheldClause(Body):

@@ -135,6 +135,12 @@ class Session:
         return "listening" if self.hearing.addressed else "waiting for the wake word"
 
     @property
+    def wakes(self) -> int:
+        """Wake words heard in this session (with wake.activation = wake_word), turn or not."""
+        activation = self.hearing.activation
+        return 0 if activation is None else activation.wakes
+
+    @property
     def idle(self) -> bool:
         """No turn running and nobody speaking."""
         return self.turns.active is None and not self.endpointer.in_speech

@@ -199,7 +199,8 @@ function showLatency(report, turns) {
 function showSessions(sessions) {
   text("session-count", String(sessions.length));
   fillTable("sessions-table", sessions, (row, s) => {
-    cell(row, s.session_id); cell(row, s.kind); cell(row, s.peer); cell(row, s.state); cell(row, s.heard || "");
+    cell(row, s.session_id); cell(row, s.kind); cell(row, s.peer);
+    cell(row, s.wakes ? `${s.state} · woken ${s.wakes}×` : s.state); cell(row, s.heard || "");
     cell(row, s.turns, "num");
   });
 }
