@@ -311,8 +311,8 @@ def test_wake_words_are_counted_per_session_and_since_the_start(admin_env: Admin
     client = admin_env.client()
     admin_env.login(client)
     wakes = {"kiosk": 2, "call": 1}
-    for name in wakes:
-        admin_env.registry.open_session(name, "microphone", wakes_of=lambda name=name: wakes[name])
+    admin_env.registry.open_session("kiosk", "microphone", wakes_of=lambda: wakes["kiosk"])
+    admin_env.registry.open_session("call", "sip", wakes_of=lambda: wakes["call"])
     sessions = {s["session_id"]: s for s in client.get("/api/sessions").json()}
     assert sessions["kiosk"]["wakes"] == 2 and sessions["call"]["wakes"] == 1
     admin_env.registry.close_session("call")
