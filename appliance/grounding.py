@@ -67,6 +67,17 @@ _ASKING = frozenset(
     ).split()
 )
 _BEFORE_TIMES = frozenset({"at", "from", "until", "till", "before", "after", "by", "to"})
+_DAY_NAMES = ("monday", "tuesday", "wednesday", "thursday", "friday", "saturday", "sunday")
+# A day is a figure too: "opens at 7:30 on Saturdays" is not what "on weekdays" says.
+_DAYS: dict[str, frozenset[str]] = {
+    **{name: frozenset({f"d:{name[:3]}"}) for name in _DAY_NAMES},
+    **{name + "s": frozenset({f"d:{name[:3]}"}) for name in _DAY_NAMES},
+    "weekday": frozenset(f"d:{name[:3]}" for name in _DAY_NAMES[:5]),
+    "weekdays": frozenset(f"d:{name[:3]}" for name in _DAY_NAMES[:5]),
+    "weekend": frozenset({"d:sat", "d:sun"}),
+    "weekends": frozenset({"d:sat", "d:sun"}),
+}
+_SENTENCE_END = re.compile(r"[.!?](?:\s|$)")
 _MERIDIEM = {"am": 0, "a.m": 0, "a.m.": 0, "pm": 12, "p.m": 12, "p.m.": 12}
 
 
@@ -95,6 +106,11 @@ class _Occurrence:
     sentence: int  # which source sentence
     said: bool  # the conversation's words (the person's own figures), not a fact or a tool's answer
     any_subject: bool = False  # the site's allowed figures and name: an answer to anything
+    moment: bool = False  # the clock's line: true of now, says nothing of the site's figures
+
+    @property
+    def of_the_site(self) -> bool:
+        return not (self.said or self.moment)
 
 
 @dataclass
@@ -134,6 +150,11 @@ def _scan(text: str) -> tuple[list[Figure], list[str]]:
     out: list[Figure] = []
     index = 0
     while index < len(tokens):
+        day = _DAYS.get(lowered[index])
+        if day is not None:
+            out.append(Figure(tokens[index], day, ""))
+            index += 1
+            continue
         timed = _time_at(lowered, index)
         taken = timed or _number_at(lowered, index)
         if taken is None:
@@ -315,9 +336,18 @@ class Sources:
         self._internal: dict[int, set[tuple[str, ...]]] = {}
         self._asked: set[str] = set()
 
-    def add(self, text: str, *, title: str = "", said: bool = False, any_subject: bool = False) -> None:
+    def add(
+        self,
+        text: str,
+        *,
+        title: str = "",
+        said: bool = False,
+        any_subject: bool = False,
+        moment: bool = False,
+    ) -> None:
         """A source text: a facts section with its ``title``, a tool's answer, (``said``) a message
-        of the conversation, or (``any_subject``) a figure the site allows in any answer."""
+        of the conversation, (``any_subject``) a figure the site allows in any answer, or
+        (``moment``) the clock: today's day grounds "today is Saturday", not "opens on Saturdays"."""
         heading = {stem(w) for w in _tokens(title) if _is_word(w) and not _is_filler(w)}
         for sentence in _CLAUSE_END.split(text):
             found, lowered = _scan(sentence)
@@ -327,7 +357,7 @@ class Sources:
             number = len(self._sentence_values)
             self._sentence_values.append(frozenset(v for figure in found for v in figure.values))
             for figure in found:
-                occurrence = _Occurrence(figure.values, context, number, said, any_subject)
+                occurrence = _Occurrence(figure.values, context, number, said, any_subject, moment)
                 for value in figure.values:
                     self._occurrences.setdefault(value, []).append(occurrence)
 
@@ -374,8 +404,8 @@ class Sources:
         """Whether ``clause`` may be spoken, ``after`` the reply's words so far (a reply is spoken in
         short clauses: an instruction read out runs across them). Besides each figure's own source:
         a figure from the facts said together with one only the person said ("the M8 bolts on line 5
-        need 45 Nm") must come from a source sentence that holds the person's figure too, or it
-        answers what was not asked."""
+        need 45 Nm", "opens at 7:30 on Saturdays"), in the same sentence of the reply, must come from a
+        source sentence that holds the person's figure too, or it answers what was not asked."""
         back = max(self._internal, default=1) - 1  # enough words of ``after`` for the longest run
         before = _plain_words(after)[-back:] if back else []
         if self._repeats_instructions([*before, *_plain_words(clause)], len(before)):
@@ -393,9 +423,13 @@ class Sources:
         ]
         if off_subject:
             return Verdict(off_subject, WithheldWhy.OFF_SUBJECT)
-        theirs = [figure for figure, found in stated if all(o.said for o in found)]
+        # The person's figures (or the clock's) stated earlier in the same sentence of the reply count:
+        # a reply is checked in clauses ("The M8 bolts on press" / "line 2 need 45 newton metres").
+        started = _SENTENCE_END.split(after)[-1] if after else ""
+        earlier = [(figure, self._found(figure)) for figure in figures(started)]
+        theirs = [figure for figure, found in [*earlier, *stated] if all(not o.of_the_site for o in found)]
         for figure, found in stated:
-            sentences = [o.sentence for o in found if not o.said]
+            sentences = [o.sentence for o in found if o.of_the_site]
             if (
                 theirs
                 and sentences

@@ -44,6 +44,8 @@ def sources() -> Sources:
         ("seven thirty pm", {"t:1170"}, ""),
         ("14:00", {"t:840"}, ""),
         ("noon", {"t:720"}, ""),
+        ("Saturdays", {"d:sat"}, ""),
+        ("weekdays", {"d:mon", "d:tue", "d:wed", "d:thu", "d:fri"}, ""),
     ],
 )
 def test_a_figure_is_read_in_its_spoken_and_written_forms(text: str, values: set[str], unit: str) -> None:
@@ -152,3 +154,23 @@ def test_a_facts_figure_said_of_something_only_the_person_named_is_withheld(sour
     assert sources.check("Yes, it opens at 7:30.").ok  # no figure of theirs in the clause
     assert sources.check("The M10 flange bolts need 25 Nm.").ok
     assert sources.check("The M10 flange bolts need 25.").ok  # "need" says nothing of what 25 measures
+
+
+def test_the_persons_figure_earlier_in_the_same_sentence_of_the_reply_counts(sources: Sources) -> None:
+    """A reply is checked clause by clause: "The M8 bolts on line 5" then "need 25 Nm."."""
+    sources.add("What torque do the M8 bolts on line 5 need?", said=True)
+    assert sources.check("The M8 bolts on line 5").ok
+    verdict = sources.check("need 25 Nm.", after="The M8 bolts on line 5")
+    assert verdict.why is WithheldWhy.FIGURE and verdict.ungrounded == ["25"]
+    assert sources.check("The M10 flange bolts need 25 Nm.", after="The M8 bolts are not listed.").ok
+
+
+def test_a_day_the_facts_do_not_give_is_not_said_with_their_times(sources: Sources) -> None:
+    sources.add("When does the canteen open on Saturdays?", said=True)
+    sources.ask("When does the canteen open on Saturdays?")
+    sources.add("It is now 10:12 on Saturday 5 December 2026.", title="time date day clock", moment=True)
+    verdict = sources.check("The canteen opens at 7:30 on Saturdays.")
+    assert verdict.why is WithheldWhy.FIGURE and verdict.ungrounded == ["7:30"]
+    assert sources.check("The canteen opens at 7:30 on weekdays.").ok
+    assert sources.check("Today is Saturday.").ok  # the clock's day, said of today
+    assert sources.check("It opens on Sundays.").why is WithheldWhy.FIGURE  # no source gives Sunday

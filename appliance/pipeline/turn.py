@@ -193,7 +193,7 @@ class Turn:
             for message in messages:
                 if message.role == "user":
                     sources.ask(message.content)
-            sources.add(tools.clock_line(), title="time date day clock")
+            sources.add(tools.clock_line(), title="time date day clock", moment=True)
             for allowed in (*tools.agent.allowed_figures, tools.agent.site_name, tools.agent.device_id):
                 sources.add(allowed, any_subject=True)
         return given
