@@ -38,6 +38,7 @@ BENCHMARKS: dict[str, tuple[tuple[str, ...], bool]] = {
     "sessions": (("sessions",), False),
     "sessions-rss": (("sessions", "--rss-only"), True),
     "tools": (("tools",), True),
+    "answers": (("answers", "--configs", "prompt,as_heard,unchecked,call"), False),
     "fleet": (("fleet",), True),
     "llm-server": (("llm_server",), True),
     "aec": (("aec",), False),
