@@ -9,8 +9,9 @@ from pathlib import Path
 import pytest
 
 from appliance.tools.facts import read_facts
-from appliance.tools.site_words import SiteWords, edit_distance
+from appliance.tools.site_words import SiteWords
 from bench.answers import FACTS, QUESTIONS
+from engines.asr.text import edit_distance
 from engines.tts import TtsEngine
 
 

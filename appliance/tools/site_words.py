@@ -23,6 +23,8 @@ from collections import defaultdict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
+from engines.asr.text import edit_distance
+
 Phonemize = Callable[[Sequence[str]], list[str]]  # words -> their phonemes, one string each
 
 _TOKEN = re.compile(r"[A-Za-z0-9]+(?:'[A-Za-z]+)?")
@@ -138,14 +140,3 @@ def _replaceable(word: str) -> bool:
     """A word that may be heard as another, or taken for one: a name or a thing, not "the" or "four"."""
     lower = word.lower()
     return lower not in _FUNCTION_WORDS and not lower.isdigit()
-
-
-def edit_distance(a: str, b: str) -> int:
-    """Levenshtein distance between two phoneme strings (one symbol a character)."""
-    previous = list(range(len(b) + 1))
-    for i, x in enumerate(a, start=1):
-        current = [i]
-        for j, y in enumerate(b, start=1):
-            current.append(min(previous[j] + 1, current[j - 1] + 1, previous[j - 1] + (x != y)))
-        previous = current
-    return previous[-1]

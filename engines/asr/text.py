@@ -65,12 +65,13 @@ def word_error_rate(references: Sequence[str], hypotheses: Sequence[str]) -> flo
     errors = words = 0
     for ref, hyp in zip(references, hypotheses, strict=True):
         ref_words, hyp_words = normalize_text(ref).split(), normalize_text(hyp).split()
-        errors += _edit_distance(ref_words, hyp_words)
+        errors += edit_distance(ref_words, hyp_words)
         words += len(ref_words)
     return errors / max(1, words)
 
 
-def _edit_distance(ref: Sequence[str], hyp: Sequence[str]) -> int:
+def edit_distance(ref: Sequence[str], hyp: Sequence[str]) -> int:
+    """Levenshtein distance between two sequences (words, or the characters of a string)."""
     previous = list(range(len(hyp) + 1))
     for i, ref_word in enumerate(ref, start=1):
         current = [i]
