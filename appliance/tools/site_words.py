@@ -11,8 +11,9 @@ Whisper writes a name it does not know as the nearest thing it does know ("Elm" 
 - they sound alike: the edit distance between their phonemes (espeak's, through the Piper voice) is
   at most ``MAX_DISTANCE`` of the longer one, and at most ``MAX_EDITS``.
 
-The phonemes come from a ``Phonemize`` function the caller runs where espeak may run (the TTS
-worker: espeak is not thread-safe); ``SiteWords`` itself is pure and remembers every word's phonemes.
+The caller gets the phonemes of the words ``unknown`` names where espeak may run (the TTS worker:
+espeak is not thread-safe) and hands them to ``learn``; ``SiteWords`` itself is pure and remembers
+every word's phonemes.
 """
 
 from __future__ import annotations
@@ -20,21 +21,29 @@ from __future__ import annotations
 import itertools
 import re
 from collections import defaultdict
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from engines.asr.text import edit_distance
-
-Phonemize = Callable[[Sequence[str]], list[str]]  # words -> their phonemes, one string each
 
 _TOKEN = re.compile(r"[A-Za-z0-9]+(?:'[A-Za-z]+)?")
 _CLAUSE_END = re.compile(r"[.!?;:,()\n]")
 _MARKS = str.maketrans("", "", "ˈˌː- ")  # stress, length and breaks say little of which word it was
 MAX_DISTANCE = 0.4
 MAX_EDITS = 2
-# fmt: off
-_FUNCTION_WORDS = frozenset(["a", "an", "the", "and", "or", "but", "nor", "so", "if", "then", "than", "that", "this", "these", "those", "there", "here", "where", "when", "what", "which", "who", "whom", "whose", "why", "how", "is", "are", "was", "were", "be", "been", "being", "am", "do", "does", "did", "done", "have", "has", "had", "having", "will", "would", "shall", "should", "can", "could", "may", "might", "must", "not", "no", "yes", "i", "me", "my", "mine", "you", "your", "yours", "he", "him", "his", "she", "her", "hers", "it", "its", "we", "us", "our", "ours", "they", "them", "their", "theirs", "of", "in", "on", "at", "to", "for", "from", "by", "with", "about", "into", "onto", "over", "under", "up", "down", "out", "off", "as", "per", "via", "all", "any", "some", "each", "every", "both", "either", "neither", "many", "much", "more", "most", "few", "less", "least", "zero", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine", "ten", "eleven", "twelve", "thirteen", "fourteen", "fifteen", "sixteen", "seventeen", "eighteen", "nineteen", "twenty", "thirty", "forty", "fifty", "sixty", "seventy", "eighty", "ninety", "hundred", "thousand", "first", "second", "third", "half", "quarter", "please", "thanks", "okay"])
-# fmt: on
+_FUNCTION_WORDS = frozenset(
+    (  # noqa: SIM905 (a word list reads better as text)
+        "a an the and or but nor so if then than that this these those there here where when what which "
+        "who whom whose why how is are was were be been being am do does did done have has had having "
+        "will would shall should can could may might must not no yes i me my mine you your yours he him "
+        "his she her hers it its we us our ours they them their theirs of in on at to for from by with "
+        "about into onto over under up down out off as per via all any some each every both either "
+        "neither many much more most few less least zero one two three four five six seven eight nine "
+        "ten eleven twelve thirteen fourteen fifteen sixteen seventeen eighteen nineteen twenty thirty "
+        "forty fifty sixty seventy eighty ninety hundred thousand first second third half quarter please "
+        "thanks okay"
+    ).split()
+)
 
 
 @dataclass(frozen=True)
