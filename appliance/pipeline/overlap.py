@@ -29,7 +29,7 @@ from appliance.audio.base import FRAME_S
 from appliance.pipeline.params import OverlapParams
 from appliance.pipeline.turn import Turn
 from appliance.trace.labels import OverlapKind
-from engines.asr.text import normalize_text
+from engines.asr.text import edit_distance, normalize_text
 from engines.vad.endpointer import EndpointEvent
 
 # What Whisper writes for a sound that is not a word ("(laughs)", "[coughing]").
@@ -68,6 +68,10 @@ _HUM = re.compile(r"[mh]+")  # "m", "mm", "hmm", "mhm", "m h m": a hum written a
 # interruptions: Piper's "mm-hmm" and "hmm" came out as 1-5 words at -0.6 to -1.2; short words said on
 # purpose, "what?", "why?", "stop", "no", at -0.1 to -0.56).
 UNSURE_MAX_WORDS = 3
+# Unsure words this close to a stop word's phonemes are that stop word (Whisper wrote "Old one." for
+# Piper's "Hold on." over a reply: 3 edits in 7).
+MAX_SOUND_DISTANCE = 0.45
+_MARKS = str.maketrans("", "", "ˈˌː- .,!?;:")  # stress, length, word breaks, punctuation
 # A voiced blip that never became speech (shorter than endpointer.min_speech_ms): resume after this
 # much silence.
 BLIP_SILENCE_S = 0.096
@@ -87,24 +91,51 @@ def _covers(words: Sequence[str], phrases: set[tuple[str, ...]]) -> bool:
 
 @dataclass(frozen=True)
 class Heard:
-    """One transcript of an overlap: its words and Whisper's mean token log-probability."""
+    """One transcript of an overlap: its words, Whisper's mean token log-probability, and the stop word
+    its sound is close to when Whisper was unsure of the words ("old one" for "hold on")."""
 
     text: str
     logprob: float | None = None
+    sounds_like: str = ""
+
+
+def _words(text: str) -> list[str]:
+    return [w for w in normalize_text(text).split() if w not in _SOUNDS and not _HUM.fullmatch(w)]
 
 
 def classify(heard: Heard, params: OverlapParams) -> OverlapKind:
     """What an overlap was, from its words (its length is judged before them)."""
-    words = [w for w in normalize_text(heard.text).split() if w not in _SOUNDS and not _HUM.fullmatch(w)]
+    words = _words(heard.text)
     backchannels = {tuple(normalize_text(p).split()) for p in params.backchannels}
     if not words or _covers(words, backchannels):
         return OverlapKind.BACKCHANNEL
     stops = {tuple(normalize_text(p).split()) for p in params.stop_words}
-    if _covers(words, backchannels | stops):
+    if _covers(words, backchannels | stops) or heard.sounds_like:
         return OverlapKind.STOP_WORD
     if _unsure(heard, len(words), params):
         return OverlapKind.BACKCHANNEL
     return OverlapKind.INTERRUPTION
+
+
+def only_unsure(heard: Heard, params: OverlapParams) -> bool:
+    """Whether only Whisper's doubt would make these words a backchannel (they are none of the
+    backchannels or stop words): then how they sound decides whether they were a stop word."""
+    words = _words(heard.text)
+    known = {tuple(normalize_text(p).split()) for p in (*params.backchannels, *params.stop_words)}
+    return bool(words) and not _covers(words, known) and _unsure(heard, len(words), params)
+
+
+def closest_stop_word(sounds: str, stop_sounds: dict[str, str]) -> str:
+    """The stop word whose phonemes are within ``MAX_SOUND_DISTANCE`` of ``sounds`` ("" when none)."""
+    sounds = sounds.translate(_MARKS)
+    scored = []
+    for word, theirs in stop_sounds.items():
+        theirs = theirs.translate(_MARKS)
+        longest = max(len(sounds), len(theirs), 1)
+        distance = edit_distance(sounds, theirs) / longest
+        if distance <= MAX_SOUND_DISTANCE:
+            scored.append((distance, word))
+    return min(scored)[1] if scored else ""
 
 
 def _unsure(heard: Heard, words: int, params: OverlapParams) -> bool:

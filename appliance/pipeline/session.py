@@ -22,6 +22,7 @@ the background (appliance/pipeline/partials.py, ``asr.partial_interval_ms``).
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import time
 from collections import deque
@@ -34,7 +35,7 @@ from appliance.audio.base import AudioSink, AudioSource, HeardFrame
 from appliance.pipeline.call_driver import CallDriver
 from appliance.pipeline.call_policy import CallLine
 from appliance.pipeline.engines import SessionEngines
-from appliance.pipeline.overlap import Heard, OverlapKind, Overlaps
+from appliance.pipeline.overlap import Heard, OverlapKind, Overlaps, closest_stop_word, only_unsure
 from appliance.pipeline.partials import Partials
 from appliance.pipeline.session_config import SessionConfig
 from appliance.pipeline.speech_loop import SpeechLoop
@@ -279,7 +280,20 @@ class Session:
 
     async def _transcribe_overlap(self, audio: np.ndarray) -> Heard:
         result = await self.engines.asr_worker.call(self.engines.asr.transcribe, audio)
-        return Heard(str(result.text).strip(), result.avg_logprob)
+        heard = Heard(str(result.text).strip(), result.avg_logprob)
+        if only_unsure(heard, self.overlaps.params):
+            heard = dataclasses.replace(heard, sounds_like=await self._sounds_like_a_stop_word(heard.text))
+        return heard
+
+    async def _sounds_like_a_stop_word(self, text: str) -> str:
+        """The stop word ``text`` sounds like (phonemes from the voice's espeak, on the TTS worker)."""
+        stops = list(self.overlaps.params.stop_words)
+        try:
+            sounds = await self.engines.tts_worker.call(self.engines.tts.phonemes, [text, *stops])
+        except Exception:  # without phonemes the words alone decide
+            log.warning("session %s: no phonemes for %r", self.session_id, text, exc_info=True)
+            return ""
+        return closest_stop_word(sounds[0], dict(zip(stops, sounds[1:], strict=True)))
 
     async def _on_event(self, event: EndpointEvent, now: float) -> None:
         if event.kind is EventKind.SPEECH_START:
