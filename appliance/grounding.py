@@ -69,14 +69,12 @@ _ASKING = frozenset(
 _BEFORE_TIMES = frozenset({"at", "from", "until", "till", "before", "after", "by", "to"})
 _DAY_NAMES = ("monday", "tuesday", "wednesday", "thursday", "friday", "saturday", "sunday")
 # A day is a figure too: "opens at 7:30 on Saturdays" is not what "on weekdays" says.
-_DAYS: dict[str, frozenset[str]] = {
+_DAY: dict[str, frozenset[str]] = {
     **{name: frozenset({f"d:{name[:3]}"}) for name in _DAY_NAMES},
-    **{name + "s": frozenset({f"d:{name[:3]}"}) for name in _DAY_NAMES},
     "weekday": frozenset(f"d:{name[:3]}" for name in _DAY_NAMES[:5]),
-    "weekdays": frozenset(f"d:{name[:3]}" for name in _DAY_NAMES[:5]),
     "weekend": frozenset({"d:sat", "d:sun"}),
-    "weekends": frozenset({"d:sat", "d:sun"}),
 }
+_DAYS = {**_DAY, **{name + "s": days for name, days in _DAY.items()}}  # "Saturdays", "weekdays"
 _SENTENCE_END = re.compile(r"[.!?](?:\s|$)")
 _MERIDIEM = {"am": 0, "a.m": 0, "a.m.": 0, "pm": 12, "p.m": 12, "p.m.": 12}
 

@@ -28,8 +28,9 @@ import numpy as np
 from appliance.audio.base import FRAME_S
 from appliance.pipeline.params import OverlapParams
 from appliance.pipeline.turn import Turn
+from appliance.tools.site_words import closest_by_sound
 from appliance.trace.labels import OverlapKind
-from engines.asr.text import edit_distance, normalize_text
+from engines.asr.text import normalize_text
 from engines.vad.endpointer import EndpointEvent
 
 # What Whisper writes for a sound that is not a word ("(laughs)", "[coughing]").
@@ -71,7 +72,6 @@ UNSURE_MAX_WORDS = 3
 # Unsure words this close to a stop word's phonemes are that stop word (Whisper wrote "Old one." for
 # Piper's "Hold on." over a reply: 3 edits in 7).
 MAX_SOUND_DISTANCE = 0.45
-_MARKS = str.maketrans("", "", "ˈˌː- .,!?;:")  # stress, length, word breaks, punctuation
 # A voiced blip that never became speech (shorter than endpointer.min_speech_ms): resume after this
 # much silence.
 BLIP_SILENCE_S = 0.096
@@ -127,15 +127,8 @@ def only_unsure(heard: Heard, params: OverlapParams) -> bool:
 
 def closest_stop_word(sounds: str, stop_sounds: dict[str, str]) -> str:
     """The stop word whose phonemes are within ``MAX_SOUND_DISTANCE`` of ``sounds`` ("" when none)."""
-    sounds = sounds.translate(_MARKS)
-    scored = []
-    for word, theirs in stop_sounds.items():
-        theirs = theirs.translate(_MARKS)
-        longest = max(len(sounds), len(theirs), 1)
-        distance = edit_distance(sounds, theirs) / longest
-        if distance <= MAX_SOUND_DISTANCE:
-            scored.append((distance, word))
-    return min(scored)[1] if scored else ""
+    found = closest_by_sound(sounds, stop_sounds, max_distance=MAX_SOUND_DISTANCE)
+    return "" if found is None else found[0]
 
 
 def _unsure(heard: Heard, words: int, params: OverlapParams) -> bool:

@@ -21,14 +21,13 @@ from __future__ import annotations
 import itertools
 import re
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from engines.asr.text import edit_distance
 
 _TOKEN = re.compile(r"[A-Za-z0-9]+(?:'[A-Za-z]+)?")
 _CLAUSE_END = re.compile(r"[.!?;:,()\n]")
-_MARKS = str.maketrans("", "", "ˈˌː- ")  # stress, length and breaks say little of which word it was
 MAX_DISTANCE = 0.4
 MAX_EDITS = 2
 _FUNCTION_WORDS = frozenset(
@@ -107,7 +106,7 @@ class SiteWords:
 
     def learn(self, words: Sequence[str], phonemes: Sequence[str]) -> None:
         for word, sounds in zip(words, phonemes, strict=True):
-            self._phonemes[word] = sounds.translate(_MARKS)
+            self._phonemes[word] = sounds
 
     def correct(self, transcript: str) -> tuple[str, list[Correction]]:
         """``transcript`` with each heard word that is a facts word's sound-alike in its place replaced
@@ -130,19 +129,25 @@ class SiteWords:
         sounds = self._phonemes.get(heard)
         if not sounds:
             return None
-        scored = []
-        for candidate in sorted(candidates):
-            theirs = self._phonemes.get(candidate)
-            if not theirs:
-                continue
-            edits = edit_distance(sounds, theirs)
-            distance = edits / max(len(sounds), len(theirs))
-            if edits <= MAX_EDITS and distance <= MAX_DISTANCE:
-                scored.append((distance, candidate))
-        if not scored:
-            return None
-        distance, candidate = min(scored)
-        return candidate, distance
+        known = {c: self._phonemes[c] for c in candidates if self._phonemes.get(c)}
+        return closest_by_sound(sounds, known, max_distance=MAX_DISTANCE, max_edits=MAX_EDITS)
+
+
+def closest_by_sound(
+    sounds: str, candidates: Mapping[str, str], *, max_distance: float, max_edits: int | None = None
+) -> tuple[str, float] | None:
+    """The candidate (word -> its phonemes) that sounds nearest ``sounds``, with its distance: phoneme
+    edits over the longer one's phonemes, at most ``max_distance`` (and at most ``max_edits``)."""
+    scored = []
+    for word, theirs in candidates.items():
+        edits = edit_distance(sounds, theirs)
+        distance = edits / max(len(sounds), len(theirs), 1)
+        if distance <= max_distance and (max_edits is None or edits <= max_edits):
+            scored.append((distance, word))
+    if not scored:
+        return None
+    distance, word = min(scored)
+    return word, distance
 
 
 def _replaceable(word: str) -> bool:

@@ -24,7 +24,8 @@ class TtsEngine(Protocol):
         ...
 
     def phonemes(self, words: Sequence[str]) -> list[str]:
-        """Each word's phonemes as the voice would say it (IPA, one string a word)."""
+        """Each word's phonemes as the voice would say it (IPA, one string a word, without stress
+        marks, word breaks or punctuation)."""
         ...
 
     def close(self) -> None: ...

@@ -23,6 +23,7 @@ _BUNDLE_FIX = "rebuild the engine bundle: python -m build_scripts bundle --out D
 # Piper ends every sentence with about 0.23 s of silence; inside a sentence a shorter pause sounds natural.
 _CLAUSE_PAUSE_S = 0.08
 _SILENCE_LEVEL = 0.01
+_NOT_SOUNDS = str.maketrans("", "", "ˈˌː- .,!?;:")
 
 
 class PiperTts:
@@ -96,11 +97,15 @@ class PiperTts:
                 yield audio
 
     def phonemes(self, words: Sequence[str]) -> list[str]:
-        """Each word's phonemes from the voice's own espeak-ng (not thread-safe: call it on the worker
+        """Each word's phonemes from the voice's own espeak-ng, without stress, length, word breaks or
+        punctuation, which say little of which word it was (not thread-safe: call it on the worker
         that synthesizes)."""
         if self._voice is None:
             raise RuntimeError("the TTS engine is not loaded; call load() first")
-        return ["".join("".join(sentence) for sentence in self._voice.phonemize(word)) for word in words]
+        return [
+            "".join("".join(sentence) for sentence in self._voice.phonemize(word)).translate(_NOT_SOUNDS)
+            for word in words
+        ]
 
     def close(self) -> None:
         self._voice = None
