@@ -104,7 +104,7 @@ async def run_echo_case(
     from appliance.audio.echo import CONVERGE_S, cancel_echo
     from appliance.engine_set import session_config
     from appliance.pipeline.session import Session
-    from bench.simulated_room import SimulatedRoom
+    from bench.simulated_room import SimulatedRoom, run_until
 
     room = SimulatedRoom(
         ECHO_ROOM,
@@ -120,18 +120,11 @@ async def run_echo_case(
     session = Session(
         engines=engines, source=source, sink=sink, config=session_config(settings, echo_cancelled=True)
     )
-    stop = asyncio.Event()
 
-    async def watch() -> None:
-        while not (room.start is not None and room.quiet_after_person(time.monotonic(), QUIET_S)):
-            await asyncio.sleep(0.05)
-        stop.set()
+    def over() -> bool:
+        return room.start is not None and room.quiet_after_person(time.monotonic(), QUIET_S)
 
-    watcher = asyncio.create_task(watch())
-    try:
-        await asyncio.wait_for(session.run(stop=stop), 180)
-    finally:
-        watcher.cancel()
+    await asyncio.wait_for(run_until(session, over), 180)
     return _row(session, clip, after_s, room.person_said_at, room.speaker.flushed_at)
 
 

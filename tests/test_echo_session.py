@@ -20,7 +20,7 @@ from appliance.engine_set import session_config
 from appliance.pipeline.engines import SessionEngines
 from appliance.pipeline.session import Session
 from bench import rooms
-from bench.simulated_room import SimulatedRoom
+from bench.simulated_room import SimulatedRoom, run_until
 from engines.aec import EchoCanceller
 from engines.asr import AsrEngine
 from engines.asr.text import word_error_rate
@@ -102,22 +102,8 @@ def _run(
     config = session_config(settings, echo_cancelled=delay_ms is not None)
     session = Session(engines=engines, source=source, sink=sink, config=config)
 
-    async def run() -> None:
-        stop = asyncio.Event()
-
-        async def watch() -> None:
-            while until is not None and not until(session):
-                await asyncio.sleep(0.05)
-            stop.set()
-
-        watcher = asyncio.create_task(watch()) if until is not None else None
-        try:
-            await session.run(max_turns=turns, stop=stop)
-        finally:
-            if watcher is not None:
-                watcher.cancel()
-
-    asyncio.run(asyncio.wait_for(run(), 120))
+    done = None if until is None else lambda: until(session)
+    asyncio.run(asyncio.wait_for(run_until(session, done, max_turns=turns), 120))
     return session
 
 
