@@ -69,34 +69,53 @@ class Bench:
     params: Any  # the endpointer's
 
 
-def speech_starts(vad: Any, audio: np.ndarray, threshold: float, params: Any) -> list[Any]:
+def speech_starts(
+    vad: Any, audio: np.ndarray, threshold: float, params: Any, *, linear: Linear | None = None
+) -> list[Any]:
     """The endpointer's SPEECH_START events over ``audio`` (``time_s``: when it fired;
-    ``speech_start_s``: the first voiced frame)."""
+    ``speech_start_s``: the first voiced frame); with ``linear``, the session's linear ear hears its
+    output too, as while a reply plays."""
+    from appliance.pipeline.echo_gate import LINEAR_THRESHOLD
+    from appliance.pipeline.linear_ear import LinearEar, power
     from engines.vad.endpointer import Endpointer, EventKind
 
     stream = vad.stream()
     endpointer = Endpointer(params)
     endpointer.threshold = threshold
+    ear, ear_stream = LinearEar(LINEAR_THRESHOLD), vad.stream()
     starts = []
     for index in range(len(audio) // FRAME):
-        probability = stream.probability(audio[index * FRAME : (index + 1) * FRAME])
+        window = slice(index * FRAME, (index + 1) * FRAME)
+        probability = stream.probability(audio[window])
+        if linear is not None:
+            heard = ear_stream.probability(linear.linear[window])
+            if ear.hears(heard, power(linear.linear[window]), power(linear.echo[window])):
+                probability = max(probability, heard)
         starts += [
             e for e in endpointer.feed(float(probability), FRAME_S) if e.kind is EventKind.SPEECH_START
         ]
     return starts
 
 
+@dataclass(frozen=True)
+class Linear:
+    """The linear canceller's output and the echo it took out, for the linear ear."""
+
+    linear: np.ndarray
+    echo: np.ndarray
+
+
 def cancel(
     engine: Any, mic: np.ndarray, played: np.ndarray, reference_delay_s: float
-) -> tuple[np.ndarray, np.ndarray, list[float]]:
-    """The canceller's two outputs, suppressed (for the VAD) and linear (for Whisper), aligned back
-    by its block and as long as ``mic``, and the thread time of each 10 ms block."""
+) -> tuple[np.ndarray, Linear, list[float]]:
+    """The canceller's outputs, suppressed (for the VAD) and linear (for Whisper and the linear
+    ear), aligned back by its block and as long as ``mic``, and the thread time of each 10 ms block."""
     from engines.aec import BLOCK_SAMPLES
 
     shift = round(reference_delay_s * rooms.SAMPLE_RATE_HZ)
     reference = np.concatenate([np.zeros(shift, dtype=np.float32), played])[: len(mic)]
     stream = engine.stream()
-    suppressed, linear, costs = [], [], []
+    suppressed, linear, echo, costs = [], [], [], []
     for index in range(len(mic) // FRAME):
         window = slice(index * FRAME, (index + 1) * FRAME)
         started = time.thread_time()
@@ -104,10 +123,13 @@ def cancel(
         costs.append((time.thread_time() - started) * BLOCK_SAMPLES / FRAME)
         suppressed.append(out.suppressed)
         linear.append(out.linear)
+        echo.append(out.echo)
     tail = np.zeros(BLOCK_SAMPLES, dtype=np.float32)
     return (
         np.concatenate([*suppressed, tail])[BLOCK_SAMPLES:],
-        np.concatenate([*linear, tail])[BLOCK_SAMPLES:],
+        Linear(
+            np.concatenate([*linear, tail])[BLOCK_SAMPLES:], np.concatenate([*echo, tail])[BLOCK_SAMPLES:]
+        ),
         costs,
     )
 
@@ -143,6 +165,8 @@ def erle_db(mic: np.ndarray, out: np.ndarray, settle_s: float = 2.0) -> float:
     return float(10 * np.log10(np.sum(mic[start:] ** 2) / max(float(np.sum(out[start:] ** 2)), 1e-12)))
 
 
+WITH_LINEAR_EAR = ("webrtc",)  # the cancellers also measured with the session's linear ear
+EAR = ", linear ear"
 GAP_S = 1.0  # silence between two replies
 WARM_UP = 1  # replies played before a barge-in case: the canceller of a session that has spoken before
 
@@ -165,21 +189,30 @@ def run_room(bench: Bench, room: rooms.Room, level: str, delay_s: float) -> dict
     bounds = np.cumsum([0] + [len(reply) + len(gap) for reply in bench.replies]) / rooms.SAMPLE_RATE_HZ
     echo = rooms.echo(played, room, delay_s=delay_s, level_dbfs=LEVELS[level])
     mic = echo + rooms.noise_bed(bench.noise, len(echo), room.noise_dbfs)
-    heard: dict[str, tuple[np.ndarray, float]] = {"raised": (mic, 0.85), "none": (mic, 0.5)}
+    heard: dict[str, tuple[np.ndarray, float, Linear | None]] = {
+        "raised": (mic, 0.85, None),
+        "none": (mic, 0.5, None),
+    }
     erle: dict[str, float] = {}
     costs: dict[str, list[float]] = {}
     for name, engine in bench.cancellers.items():
         suppressed, linear, _ = cancel(engine, echo, played, reference_delay_s)
         erle[name] = round(erle_db(echo, suppressed), 1)
-        erle[f"{name} linear"] = round(erle_db(echo, linear), 1)
-        out, _, costs[name] = cancel(engine, mic, played, reference_delay_s)
-        heard[name] = (out, 0.5)
+        erle[f"{name} linear"] = round(erle_db(echo, linear.linear), 1)
+        out, linear, costs[name] = cancel(engine, mic, played, reference_delay_s)
+        heard[name] = (out, 0.5, None)
+        if name in WITH_LINEAR_EAR:
+            heard[f"{name}{EAR}"] = (out, 0.5, linear)
     cut: dict[str, list[int]] = {}
     per_minute = {}
     trusted_s = converged_at_s(played, reference_delay_s)
-    for name, (signal, threshold) in heard.items():
-        starts = [e.time_s for e in speech_starts(bench.vad, signal, threshold, bench.params)]
-        if name in bench.cancellers:  # the session ignores the microphone until the canceller converged
+    for name, (signal, threshold, with_linear) in heard.items():
+        starts = [
+            e.time_s for e in speech_starts(bench.vad, signal, threshold, bench.params, linear=with_linear)
+        ]
+        if (
+            name.removesuffix(EAR) in bench.cancellers
+        ):  # the session ignores the microphone until the canceller converged
             starts = [t for t in starts if t >= trusted_s]
         per_reply = np.histogram(starts, bins=bounds)[0]
         cut[name] = [int(i) for i in np.flatnonzero(per_reply)]
@@ -212,8 +245,9 @@ def barge_ins(
     from engines.asr.text import word_error_rate
 
     rate = rooms.SAMPLE_RATE_HZ
-    conditions = {name: (engine, 0.5) for name, engine in bench.cancellers.items()}
-    conditions["raised"] = (None, 0.85)
+    conditions = {name: (engine, 0.5, False) for name, engine in bench.cancellers.items()}
+    conditions.update({f"{name}{EAR}": (bench.cancellers[name], 0.5, True) for name in WITH_LINEAR_EAR})
+    conditions["raised"] = (None, 0.85, False)
     latency: dict[str, list[float | None]] = {name: [] for name in [*conditions, "no reply"]}
     self_cut = dict.fromkeys(conditions, 0)
     texts: dict[str, list[str]] = {name: [] for name in [*conditions, "no reply"]}
@@ -241,9 +275,12 @@ def barge_ins(
         played_full = np.zeros(length, dtype=np.float32)
         body = np.concatenate([*warm, reply])
         played_full[: len(body)] = body
-        for name, (canceller, threshold) in conditions.items():
+        for name, (canceller, threshold, ear) in conditions.items():
             path = EchoPath(room, level, delay_s, near, canceller, reference_delay_s)
-            starts = speech_starts(bench.vad, path.heard(played_full)[0], threshold, bench.params)
+            suppressed, linear = path.heard(played_full)
+            starts = speech_starts(
+                bench.vad, suppressed, threshold, bench.params, linear=linear if ear and canceller else None
+            )
             during = [e.time_s for e in starts if e.time_s >= reply_at / rate]
             first = during[0] if during else None
             if first is not None and first < onset - 0.05:
@@ -255,8 +292,8 @@ def barge_ins(
             if first is not None:  # the session stops the reply; the turn hears the rest without it
                 played[round((first + STOP_LAG_S) * rate) :] = 0.0
             suppressed, for_asr = path.heard(played)
-            texts[name].append(bench.transcribe(for_asr[window]))
-            if canceller is not None:
+            texts[name].append(bench.transcribe(for_asr.linear[window]))
+            if canceller is not None and not ear:
                 texts.setdefault(f"{name} suppressed", []).append(bench.transcribe(suppressed[window]))
     refs = [text for _, text in bench.people][: len(texts["no reply"])]
     summary: dict[str, Any] = {
@@ -293,11 +330,11 @@ class EchoPath:
     canceller: Any
     reference_delay_s: float
 
-    def heard(self, played: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    def heard(self, played: np.ndarray) -> tuple[np.ndarray, Linear]:
         """What the VAD judges (AEC3's output) and what Whisper hears (the linear canceller's)."""
         mic = rooms.echo(played, self.room, delay_s=self.delay_s, level_dbfs=LEVELS[self.level]) + self.near
         if self.canceller is None:
-            return mic, mic
+            return mic, Linear(mic, np.zeros_like(mic))
         suppressed, linear, _ = cancel(self.canceller, mic, played, self.reference_delay_s)
         return suppressed, linear
 
@@ -415,7 +452,8 @@ def _print(row: dict[str, Any]) -> None:
         f"  {'':22} {'ERLE dB':>8} {'false/min':>9} {'cut/' + str(replies):>6} {'<=300ms':>8} "
         f"{'detect p50/p95':>15} {'WER':>6} {'CPU ms/10ms p50/p99':>20}"
     )
-    for name in [*row["erle_db"], "raised", "none", "no reply"]:
+    ears = [name for name in row["false_barge_ins_per_min"] if name.endswith(EAR)]
+    for name in [*row["erle_db"], *ears, "raised", "none", "no reply"]:
         erle = row["erle_db"].get(name, "-")
         within = barge["detected_within_300ms"].get(name, "-")
         detect = barge["detect_ms"].get(name)

@@ -16,10 +16,13 @@ __all__ = ["FRAME_S", "FRAME_SAMPLES", "SAMPLE_RATE_HZ", "AudioSink", "AudioSour
 @dataclass(frozen=True)
 class HeardFrame:
     """One frame in two versions, for a source that cleans its audio two ways (the echo-cancelled
-    microphone): ``for_vad`` decides whether someone speaks, ``for_asr`` is what is transcribed."""
+    microphone): ``for_vad`` decides whether someone speaks, ``for_asr`` is what is transcribed.
+    ``echo_power``: the mean power of the echo the linear canceller took out of ``for_asr`` (None
+    where no canceller runs)."""
 
     for_vad: np.ndarray
     for_asr: np.ndarray
+    echo_power: float | None = None
 
 
 def split_frame(frame: np.ndarray | HeardFrame) -> tuple[np.ndarray, np.ndarray]:

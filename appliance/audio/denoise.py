@@ -48,7 +48,11 @@ class DenoisedSource:
                     for_asr = for_vad
                 else:
                     for_asr = await self.worker.call(self._asr_stream.process, for_asr)
-            yield HeardFrame(for_vad=np.asarray(for_vad, np.float32), for_asr=np.asarray(for_asr, np.float32))
+            yield HeardFrame(
+                for_vad=np.asarray(for_vad, np.float32),
+                for_asr=np.asarray(for_asr, np.float32),
+                echo_power=heard.echo_power if isinstance(heard, HeardFrame) else None,
+            )
 
     async def close(self) -> None:
         await self.inner.close()

@@ -176,7 +176,8 @@ class EchoCancelledSource(SourceBase):
             start = end - len(frame) / SAMPLE_RATE_HZ
             reference = self.timeline.take(start - self.reference_delay_s, len(frame))
             cancelled = await self.worker.call(self.stream.process, frame, reference)
-            yield HeardFrame(for_vad=cancelled.suppressed, for_asr=cancelled.linear)
+            echo_power = float(np.mean(np.square(cancelled.echo, dtype=np.float64)))
+            yield HeardFrame(for_vad=cancelled.suppressed, for_asr=cancelled.linear, echo_power=echo_power)
 
     @property
     def echo_converged(self) -> bool:

@@ -12,6 +12,7 @@ from engines.vad.params import VadParams
 # Without echo cancellation the appliance's own voice reaches the microphone: only speech louder than
 # the reply's echo should interrupt it (docs/echo-cancellation.md).
 RAISED_THRESHOLD = 0.85
+LINEAR_THRESHOLD = 0.85  # appliance/pipeline/linear_ear.py
 
 
 class EchoGateParams(Params):
@@ -25,6 +26,14 @@ class EchoGateParams(Params):
         f"{RAISED_THRESHOLD} elsewhere (without it the microphone hears the reply)",
     )
     gate_while_playing: bool = Field(False, description="hear nothing at all while a reply plays")
+    linear_threshold_while_playing: float | None = Field(
+        LINEAR_THRESHOLD,
+        gt=0.0,
+        le=1.0,
+        description="behind the echo canceller, while a reply plays: speech this sure in the linear "
+        "canceller's output counts too, where it stands out of the echo (a short word the suppressor "
+        "hides); unset: the suppressor's output alone",
+    )
 
 
 @dataclass(frozen=True)
@@ -32,6 +41,7 @@ class EchoGate:
     threshold: float
     threshold_while_playing: float
     gate_while_playing: bool
+    linear_threshold: float | None = None  # the linear ear's (behind the echo canceller only)
 
     @classmethod
     def of(
@@ -42,13 +52,14 @@ class EchoGate:
         echo_cancelled: bool = False,
     ) -> EchoGate:
         """With the echo cancelled, the normal threshold while a reply plays (unless
-        ``threshold_while_playing`` says otherwise); without, the raised one."""
+        ``threshold_while_playing`` says otherwise) and the linear ear; without, the raised one."""
         vad = VadParams() if vad is None else vad
         params = EchoGateParams() if params is None else params
         while_playing = params.threshold_while_playing
         if while_playing is None:
             while_playing = vad.threshold if echo_cancelled else RAISED_THRESHOLD
-        return cls(vad.threshold, while_playing, params.gate_while_playing)
+        linear = params.linear_threshold_while_playing if echo_cancelled else None
+        return cls(vad.threshold, while_playing, params.gate_while_playing, linear)
 
     def threshold_for(self, playing: bool) -> float:
         return self.threshold_while_playing if playing else self.threshold

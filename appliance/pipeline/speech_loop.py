@@ -7,7 +7,8 @@ the utterance's audio (with each frame's arrival time) and what was judged durin
 that answers it.
 
 While the appliance is speaking the endpointer's threshold is raised (or the VAD gated entirely)
-where no echo canceller takes the speaker out of the microphone (appliance/audio/echo.py).
+where no echo canceller takes the speaker out of the microphone (appliance/audio/echo.py); behind
+one, the VAD also hears the linear canceller's output (appliance/pipeline/linear_ear.py).
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ import numpy as np
 from appliance.audio.base import FRAME_S, FRAME_SAMPLES, HeardFrame, split_frame
 from appliance.pipeline.activation import Activation
 from appliance.pipeline.engines import SessionEngines
+from appliance.pipeline.linear_ear import LinearEar, power
 from appliance.pipeline.session_config import SessionConfig
 from appliance.pipeline.ticks import frames_or_ticks
 from appliance.trace.labels import OpenedBy, WordsNotExpected
@@ -80,6 +82,10 @@ class SpeechLoop:
         self._frame_count = 0
         self._engines: SessionEngines | None = None
         self._vad_stream: Any = None
+        threshold = config.echo.linear_threshold
+        self._linear_ear = LinearEar(threshold) if threshold is not None else None
+        self._linear_stream: Any = None  # the VAD's stream on the linear output, afresh for each reply
+        self._was_playing = False
         self._check_tasks: set[asyncio.Task[None]] = set()
         self._words_due: asyncio.Event | None = None
         self.voiced = False  # the last frame was voiced (at the endpointer's threshold)
@@ -93,6 +99,8 @@ class SpeechLoop:
     async def listen_with(self, engines: SessionEngines) -> None:
         """Judge with ``engines`` from now on; their VAD stream starts afresh, in silence."""
         self._vad_stream = await engines.vad_worker.call(engines.vad.stream)
+        if self._linear_ear is not None:
+            self._linear_stream = await engines.vad_worker.call(engines.vad.stream)
         if self.activation is not None and engines.wake is not None and engines.wake_worker is not None:
             self._wake_stream = await engines.wake_worker.call(engines.wake.stream)
         elif self.activation is not None:
@@ -127,6 +135,9 @@ class SpeechLoop:
         self._frames.append((transcribed, now))  # the utterance's audio: ASR, partials, the turn model
         self._frame_count += 1
         probability = float(await engines.vad_worker.call(self._vad_stream.probability, frame))
+        if playing and isinstance(heard, HeardFrame) and heard.echo_power is not None:
+            probability = max(probability, await self._linear_heard(engines, transcribed, heard.echo_power))
+        self._was_playing = playing
         self.endpointer.threshold = self.echo.threshold_for(playing)
         probability = self.echo.probability_for(probability, playing)
         if playing and not echo_converged:
@@ -135,6 +146,15 @@ class SpeechLoop:
             probability = 0.0  # nobody said the wake word: as if nobody spoke
         self.voiced, self.heard_at = probability >= self.endpointer.threshold, now
         await self._handle(self.endpointer.feed(probability, FRAME_S), now)
+
+    async def _linear_heard(self, engines: SessionEngines, frame: np.ndarray, echo_power: float) -> float:
+        """The linear ear's probability for this frame (0.0 where it hears nobody)."""
+        if self._linear_ear is None or self._linear_stream is None:
+            return 0.0
+        if not self._was_playing:
+            await engines.vad_worker.call(self._linear_stream.reset)
+        probability = float(await engines.vad_worker.call(self._linear_stream.probability, frame))
+        return probability if self._linear_ear.hears(probability, power(frame), echo_power) else 0.0
 
     @property
     def addressed(self) -> bool:

@@ -20,10 +20,12 @@ class Cancelled:
     """One stretch of microphone audio without the echo, in two versions of equal length:
     ``suppressed`` (echo removed and what may remain of it turned down: for the VAD, which must not
     hear the reply) and ``linear`` (the echo path's estimate subtracted, nothing turned down: for
-    Whisper and the turn detector, which must hear all of a person who speaks over the reply)."""
+    Whisper and the turn detector, which must hear all of a person who speaks over the reply), and
+    ``echo``, what the linear canceller took out of the microphone to make ``linear``."""
 
     suppressed: np.ndarray
     linear: np.ndarray
+    echo: np.ndarray
 
 
 class BlockCanceller:
@@ -40,7 +42,7 @@ class BlockCanceller:
         self._process_block = process_block
         self._linear = LinearCanceller()
         self._pending: np.ndarray = np.zeros((2, 0), dtype=np.float32)
-        self._ready: np.ndarray = np.zeros((2, BLOCK_SAMPLES), dtype=np.float32)
+        self._ready: np.ndarray = np.zeros((3, BLOCK_SAMPLES), dtype=np.float32)
         self._reference_blocks = 0  # blocks in which the reference played: what the filters learnt from
 
     def process(self, capture: np.ndarray, reference: np.ndarray) -> Cancelled:
@@ -60,7 +62,8 @@ class BlockCanceller:
         self._pending = pending[:, blocks * BLOCK_SAMPLES :]
         ready = np.concatenate(done, axis=1)
         self._ready = ready[:, len(capture) :]
-        return Cancelled(suppressed=ready[0, : len(capture)], linear=ready[1, : len(capture)])
+        count = len(capture)
+        return Cancelled(suppressed=ready[0, :count], linear=ready[1, :count], echo=ready[2, :count])
 
     def reference_heard_s(self) -> float:
         """Seconds of playback the cancellers have learnt from (the reference above -40 dBFS)."""
@@ -71,7 +74,7 @@ class BlockCanceller:
         linear = self._linear.process(capture, reference, out).astype(np.float32)
         if float(np.mean(np.square(reference))) > REFERENCE_FLOOR:
             self._reference_blocks += 1
-        return np.stack([out, linear])
+        return np.stack([out, linear, capture - linear])
 
 
 def to_int16(audio: np.ndarray) -> np.ndarray:

@@ -1,0 +1,52 @@
+"""A second ear for the VAD while a reply plays behind the echo canceller: the linear canceller's output.
+
+AEC3's suppressor, whose output the VAD hears, turns bands down wherever echo may remain; in the
+first moments a person speaks over the reply it turns their voice down with the echo, and a short
+word ("wait", "hold on") can vanish from it. The linear canceller's output keeps the person whole,
+but also what is left of the echo, which Silero hears as speech. So a frame of it counts only where
+
+- Silero is sure of it (``threshold``),
+- it is loud beside the echo the canceller has just been removing (``LOUDER_THAN_ECHO_DB``): a
+  person near the kiosk, not the residue, which is far below the echo it came from,
+- and the canceller has been removing most of the echo (``MIN_CANCELLED_DB``, the median over the
+  last second of the reply): not while it is still learning the room, nor where the room's echo
+  outlasts its filter (a reverberant hall), where the residue is as loud as a person.
+
+The thresholds come from ``bench aec``'s rooms (docs/echo-cancellation.md).
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from collections import deque
+
+import numpy as np
+
+LOUDER_THAN_ECHO_DB = -10.0  # the frame's power over the loudest echo removed in the last ECHO_FRAMES
+ECHO_FRAMES = 8  # 256 ms: the echo just before a person starts still counts when the reply pauses
+MIN_CANCELLED_DB = 6.0  # the echo removed over what is left, median over CANCELLED_FRAMES
+CANCELLED_FRAMES = 32  # about a second of the reply
+_FLOOR = 1e-12
+
+
+def power(frame: np.ndarray) -> float:
+    return float(np.mean(np.square(frame, dtype=np.float64)))
+
+
+class LinearEar:
+    def __init__(self, threshold: float) -> None:
+        self.threshold = threshold
+        self._echo: deque[float] = deque(maxlen=ECHO_FRAMES)
+        self._cancelled: deque[float] = deque(maxlen=CANCELLED_FRAMES)
+
+    def hears(self, probability: float, heard_power: float, echo_power: float) -> bool:
+        """One frame while a reply plays: Silero's ``probability`` on the linear output, that output's
+        power and the power of the echo taken out of it. Whether a person is speaking in it."""
+        trusted = (
+            len(self._cancelled) >= ECHO_FRAMES and statistics.median(self._cancelled) >= MIN_CANCELLED_DB
+        )
+        self._echo.append(echo_power)
+        self._cancelled.append(10.0 * math.log10((echo_power + _FLOOR) / (heard_power + _FLOOR)))
+        loud = heard_power >= max(self._echo) * 10.0 ** (LOUDER_THAN_ECHO_DB / 10.0)
+        return trusted and loud and probability >= self.threshold
