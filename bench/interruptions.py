@@ -86,6 +86,7 @@ def _row(
         else round((silenced[0] - said_at) * 1000.0, 1),
         "decided_ms": decision.get("decided_ms"),  # from the first voiced frame
         "voiced_ms": decision.get("voiced_ms"),
+        "by_linear_ear": decision.get("by_linear_ear", False),  # paused for what AEC3's output lacked
         "first_transcript": reply.transcript if reply is not None else "",
         "overlaps": len(overlaps),  # more than one: the reply paused again (an echo, a second word)
     }

@@ -117,6 +117,10 @@ def test_the_source_gives_the_cleaned_audio_to_the_ear_feed_names(
     try:
         source = suppress_noise(_Frames(frames), denoiser, worker, feed=feed)
         assert isinstance(source, DenoisedSource) and source.echo_converged
+        # The turn's trace dates speech by what the VAD hears: late only where it hears the suppressor.
+        assert (
+            source.heard_late_s == (0.0 if feed == "asr" else source.latency_s) and source.latency_s >= 0.02
+        )
         heard = _heard(source)
     finally:
         worker.shutdown()

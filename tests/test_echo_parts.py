@@ -82,6 +82,11 @@ def test_blocks_keep_the_length_and_delay_the_output_by_one_block() -> None:
     # Nothing suppressed means a person speaks: the linear filter does not learn and passes it on.
     linear = np.concatenate([o.linear for o in outs])
     np.testing.assert_allclose(linear[BLOCK_SAMPLES:], signal[:-BLOCK_SAMPLES], atol=1e-6)
+    # What it took out (for the linear ear) and what it left add up to the microphone.
+    echo = np.concatenate([o.echo for o in outs])
+    np.testing.assert_allclose(
+        echo[BLOCK_SAMPLES:] + linear[BLOCK_SAMPLES:], signal[:-BLOCK_SAMPLES], atol=1e-6
+    )
     with pytest.raises(InputError, match="differ in length"):
         blocks.process(signal[:512], signal[:500])
 

@@ -168,6 +168,23 @@ def test_a_person_speaking_over_the_reply_interrupts_it_and_is_transcribed(
     assert heard <= clean + 0.15, (second.transcript, reference)
 
 
+def test_a_short_stop_word_over_the_reply_stops_it(
+    engines: SessionEngines, settings: Settings, data_dir: Path, echo_delay_ms: float, piper_tts: TtsEngine
+) -> None:
+    """ "Hold on" as loud as the reply's echo: AEC3's suppressor alone turned most of it down (the
+    reply went on, or heard "on." as a backchannel); the linear ear hears it."""
+    from bench.overlap_set import spoken
+
+    room = _room(data_dir)
+    room.speak(rooms.at_level(spoken(piper_tts, "Hold on."), rooms.SPEECH_DBFS), after_s=3.5)
+    session = _run(engines, room, settings, delay_ms=echo_delay_ms, turns=1)
+
+    (trace,) = session.traces
+    assert trace.overlaps and trace.overlaps[0]["kind"] == "stop_word", trace.overlaps
+    assert trace.cancelled and room.speaker.flushes >= 1
+    assert trace.played_reply and len(trace.played_reply.split()) < len(REPLY.split())
+
+
 def test_calibration_names_a_speaker_the_microphone_does_not_hear(data_dir: Path) -> None:
     room = SimulatedRoom(
         ROOM, device_delay_s=DEVICE_DELAY_S, seconds=8.0, noise=_noise(data_dir), echo_dbfs=-90.0

@@ -3,9 +3,18 @@ interruptions --echo's; a session hearing a hidden stop word through it is in te
 
 from __future__ import annotations
 
+import asyncio
+
+import numpy as np
+
+from appliance.audio.base import FRAME_SAMPLES, HeardFrame
 from appliance.pipeline.echo_gate import EchoGate, EchoGateParams
 from appliance.pipeline.linear_ear import CANCELLED_FRAMES, ECHO_FRAMES, LinearEar
+from appliance.pipeline.session_config import SessionConfig
+from appliance.pipeline.speech_loop import SpeechLoop
+from engines.vad.endpointer import EndpointEvent
 from engines.vad.params import VadParams
+from tests.fixtures.pipeline import make_fakes
 
 ECHO = 1e-3  # the echo's power at the microphone, about -30 dBFS
 RESIDUE = ECHO / 100  # what a converged canceller leaves: 20 dB down
@@ -61,3 +70,56 @@ def test_the_ear_is_behind_the_echo_canceller_only_and_can_be_turned_off() -> No
     assert EchoGate.of(vad, EchoGateParams(), echo_cancelled=False).linear_threshold is None
     off = EchoGateParams(linear_threshold_while_playing=None)
     assert EchoGate.of(vad, off, echo_cancelled=True).linear_threshold is None
+
+
+def test_the_rooms_noise_between_words_does_not_count_against_the_canceller() -> None:
+    ear = LinearEar(0.85)
+    for index in range(CANCELLED_FRAMES):
+        if index % 2:
+            assert not ear.hears(0.2, RESIDUE, ECHO)  # a word of the reply, 20 dB removed
+        else:
+            assert not ear.hears(0.2, ECHO / 500, ECHO / 1000)  # between words: the noise over a faint echo
+    assert ear.cancelled_db() >= 19.9
+    assert ear.hears(0.97, ECHO, ECHO)
+
+
+async def _heard_frames(gate: EchoGate, frames: list[tuple[HeardFrame, bool]]) -> list[tuple[bool, bool]]:
+    """(voiced, by the linear ear alone) of each frame fed to a speech loop with the fake VAD (0.95 above
+    an RMS of 0.05), each with whether a reply plays."""
+    fakes = make_fakes()
+    loop = SpeechLoop(SessionConfig(echo=gate), realtime=True, on_event=_ignore, label="test")
+    try:
+        await loop.listen_with(fakes.engines)
+        heard = []
+        for frame, playing in frames:
+            await loop.feed(frame, playing=playing, echo_converged=True)
+            heard.append((loop.voiced, loop.by_linear_ear))
+        return heard
+    finally:
+        loop.close()
+        for _engine, worker in fakes.engines.pairs().values():
+            worker.shutdown()
+
+
+async def _ignore(event: EndpointEvent, at: float) -> None:
+    return None
+
+
+def _frame(vad_rms: float, asr_rms: float, echo_power: float) -> HeardFrame:
+    ones = np.ones(FRAME_SAMPLES, dtype=np.float32)
+    return HeardFrame(for_vad=ones * vad_rms, for_asr=ones * asr_rms, echo_power=echo_power)
+
+
+def test_the_speech_loop_hears_a_voice_the_suppressor_turned_down_only_while_a_reply_plays() -> None:
+    echo = 0.1**2
+    residue = [(_frame(0.0, 0.01, echo), True)] * CANCELLED_FRAMES  # the echo removed 20 dB down
+    hidden = _frame(0.01, 0.1, echo)  # the person: turned down by the suppressor, whole in the linear output
+    gate = EchoGate(0.5, 0.5, gate_while_playing=False, linear_threshold=0.85)
+
+    heard = asyncio.run(_heard_frames(gate, [*residue, (hidden, True), (hidden, False)]))
+    assert not any(voiced for voiced, _ in heard[:CANCELLED_FRAMES])
+    assert heard[CANCELLED_FRAMES] == (True, True)
+    assert heard[-1] == (False, False)  # no reply playing: the suppressor's output alone, as it hears it
+
+    without = EchoGate(0.5, 0.5, gate_while_playing=False)
+    assert asyncio.run(_heard_frames(without, [*residue, (hidden, True)]))[-1] == (False, False)

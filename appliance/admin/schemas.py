@@ -178,6 +178,11 @@ class OverlapHeard(Body):
     decided_ms: float = Field(
         description="from the first voiced frame to the decision (a backchannel's pause)"
     )
+    by_linear_ear: bool = Field(
+        False,
+        description="behind the echo canceller: the reply paused for a voice heard in the linear canceller's "
+        "output alone (its suppressor had turned it down)",
+    )
 
 
 class TurnView(Body):

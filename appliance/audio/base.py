@@ -43,7 +43,9 @@ class AudioSource(Protocol):
     - ``ends_with_listener``: call audio, whose end means the caller hung up: nobody is left to hear
       a reply, so the session cuts the turn in progress at once;
     - ``echo_converged`` is False while an echo canceller in front of it has not yet learnt the room:
-      the session then ignores the microphone while a reply plays.
+      the session then ignores the microphone while a reply plays;
+    - ``heard_late_s``: how long after it was heard the VAD's version of a frame arrives (what a
+      canceller or suppressor in front of it holds back): the turn's trace dates speech that early.
 
     ``SourceBase`` gives a plain source's answers (a microphone or a file).
     """
@@ -54,6 +56,9 @@ class AudioSource(Protocol):
 
     @property
     def echo_converged(self) -> bool: ...
+
+    @property
+    def heard_late_s(self) -> float: ...
 
     def frames(self) -> AsyncIterator[np.ndarray | HeardFrame]: ...
 
@@ -70,6 +75,10 @@ class SourceBase:
     @property
     def echo_converged(self) -> bool:
         return True
+
+    @property
+    def heard_late_s(self) -> float:
+        return 0.0
 
 
 class AudioSink(Protocol):

@@ -35,6 +35,11 @@ class DenoisedSource:
     def echo_converged(self) -> bool:
         return self.inner.echo_converged
 
+    @property
+    def heard_late_s(self) -> float:
+        """The VAD's version of a frame is the suppressor's output (when it gets it), ``latency_s`` late."""
+        return self.inner.heard_late_s + (self._vad_stream.latency_s if self._vad_stream is not None else 0.0)
+
     async def frames(self) -> AsyncIterator[HeardFrame]:
         async for heard in self.inner.frames():
             for_vad, for_asr = split_frame(heard)

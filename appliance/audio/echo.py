@@ -24,7 +24,7 @@ import numpy as np
 import soxr
 
 from appliance.audio.base import SAMPLE_RATE_HZ, AudioSink, AudioSource, HeardFrame, SourceBase, split_frame
-from engines.aec import EchoStream
+from engines.aec import BLOCK_SAMPLES, EchoStream
 
 T = TypeVar("T")
 
@@ -178,6 +178,10 @@ class EchoCancelledSource(SourceBase):
             cancelled = await self.worker.call(self.stream.process, frame, reference)
             echo_power = float(np.mean(np.square(cancelled.echo, dtype=np.float64)))
             yield HeardFrame(for_vad=cancelled.suppressed, for_asr=cancelled.linear, echo_power=echo_power)
+
+    @property
+    def heard_late_s(self) -> float:
+        return self.inner.heard_late_s + BLOCK_SAMPLES / SAMPLE_RATE_HZ
 
     @property
     def echo_converged(self) -> bool:

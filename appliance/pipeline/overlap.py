@@ -117,6 +117,20 @@ def classify(heard: Heard, params: OverlapParams) -> OverlapKind:
     return OverlapKind.INTERRUPTION
 
 
+STOP_TAIL_S = 1.0  # speech that began this soon after a stop word was decided may be the rest of it
+
+
+def rest_of_a_stop(text: str, params: OverlapParams) -> bool:
+    """Whether what someone said just after a stop word was decided is only more of it: the rest of
+    its phrase ("on." after "hold", decided at the pause between them), more stop words or
+    backchannels ("no, no"), or no words at all."""
+    words = _words(text)
+    stops = [tuple(normalize_text(p).split()) for p in params.stop_words]
+    known = {*stops, *(tuple(normalize_text(p).split()) for p in params.backchannels)}
+    rests = {phrase[cut:] for phrase in stops for cut in range(1, len(phrase))}
+    return not words or _covers(words, known | rests)
+
+
 def only_unsure(heard: Heard, params: OverlapParams) -> bool:
     """Whether only Whisper's doubt would make these words a backchannel (they are none of the
     backchannels or stop words): then how they sound decides whether they were a stop word."""
@@ -148,6 +162,7 @@ class Overlap:
     silenced_ms: float  # from the first voiced frame's arrival to the reply's silence
     reply_heard_s: float  # of the reply, when it paused
     voiced_s: float = FRAME_S
+    by_linear_ear: bool = False  # its first voiced frame was heard in the linear canceller's output alone
     speech: bool = False  # the endpointer heard speech start (more than a blip)
     pause: EndpointEvent | None = None  # its PROBABLY_ENDED, while the pause lasts
     judging: asyncio.Task[Heard] | None = None
@@ -163,6 +178,7 @@ class Overlap:
             "voiced_ms": round(self.voiced_s * 1000.0),
             "silenced_ms": round(self.silenced_ms, 1),
             "decided_ms": round((now - self.began) * 1000.0, 1),
+            "by_linear_ear": self.by_linear_ear,
         }
 
 
@@ -182,16 +198,18 @@ class Overlaps:
         return self.params.overlap == "decide"
 
     async def on_frame(
-        self, now: float, *, voiced: bool, in_speech: bool, reply: Turn | None
+        self, now: float, *, voiced: bool, in_speech: bool, reply: Turn | None, by_linear_ear: bool = False
     ) -> OverlapKind | None:
         """Each frame: pause an audible reply at the first voiced frame over it; resume it after a
-        blip; the decision, once there is one."""
+        blip; the decision, once there is one. ``by_linear_ear``: the frame is voiced only in the
+        linear canceller's output (appliance/pipeline/linear_ear.py)."""
         overlap = self.current
         if overlap is None:
             if voiced and reply is not None and reply.player.playing:
                 heard_s = reply.player.played_samples / reply.player.rate
                 await reply.player.pause()
-                self.current = Overlap(reply, now, now, (time.monotonic() - now) * 1000.0, heard_s)
+                silenced_ms = (time.monotonic() - now) * 1000.0
+                self.current = Overlap(reply, now, now, silenced_ms, heard_s, by_linear_ear=by_linear_ear)
             return None
         if reply is not overlap.reply:  # the reply was cut meanwhile (a key pressed, the session ending)
             self.forget()

@@ -35,7 +35,15 @@ from appliance.audio.base import AudioSink, AudioSource, HeardFrame
 from appliance.pipeline.call_driver import CallDriver
 from appliance.pipeline.call_policy import CallLine
 from appliance.pipeline.engines import SessionEngines
-from appliance.pipeline.overlap import Heard, OverlapKind, Overlaps, closest_stop_word, only_unsure
+from appliance.pipeline.overlap import (
+    STOP_TAIL_S,
+    Heard,
+    OverlapKind,
+    Overlaps,
+    closest_stop_word,
+    only_unsure,
+    rest_of_a_stop,
+)
 from appliance.pipeline.partials import Partials
 from appliance.pipeline.session_config import SessionConfig
 from appliance.pipeline.speech_loop import SpeechLoop
@@ -86,6 +94,7 @@ class Session:
         )
         self.call = CallDriver(call, self.turns, self.config, self.session_id) if call is not None else None
         self._speech_start_mono: float | None = None
+        self._stopped_at: float | None = None  # monotonic: the last stop word over a reply was decided
         self._source_ended = False
         self.partials = self._partials_on(engines)
         self.overlaps = Overlaps(self.config.overlap)
@@ -226,7 +235,9 @@ class Session:
             answering=self.turns.active is not None,
         )
         if self.overlaps.deciding:
-            await self._overlap_step(self.hearing.heard_at, voiced=self.hearing.voiced)
+            await self._overlap_step(
+                self.hearing.heard_at, voiced=self.hearing.voiced, by_linear_ear=self.hearing.by_linear_ear
+            )
         if self.endpointer.in_speech and self.turns.active is None:
             await self.partials.on_frame(self.endpointer.time_s, self.hearing.audio_between)
 
@@ -242,9 +253,13 @@ class Session:
         """The endpointer's utterance is someone speaking over a reply."""
         return self.overlaps.current is not None and self.overlaps.current.speech
 
-    async def _overlap_step(self, now: float, *, voiced: bool) -> None:
+    async def _overlap_step(self, now: float, *, voiced: bool, by_linear_ear: bool = False) -> None:
         kind = await self.overlaps.on_frame(
-            now, voiced=voiced, in_speech=self.endpointer.in_speech, reply=self._reply()
+            now,
+            voiced=voiced,
+            in_speech=self.endpointer.in_speech,
+            reply=self._reply(),
+            by_linear_ear=by_linear_ear,
         )
         if kind is not None:
             await self._settle_overlap(kind, time.monotonic())
@@ -273,10 +288,18 @@ class Session:
         if kind is OverlapKind.STOP_WORD:
             self.endpointer.dismiss()
             self.partials.stop()
+            self._stopped_at = now
         elif endpoint is not None:
             await self._start_turn(endpoint, now, confirmed=True)
         elif overlap.pause is not None:  # the person is silent: what they said is a turn from this pause
             await self._start_turn(overlap.pause, now, confirmed=False)
+
+    def _after_a_stop(self) -> Callable[[str], bool] | None:
+        """For speech that began right after a stop word was decided: what is only more of it."""
+        stopped, started = self._stopped_at, self._speech_start_mono
+        if stopped is None or started is None or started - stopped > STOP_TAIL_S:
+            return None
+        return lambda text: rest_of_a_stop(text, self.overlaps.params)
 
     async def _transcribe_overlap(self, audio: np.ndarray) -> Heard:
         result = await self.engines.asr_worker.call(self.engines.asr.transcribe, audio)
@@ -297,7 +320,9 @@ class Session:
 
     async def _on_event(self, event: EndpointEvent, now: float) -> None:
         if event.kind is EventKind.SPEECH_START:
-            self._speech_start_mono = self.hearing.monotonic_at(event.speech_start_s, now)
+            self._speech_start_mono = (
+                self.hearing.monotonic_at(event.speech_start_s, now) - self.source.heard_late_s
+            )
             if self.call is not None:
                 self.call.heard(now)
             if self.overlaps.current is not None:
@@ -338,11 +363,12 @@ class Session:
         trace.words_not_expected = "" if words_missing is None else words_missing.value
         trace.speech_start = self._speech_start_mono
         trace.opened_by = self.hearing.opened_by.value
-        trace.speech_end = self.hearing.monotonic_at(end_s, now)
+        trace.speech_end = self.hearing.monotonic_at(end_s, now) - self.source.heard_late_s
         turn = self.turns.new_turn(
             trace,
             self.hearing.audio_between(event.utterance_start_s, event.time_s),
             on_words=self.hearing.expect_words(event.pause_id) if words_missing is None else None,
+            unanswered=self._after_a_stop(),
         )
         if confirmed:
             self.hearing.stamp_endpoint(trace, event, now)

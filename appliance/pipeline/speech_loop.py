@@ -89,6 +89,7 @@ class SpeechLoop:
         self._check_tasks: set[asyncio.Task[None]] = set()
         self._words_due: asyncio.Event | None = None
         self.voiced = False  # the last frame was voiced (at the endpointer's threshold)
+        self.by_linear_ear = False  # ... and only in the linear canceller's output
         self.heard_at = 0.0  # monotonic: the last frame arrived
         self.activation = Activation(config.wake) if config.wake.activation == "wake_word" else None
         self._wake_stream: Any = None
@@ -135,6 +136,7 @@ class SpeechLoop:
         self._frames.append((transcribed, now))  # the utterance's audio: ASR, partials, the turn model
         self._frame_count += 1
         probability = float(await engines.vad_worker.call(self._vad_stream.probability, frame))
+        heard_alone = probability  # what the VAD's own ear heard
         if playing and isinstance(heard, HeardFrame) and heard.echo_power is not None:
             probability = max(probability, await self._linear_heard(engines, transcribed, heard.echo_power))
         self._was_playing = playing
@@ -145,6 +147,7 @@ class SpeechLoop:
         if self.activation is not None and not await self._addressed(engines, transcribed, answering):
             probability = 0.0  # nobody said the wake word: as if nobody spoke
         self.voiced, self.heard_at = probability >= self.endpointer.threshold, now
+        self.by_linear_ear = self.voiced and heard_alone < self.endpointer.threshold
         await self._handle(self.endpointer.feed(probability, FRAME_S), now)
 
     async def _linear_heard(self, engines: SessionEngines, frame: np.ndarray, echo_power: float) -> float:

@@ -74,13 +74,16 @@ class Turn:
         on_words: Callable[[float | None], None] | None = None,
         typed: str | None = None,
         say: str | None = None,
+        unanswered: Callable[[str], bool] | None = None,
     ) -> None:
         """``on_words``: told (on the event loop, once) the language model's P(the person's words end
         their message), or None when there will be none (no words heard, a failure, a first token
-        that came without it)."""
+        that came without it). ``unanswered``: words it says are not a turn are dropped once heard
+        (the rest of a stop word)."""
         self.engines = engines
         self.typed = typed  # the person's words came as text (keys typed on a keypad): no ASR
         self.say = say  # nothing was heard: only this is said (a prompt to a silent caller)
+        self.unanswered = unanswered
         self.transfer_to: str | None = None  # the model asked to put the caller through to this target
         self._on_words = on_words
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -164,6 +167,12 @@ class Turn:
             await self._transcribe()
         if not self.transcript:
             log.info("turn %s: no words recognised; no reply", self.trace.turn_id)
+            return
+        if self.unanswered is not None and self.unanswered(self.transcript):
+            log.info(
+                "turn %s: %r is the rest of a stop word; not a turn", self.trace.turn_id, self.transcript
+            )
+            self.dropped = True
             return
         clauses: asyncio.Queue[str | None] = asyncio.Queue(self.config.max_pending_clauses)
         chunks: asyncio.Queue[tuple[int, np.ndarray] | None] = asyncio.Queue(self.config.max_pending_chunks)

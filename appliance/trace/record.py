@@ -103,7 +103,8 @@ class TurnTrace:
     withheld: list[dict[str, Any]] = field(default_factory=list)
     declined: bool = False
     # speech over the reply ({"kind": OverlapKind, "heard", "heard_logprob", "at_s", "voiced_ms", "silenced_ms",
-    # "decided_ms"}): a backchannel paused the reply for decided_ms, a stop word or interruption ended it.
+    # "decided_ms", "by_linear_ear"}): a backchannel paused the reply for decided_ms, a stop word or
+    # interruption ended it.
     overlaps: list[dict[str, Any]] = field(default_factory=list)
     # What let the speech begin a turn (appliance.pipeline.activation.OpenedBy): always, the wake
     # word, the follow-up window after a reply, or speech over a turn still answering.

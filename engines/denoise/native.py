@@ -13,6 +13,7 @@ from typing import Any, Protocol
 import numpy as np
 
 from engines.errors import BackendUnavailable, ModelFileError
+from engines.native import REBUILD, open_library
 
 log = logging.getLogger(__name__)
 
@@ -38,18 +39,12 @@ class Library(Protocol):
 
 
 def _open(path: Path, what: str) -> ctypes.CDLL:
-    if not path.is_file():
-        raise ModelFileError(
-            f"the {what} library {path} is missing",
-            fix="rebuild the bundle (python -m build_scripts bundle --out DIR), or set denoise.engine = 'none'",
-        )
-    try:
-        return ctypes.CDLL(str(path))
-    except OSError as err:
-        raise BackendUnavailable(
-            f"the {what} library {path} does not load on this machine: {err}",
-            fix="rebuild the bundle on this machine (its wheel is per platform), or set denoise.engine = 'none'",
-        ) from err
+    return open_library(
+        path,
+        what,
+        load_fix="rebuild the bundle on this machine (its wheel is per platform)",
+        turn_off="denoise.engine = 'none'",
+    )
 
 
 class RnnoiseLibrary:
@@ -103,7 +98,7 @@ class DeepFilterLibrary:
         if not self.model.is_file():
             raise ModelFileError(
                 f"the DeepFilterNet3 model {self.model} is missing",
-                fix="rebuild the bundle (python -m build_scripts bundle --out DIR), or set denoise.engine = 'none'",
+                fix=f"{REBUILD}, or set denoise.engine = 'none'",
             )
         lib = _open(self.path, "DeepFilterNet")
         lib.df_create.restype = ctypes.c_void_p
@@ -123,7 +118,7 @@ class DeepFilterLibrary:
         if not state:
             raise ModelFileError(
                 f"DeepFilterNet could not read its model {self.model}",
-                fix="rebuild the bundle (python -m build_scripts bundle --out DIR), or set denoise.engine = 'none'",
+                fix=f"{REBUILD}, or set denoise.engine = 'none'",
             )
         return state
 

@@ -9,7 +9,8 @@ from typing import Any
 
 import numpy as np
 
-from engines.errors import BackendUnavailable, ModelFileError
+from engines import native
+from engines.errors import ModelFileError
 
 _P = ctypes.c_void_p
 # TfLiteType: the quantized types a microWakeWord model uses.
@@ -39,18 +40,13 @@ _SIGNATURES: dict[str, tuple[list[Any], Any]] = {
 
 
 def open_library(path: Path) -> ctypes.CDLL:
-    if not path.is_file():
-        raise ModelFileError(
-            f"the TensorFlow Lite library {path} is missing",
-            fix="rebuild the bundle (python -m build_scripts bundle --out DIR), or set wake.activation = 'always'",
-        )
-    try:
-        lib = ctypes.CDLL(str(path), mode=getattr(os, "RTLD_GLOBAL", 0))
-    except OSError as err:
-        raise BackendUnavailable(
-            f"the TensorFlow Lite library {path} does not load on this machine: {err}",
-            fix="its wheel needs glibc 2.35 (JetPack 6, Ubuntu 22.04 or later); or set wake.activation = 'always'",
-        ) from err
+    lib = native.open_library(
+        path,
+        "TensorFlow Lite",
+        load_fix="its wheel needs glibc 2.35 (JetPack 6, Ubuntu 22.04 or later)",
+        turn_off="wake.activation = 'always'",
+        mode=getattr(os, "RTLD_GLOBAL", 0),
+    )
     for name, (argtypes, restype) in _SIGNATURES.items():
         function = getattr(lib, name)
         function.argtypes, function.restype = argtypes, restype
@@ -67,7 +63,7 @@ class Model:
         if not self.handle:
             raise ModelFileError(
                 f"TensorFlow Lite could not read the wake word model {path}",
-                fix="rebuild the bundle (python -m build_scripts bundle --out DIR)",
+                fix=native.REBUILD,
             )
 
     def close(self) -> None:
@@ -85,7 +81,7 @@ class Interpreter:
         if not self.handle or lib.TfLiteInterpreterAllocateTensors(self.handle) != 0:
             raise ModelFileError(
                 f"TensorFlow Lite could not prepare the wake word model {model.path}",
-                fix="rebuild the bundle (python -m build_scripts bundle --out DIR)",
+                fix=native.REBUILD,
             )
         self._input = lib.TfLiteInterpreterGetInputTensor(self.handle, 0)
         self._output = lib.TfLiteInterpreterGetOutputTensor(self.handle, 0)
