@@ -31,7 +31,7 @@ def test_unsure_words_that_sound_like_a_stop_word_are_that_stop_word(
 
 
 @pytest.mark.parametrize(
-    "heard", ["in my mom.", "MMO", "And I'm on.", "I'm Emma.", "in memo", "picture.", "What?", "Why?"]
+    "heard", ["in my mom.", "MMO", "And I'm on.", "I'm Emma.", "in memo", "picture.", "NIMO", "What?", "Why?"]
 )
 def test_what_whisper_made_of_a_hum_or_a_short_question_is_not_a_stop_word(
     piper_tts: TtsEngine, heard: str

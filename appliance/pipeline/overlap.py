@@ -30,7 +30,7 @@ from appliance.pipeline.params import OverlapParams
 from appliance.pipeline.turn import Turn
 from appliance.tools.site_words import closest_by_sound
 from appliance.trace.labels import OverlapKind
-from engines.asr.text import normalize_text
+from engines.asr.text import edit_distance, normalize_text
 from engines.vad.endpointer import EndpointEvent
 
 # What Whisper writes for a sound that is not a word ("(laughs)", "[coughing]").
@@ -140,9 +140,14 @@ def only_unsure(heard: Heard, params: OverlapParams) -> bool:
 
 
 def closest_stop_word(sounds: str, stop_sounds: dict[str, str]) -> str:
-    """The stop word whose phonemes are within ``MAX_SOUND_DISTANCE`` of ``sounds`` ("" when none)."""
+    """The stop word whose phonemes are within ``MAX_SOUND_DISTANCE`` of ``sounds`` ("" when none),
+    counted against the stop word's own phonemes too: two sounds more around a short word are another
+    word ("nimo" is not "no")."""
     found = closest_by_sound(sounds, stop_sounds, max_distance=MAX_SOUND_DISTANCE)
-    return "" if found is None else found[0]
+    if found is None:
+        return ""
+    theirs = stop_sounds[found[0]]
+    return found[0] if edit_distance(sounds, theirs) <= MAX_SOUND_DISTANCE * len(theirs) else ""
 
 
 def _unsure(heard: Heard, words: int, params: OverlapParams) -> bool:
