@@ -68,7 +68,7 @@ def test_the_ear_is_behind_the_echo_canceller_only_and_can_be_turned_off() -> No
     vad = VadParams()
     assert EchoGate.of(vad, EchoGateParams(), echo_cancelled=True).linear_threshold == 0.85
     assert EchoGate.of(vad, EchoGateParams(), echo_cancelled=False).linear_threshold is None
-    off = EchoGateParams(linear_threshold_while_playing=None)
+    off = EchoGateParams(linear_ear=False)
     assert EchoGate.of(vad, off, echo_cancelled=True).linear_threshold is None
 
 

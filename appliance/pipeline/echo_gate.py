@@ -26,13 +26,14 @@ class EchoGateParams(Params):
         f"{RAISED_THRESHOLD} elsewhere (without it the microphone hears the reply)",
     )
     gate_while_playing: bool = Field(False, description="hear nothing at all while a reply plays")
-    linear_threshold_while_playing: float | None = Field(
-        LINEAR_THRESHOLD,
-        gt=0.0,
-        le=1.0,
-        description="behind the echo canceller, while a reply plays: speech this sure in the linear "
-        "canceller's output counts too, where it stands out of the echo (a short word the suppressor "
-        "hides); unset: the suppressor's output alone",
+    linear_ear: bool = Field(
+        True,
+        description="behind the echo canceller, while a reply plays: the VAD also hears the linear canceller's "
+        "output, where a voice stands out of the echo (a short word the suppressor hides); false: the "
+        "suppressor's output alone",
+    )
+    linear_threshold_while_playing: float = Field(
+        LINEAR_THRESHOLD, gt=0.0, le=1.0, description="the linear ear's threshold (vad.linear_ear)"
     )
 
 
@@ -58,7 +59,7 @@ class EchoGate:
         while_playing = params.threshold_while_playing
         if while_playing is None:
             while_playing = vad.threshold if echo_cancelled else RAISED_THRESHOLD
-        linear = params.linear_threshold_while_playing if echo_cancelled else None
+        linear = params.linear_threshold_while_playing if echo_cancelled and params.linear_ear else None
         return cls(vad.threshold, while_playing, params.gate_while_playing, linear)
 
     def threshold_for(self, playing: bool) -> float:
