@@ -76,7 +76,8 @@ def speech_starts(
     ``speech_start_s``: the first voiced frame); with ``linear``, the session's linear ear hears its
     output too, as while a reply plays."""
     from appliance.pipeline.echo_gate import LINEAR_THRESHOLD
-    from appliance.pipeline.linear_ear import LinearEar, power
+    from appliance.pipeline.linear_ear import LinearEar
+    from engines.audio import power
     from engines.vad.endpointer import Endpointer, EventKind
 
     stream = vad.stream()
@@ -210,9 +211,8 @@ def run_room(bench: Bench, room: rooms.Room, level: str, delay_s: float) -> dict
         starts = [
             e.time_s for e in speech_starts(bench.vad, signal, threshold, bench.params, linear=with_linear)
         ]
-        if (
-            name.removesuffix(EAR) in bench.cancellers
-        ):  # the session ignores the microphone until the canceller converged
+        # The session ignores the microphone until the canceller converged.
+        if name.removesuffix(EAR) in bench.cancellers:
             starts = [t for t in starts if t >= trusted_s]
         per_reply = np.histogram(starts, bins=bounds)[0]
         cut[name] = [int(i) for i in np.flatnonzero(per_reply)]

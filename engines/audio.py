@@ -28,6 +28,11 @@ FRAME_S = FRAME_SAMPLES / SAMPLE_RATE_HZ  # 0.032
 log = logging.getLogger(__name__)
 
 
+def power(audio: np.ndarray) -> float:
+    """Mean power (of float samples in [-1, 1]), in float64."""
+    return float(np.mean(np.square(audio, dtype=np.float64)))
+
+
 def to_mono_float32(audio: np.ndarray) -> np.ndarray:
     """``(samples,)`` or ``(samples, channels)`` of any numeric dtype -> float32 ``(samples,)``.
 

@@ -25,6 +25,7 @@ import soxr
 
 from appliance.audio.base import SAMPLE_RATE_HZ, AudioSink, AudioSource, HeardFrame, SourceBase, split_frame
 from engines.aec import BLOCK_SAMPLES, EchoStream
+from engines.audio import power
 
 T = TypeVar("T")
 
@@ -176,8 +177,9 @@ class EchoCancelledSource(SourceBase):
             start = end - len(frame) / SAMPLE_RATE_HZ
             reference = self.timeline.take(start - self.reference_delay_s, len(frame))
             cancelled = await self.worker.call(self.stream.process, frame, reference)
-            echo_power = float(np.mean(np.square(cancelled.echo, dtype=np.float64)))
-            yield HeardFrame(for_vad=cancelled.suppressed, for_asr=cancelled.linear, echo_power=echo_power)
+            yield HeardFrame(
+                for_vad=cancelled.suppressed, for_asr=cancelled.linear, echo_power=power(cancelled.echo)
+            )
 
     @property
     def heard_late_s(self) -> float:

@@ -22,18 +22,12 @@ import math
 import statistics
 from collections import deque
 
-import numpy as np
-
 LOUDER_THAN_ECHO_DB = -10.0  # the frame's power over the loudest echo removed in the last ECHO_FRAMES
 ECHO_FRAMES = 8  # 256 ms: the echo just before a person starts still counts when the reply pauses
 MIN_CANCELLED_DB = 10.0  # the echo removed over what is left, the median over CANCELLED_FRAMES
 CANCELLED_FRAMES = 32  # about a second of the reply
 STRONG_ECHO_DB = -10.0  # of those, the frames whose echo is within this of the loudest
 _FLOOR = 1e-12
-
-
-def power(frame: np.ndarray) -> float:
-    return float(np.mean(np.square(frame, dtype=np.float64)))
 
 
 class LinearEar:

@@ -99,6 +99,11 @@ class Heard:
     sounds_like: str = ""
 
 
+def _phrases(texts: Sequence[str]) -> set[tuple[str, ...]]:
+    """A site's backchannels or stop words as the word sequences a transcript is matched against."""
+    return {tuple(normalize_text(text).split()) for text in texts}
+
+
 def _words(text: str) -> list[str]:
     return [w for w in normalize_text(text).split() if w not in _SOUNDS and not _HUM.fullmatch(w)]
 
@@ -106,10 +111,10 @@ def _words(text: str) -> list[str]:
 def classify(heard: Heard, params: OverlapParams) -> OverlapKind:
     """What an overlap was, from its words (its length is judged before them)."""
     words = _words(heard.text)
-    backchannels = {tuple(normalize_text(p).split()) for p in params.backchannels}
+    backchannels = _phrases(params.backchannels)
     if not words or _covers(words, backchannels):
         return OverlapKind.BACKCHANNEL
-    stops = {tuple(normalize_text(p).split()) for p in params.stop_words}
+    stops = _phrases(params.stop_words)
     if _covers(words, backchannels | stops) or heard.sounds_like:
         return OverlapKind.STOP_WORD
     if _unsure(heard, len(words), params):
@@ -125,17 +130,16 @@ def rest_of_a_stop(text: str, params: OverlapParams) -> bool:
     its phrase ("on." after "hold", decided at the pause between them), more stop words or
     backchannels ("no, no"), or no words at all."""
     words = _words(text)
-    stops = [tuple(normalize_text(p).split()) for p in params.stop_words]
-    known = {*stops, *(tuple(normalize_text(p).split()) for p in params.backchannels)}
+    stops = _phrases(params.stop_words)
     rests = {phrase[cut:] for phrase in stops for cut in range(1, len(phrase))}
-    return not words or _covers(words, known | rests)
+    return not words or _covers(words, stops | _phrases(params.backchannels) | rests)
 
 
 def only_unsure(heard: Heard, params: OverlapParams) -> bool:
     """Whether only Whisper's doubt would make these words a backchannel (they are none of the
     backchannels or stop words): then how they sound decides whether they were a stop word."""
     words = _words(heard.text)
-    known = {tuple(normalize_text(p).split()) for p in (*params.backchannels, *params.stop_words)}
+    known = _phrases([*params.backchannels, *params.stop_words])
     return bool(words) and not _covers(words, known) and _unsure(heard, len(words), params)
 
 

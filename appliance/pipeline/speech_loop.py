@@ -27,11 +27,12 @@ import numpy as np
 from appliance.audio.base import FRAME_S, FRAME_SAMPLES, HeardFrame, split_frame
 from appliance.pipeline.activation import Activation
 from appliance.pipeline.engines import SessionEngines
-from appliance.pipeline.linear_ear import LinearEar, power
+from appliance.pipeline.linear_ear import LinearEar
 from appliance.pipeline.session_config import SessionConfig
 from appliance.pipeline.ticks import frames_or_ticks
 from appliance.trace.labels import OpenedBy, WordsNotExpected
 from appliance.trace.record import TurnTrace
+from engines.audio import power
 from engines.vad.endpointer import Endpointer, EndpointEvent, EventKind
 
 log = logging.getLogger(__name__)
