@@ -23,6 +23,7 @@ import numpy.typing as npt
 from appliance.audio.base import AudioSink, AudioSource
 from appliance.audio.denoise import suppress_noise
 from appliance.audio.echo import cancel_echo
+from appliance.audio.echo_room import RoomMemory, room_key
 from appliance.audio.files import NullSink
 from appliance.config import Settings
 from appliance.daemon_load import Daemon, close, load, load_with_fallback, open_store
@@ -386,8 +387,17 @@ def with_echo_cancellation(
     if aec is None or not cancels_echo(settings, kind=kind, speaker=speaker):
         return source, sink, config
     engine, worker = aec
+    # A call's far end is another phone each time; the local microphone's room stays where it is.
+    memory = None
+    if kind == "microphone" and audio.echo_room_file is not None:
+        memory = RoomMemory(audio.echo_room_file, room_key(audio))
     source, sink = cancel_echo(
-        source, sink, stream=engine.stream(), worker=worker, echo_delay_ms=audio.echo_delay_ms
+        source,
+        sink,
+        stream=engine.stream(None if memory is None else memory.recall()),
+        worker=worker,
+        echo_delay_ms=audio.echo_delay_ms,
+        memory=memory,
     )
     log.info("%s: echo cancellation on (echo delay %.0f ms)", source.name, audio.echo_delay_ms)
     return source, sink, dataclasses.replace(config, echo=echo_gate(settings, echo_cancelled=True))

@@ -9,7 +9,14 @@ run compares, on the same signals:
   delay a calibration (``appliance.audio.calibrate``'s chirps, through the same room) measured, then
   Silero VAD at the normal threshold (``vad.threshold``, 0.5);
 - **raised**: no canceller, Silero at the raised threshold (0.85), the appliance's behaviour before;
-- (for reference) **none**: no canceller, normal threshold.
+- (for reference) **none**: no canceller, normal threshold;
+- **aec, linear ear**: AEC3's output and, while a reply plays, the linear canceller's (the session's
+  linear ear); **aec, room kept, linear ear**: the same, the stream starting from the room a session
+  before kept (``audio.echo_room_file``; here learnt from the replies in the other order).
+
+Until a stream has heard ``CONVERGE_S`` of playback the session does not hear AEC3's output, only the
+linear ear (which trusts only a filter that already cancels): so too here, and a person speaking
+``FIRST_REPLY_AT_S`` into a new session's first reply is heard only through it.
 
 Figures: ERLE after the first 2 s (the echo alone, no noise: noise would bound the figure, not the
 canceller); false barge-ins per minute of echo-only playback (speech starts by the endpointer's own
@@ -70,11 +77,18 @@ class Bench:
 
 
 def speech_starts(
-    vad: Any, audio: np.ndarray, threshold: float, params: Any, *, linear: Linear | None = None
+    vad: Any,
+    audio: np.ndarray,
+    threshold: float,
+    params: Any,
+    *,
+    linear: Linear | None = None,
+    learning_s: float = 0.0,
 ) -> list[Any]:
     """The endpointer's SPEECH_START events over ``audio`` (``time_s``: when it fired;
     ``speech_start_s``: the first voiced frame); with ``linear``, the session's linear ear hears its
-    output too, as while a reply plays."""
+    output too, as while a reply plays, and alone for the first ``learning_s`` (the canceller has not
+    yet heard ``CONVERGE_S`` of playback: the session does not hear AEC3's output)."""
     from appliance.pipeline.echo_gate import LINEAR_THRESHOLD
     from appliance.pipeline.linear_ear import LinearEar
     from engines.audio import power
@@ -88,6 +102,8 @@ def speech_starts(
     for index in range(len(audio) // FRAME):
         window = slice(index * FRAME, (index + 1) * FRAME)
         probability = stream.probability(audio[window])
+        if index * FRAME_S < learning_s:
+            probability = 0.0
         if linear is not None:
             heard = ear_stream.probability(linear.linear[window])
             if ear.hears(heard, power(linear.linear[window]), power(linear.echo[window])):
@@ -107,15 +123,16 @@ class Linear:
 
 
 def cancel(
-    engine: Any, mic: np.ndarray, played: np.ndarray, reference_delay_s: float
+    engine: Any, mic: np.ndarray, played: np.ndarray, reference_delay_s: float, *, room: Any = None
 ) -> tuple[np.ndarray, Linear, list[float]]:
     """The canceller's outputs, suppressed (for the VAD) and linear (for Whisper and the linear
-    ear), aligned back by its block and as long as ``mic``, and the thread time of each 10 ms block."""
+    ear), aligned back by its block and as long as ``mic``, and the thread time of each 10 ms block;
+    ``room``: a room kept before to start the stream from (``engines.aec.EchoRoom``)."""
     from engines.aec import BLOCK_SAMPLES
 
     shift = round(reference_delay_s * rooms.SAMPLE_RATE_HZ)
     reference = np.concatenate([np.zeros(shift, dtype=np.float32), played])[: len(mic)]
-    stream = engine.stream()
+    stream = engine.stream(room) if room is not None else engine.stream()
     suppressed, linear, echo, costs = [], [], [], []
     for index in range(len(mic) // FRAME):
         window = slice(index * FRAME, (index + 1) * FRAME)
@@ -168,6 +185,9 @@ def erle_db(mic: np.ndarray, out: np.ndarray, settle_s: float = 2.0) -> float:
 
 WITH_LINEAR_EAR = ("webrtc",)  # the cancellers also measured with the session's linear ear
 EAR = ", linear ear"
+REMEMBERED = ", room kept"  # the stream starts from the room a session before kept (audio.echo_room_file)
+FIRST_REPLY_AT_S = 1.0  # a person over a new session's first reply: while the canceller still learns
+RESTART_MOVED_S = 0.0013  # the echo against its reference, from the start that kept the room to this one
 GAP_S = 1.0  # silence between two replies
 WARM_UP = 1  # replies played before a barge-in case: the canceller of a session that has spoken before
 
@@ -204,15 +224,31 @@ def run_room(bench: Bench, room: rooms.Room, level: str, delay_s: float) -> dict
         heard[name] = (out, 0.5, None)
         if name in WITH_LINEAR_EAR:
             heard[f"{name}{EAR}"] = (out, 0.5, linear)
+            kept = kept_room(engine, bench, room, level, delay_s, reference_delay_s)
+            result["kept_room_db"] = None if kept is None else round(kept.cancelled_db, 1)
+            result["first_reply_barge_in"] = first_reply_barge_ins(
+                bench, room, level, delay_s, reference_delay_s, kept
+            )
+            out, linear, _ = cancel(engine, mic, played, reference_delay_s, room=kept)
+            heard[f"{name}{REMEMBERED}{EAR}"] = (out, 0.5, linear)
     cut: dict[str, list[int]] = {}
     per_minute = {}
     trusted_s = converged_at_s(played, reference_delay_s)
     for name, (signal, threshold, with_linear) in heard.items():
+        canceller = name.removesuffix(EAR).removesuffix(REMEMBERED) in bench.cancellers
         starts = [
-            e.time_s for e in speech_starts(bench.vad, signal, threshold, bench.params, linear=with_linear)
+            e.time_s
+            for e in speech_starts(
+                bench.vad,
+                signal,
+                threshold,
+                bench.params,
+                linear=with_linear,
+                learning_s=trusted_s if canceller else 0.0,
+            )
         ]
-        # The session ignores the microphone until the canceller converged.
-        if name.removesuffix(EAR) in bench.cancellers:
+        # Until the canceller converged the session hears only the linear ear, where there is one.
+        if canceller and with_linear is None:
             starts = [t for t in starts if t >= trusted_s]
         per_reply = np.histogram(starts, bins=bounds)[0]
         cut[name] = [int(i) for i in np.flatnonzero(per_reply)]
@@ -315,6 +351,86 @@ def barge_ins(
         }
     for name, heard_texts in texts.items():
         summary["wer"][name] = round(word_error_rate(refs, heard_texts), 3)
+    return summary
+
+
+def kept_room(
+    engine: Any, bench: Bench, room: rooms.Room, level: str, delay_s: float, reference_delay_s: float
+) -> Any:
+    """What a session before kept of ``room`` (``audio.echo_room_file``): the replies in the other
+    order through one stream, kept only when the daemon would keep it (``KEEP_DB``); else None. That
+    start's latencies differed from this one's by ``RESTART_MOVED_S`` (its reference came that much
+    later), which the new stream finds by itself (``engines.aec.room.fit_room``)."""
+    from appliance.audio.echo_room import KEEP_DB
+    from engines.aec import BLOCK_SAMPLES
+
+    gap = np.zeros(round(GAP_S * rooms.SAMPLE_RATE_HZ), dtype=np.float32)
+    played = np.concatenate([part for reply in bench.replies[::-1] for part in (reply, gap)])
+    mic = rooms.echo(played, room, delay_s=delay_s, level_dbfs=LEVELS[level])
+    mic = mic + rooms.noise_bed(bench.noise, len(mic), room.noise_dbfs)
+    shift = round((reference_delay_s + RESTART_MOVED_S) * rooms.SAMPLE_RATE_HZ)
+    reference = np.concatenate([np.zeros(shift, dtype=np.float32), played])[: len(mic)]
+    stream = engine.stream()
+    for start in range(0, len(mic) - BLOCK_SAMPLES + 1, FRAME):
+        stream.process(mic[start : start + FRAME], reference[start : start + FRAME])
+    learnt = stream.room()
+    return learnt if learnt is not None and learnt.cancelled_db >= KEEP_DB else None
+
+
+def first_reply_barge_ins(
+    bench: Bench, room: rooms.Room, level: str, delay_s: float, reference_delay_s: float, kept: Any
+) -> dict[str, Any]:
+    """Each person starts ``FIRST_REPLY_AT_S`` into a new session's first reply, while its canceller
+    has not yet heard ``CONVERGE_S`` of playback: only the linear ear may hear them, starting from
+    nothing (``webrtc, linear ear``) or from the room kept before. Detected as in ``barge_ins``."""
+    rate = rooms.SAMPLE_RATE_HZ
+    engine = bench.cancellers[WITH_LINEAR_EAR[0]]
+    conditions = {f"{WITH_LINEAR_EAR[0]}{EAR}": None, f"{WITH_LINEAR_EAR[0]}{REMEMBERED}{EAR}": kept}
+    latency: dict[str, list[float | None]] = {name: [] for name in conditions}
+    self_cut = dict.fromkeys(conditions, 0)
+    for index, (person, _text) in enumerate(bench.people):
+        reply = bench.replies[index % len(bench.replies)]
+        at = round(FIRST_REPLY_AT_S * rate)
+        length = (max(len(reply), at + len(person)) + rate) // FRAME * FRAME
+        near = rooms.noise_bed(bench.noise, length, room.noise_dbfs)
+        near[at : at + len(person)] += person
+        alone = speech_starts(bench.vad, near, 0.5, bench.params)
+        if not alone:
+            continue
+        onset = alone[0].speech_start_s
+        played = np.zeros(length, dtype=np.float32)
+        played[: len(reply)] = reply
+        learning_s = converged_at_s(played, reference_delay_s)
+        mic = rooms.echo(played, room, delay_s=delay_s, level_dbfs=LEVELS[level]) + near
+        for name, start_from in conditions.items():
+            suppressed, linear, _ = cancel(engine, mic, played, reference_delay_s, room=start_from)
+            starts = speech_starts(
+                bench.vad, suppressed, 0.5, bench.params, linear=linear, learning_s=learning_s
+            )
+            first = starts[0].time_s if starts else None
+            if first is not None and first < onset - 0.05:
+                self_cut[name] += 1
+                latency[name].append(None)
+            else:
+                latency[name].append(None if first is None else first - onset)
+    summary: dict[str, Any] = {
+        "at_s": FIRST_REPLY_AT_S,
+        "kept_room_db": None if kept is None else round(kept.cancelled_db, 1),
+        "detected_within_300ms": {},
+        "detected": {},
+        "detect_ms": {},
+        "cut_by_own_echo": self_cut,
+    }
+    for name, times in latency.items():
+        seen = [t * 1000 for t in times if t is not None]
+        summary["detected_within_300ms"][name] = round(
+            sum(t is not None and t <= DETECT_WITHIN_S for t in times) / max(1, len(times)), 3
+        )
+        summary["detected"][name] = round(len(seen) / max(1, len(times)), 3)
+        summary["detect_ms"][name] = {
+            "p50": round(percentile(seen, 50), 0),
+            "p95": round(percentile(seen, 95), 0),
+        }
     return summary
 
 
@@ -469,6 +585,12 @@ def _print(row: dict[str, Any]) -> None:
         )
     print(
         f"  the recordings alone: WER {barge['wer']['recording']}; cut by own echo before the person: {barge['cut_by_own_echo']}"
+    )
+    first = row["first_reply_barge_in"]
+    print(
+        f"  {FIRST_REPLY_AT_S} s into a new session's first reply (room kept: {first['kept_room_db']} dB): "
+        f"detected {first['detected']}, within 300 ms {first['detected_within_300ms']}, "
+        f"p50/p95 {first['detect_ms']}, cut by own echo {first['cut_by_own_echo']}"
     )
 
 

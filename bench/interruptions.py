@@ -1,6 +1,7 @@
 """Speech over a reply: does a backchannel let it go on, does a stop word or a new question stop it?
 
-    .venv/bin/python -m bench interruptions [--modes decide,interrupt] [--after 0.5,1.5] [--call-path] [--echo]
+    .venv/bin/python -m bench interruptions [--modes decide,interrupt] [--after 0.5,1.5] [--call-path]
+        [--echo [--echo-rooms new,remembered]]
 
 A person (bench/overlap_set.py ``CueSource``) asks "Tell me about the history of the Brooklyn
 Bridge." in the Piper voice, then, ``--after`` seconds into the reply they hear, says a backchannel
@@ -12,7 +13,10 @@ also as a SIP call delivers it (8 kHz G.711), as a second set. ``--echo``: also 
 speaker (bench/simulated_room.py, an office): the microphone hears the reply's echo as loud as the
 person, through the WebRTC canceller at the delay calibration finds; the canceller learns the room from
 the first ``CONVERGE_S`` of a reply (the session ignores the microphone until then, as a new kiosk
-session does), so there ``--after`` counts from that moment.
+session does), so there ``--after`` counts from that moment. It does so twice (``--echo-rooms``): in a
+``new`` room, the canceller starting from nothing (a kiosk's first reply ever, or after a move), and in
+the room ``remembered`` (``audio.echo_room_file``): the canceller starts from what a session before
+learnt there, live, from one reply of its own (a kiosk's first reply after a restart).
 
 Reported per mode and path: backchannels that let the reply go on (and were not answered),
 stop words that stopped it without being answered, interruptions that stopped it and were answered;
@@ -35,6 +39,7 @@ import numpy as np
 from bench import rooms
 from bench.overlap_set import QUESTION, CueSink, CueSource, OverlapClip, overlap_clips, spoken
 from bench.turn_set import call_path
+from engines.aec import EchoRoom
 
 log = logging.getLogger("bench.interruptions")
 DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
@@ -101,6 +106,7 @@ async def run_echo_case(
     *,
     delay_ms: float,
     noise: np.ndarray,
+    remembered: EchoRoom | None = None,
 ) -> dict[str, Any]:
     from appliance.audio.echo import CONVERGE_S, cancel_echo
     from appliance.engine_set import session_config
@@ -116,7 +122,11 @@ async def run_echo_case(
     )
     room.speak(rooms.at_level(clip.audio, rooms.SPEECH_DBFS), after_s=CONVERGE_S + after_s)
     source, sink = cancel_echo(
-        room, room.speaker, stream=engines.aec.stream(), worker=engines.aec_worker, echo_delay_ms=delay_ms
+        room,
+        room.speaker,
+        stream=engines.aec.stream(remembered),
+        worker=engines.aec_worker,
+        echo_delay_ms=delay_ms,
     )
     session = Session(
         engines=engines, source=source, sink=sink, config=session_config(settings, echo_cancelled=True)
@@ -127,6 +137,44 @@ async def run_echo_case(
 
     await asyncio.wait_for(run_until(session, over), 180)
     return _row(session, clip, after_s, room.person_said_at, room.speaker.flushed_at)
+
+
+async def learn_room(
+    engines: Any, settings: Any, question: np.ndarray, *, delay_ms: float, noise: np.ndarray
+) -> EchoRoom:
+    """What a session learns of ``ECHO_ROOM`` from one whole reply to ``question`` with nobody
+    speaking over it, as the daemon keeps it (``audio.echo_room_file``)."""
+    from appliance.audio.echo import cancel_echo
+    from appliance.engine_set import session_config
+    from appliance.pipeline.session import Session
+    from bench.simulated_room import SimulatedRoom, run_until
+
+    room = SimulatedRoom(
+        ECHO_ROOM,
+        device_delay_s=ECHO_DEVICE_DELAY_S,
+        first=np.concatenate([np.zeros(8000, np.float32), rooms.at_level(question, rooms.SPEECH_DBFS)]),
+        noise=noise,
+        seconds=60.0,
+    )
+    stream = engines.aec.stream()
+    source, sink = cancel_echo(
+        room, room.speaker, stream=stream, worker=engines.aec_worker, echo_delay_ms=delay_ms
+    )
+    session = Session(
+        engines=engines, source=source, sink=sink, config=session_config(settings, echo_cancelled=True)
+    )
+
+    def over() -> bool:
+        if room.start is None or room.first_play is None:
+            return False
+        return room.now_sample(time.monotonic()) >= room.written_end + round(QUIET_S * rooms.SAMPLE_RATE_HZ)
+
+    await asyncio.wait_for(run_until(session, over), 180)
+    learnt = stream.room()
+    if learnt is None:
+        raise RuntimeError("the canceller heard no echo alone in a whole reply")
+    log.warning("the room learnt from one reply: echo %.1f dB down", learnt.cancelled_db)
+    return learnt
 
 
 def summarize(rows: list[dict[str, Any]]) -> dict[str, Any]:
@@ -186,9 +234,16 @@ async def main_async(args: argparse.Namespace) -> dict[str, Any]:
 
         delay_ms = calibrated_delay_s(ECHO_ROOM, ECHO_DEVICE_DELAY_S) * 1000.0
         noise = load_audio_16k(args.data / "vad/noise/speechbrain_noise1.wav")
-        paths["16 kHz, open speaker, echo canceller"] = lambda settings, clip, after: run_echo_case(
-            engines, settings, question, clip, after, delay_ms=delay_ms, noise=noise
-        )
+        echo_rooms = args.echo_rooms.split(",")
+        if "new" in echo_rooms:
+            paths["16 kHz, open speaker, echo canceller"] = lambda settings, clip, after: run_echo_case(
+                engines, settings, question, clip, after, delay_ms=delay_ms, noise=noise
+            )
+        if "remembered" in echo_rooms:
+            learnt = await learn_room(engines, base, question, delay_ms=delay_ms, noise=noise)
+            paths["16 kHz, open speaker, room remembered"] = lambda settings, clip, after: run_echo_case(
+                engines, settings, question, clip, after, delay_ms=delay_ms, noise=noise, remembered=learnt
+            )
     results: dict[str, Any] = {}
     rows: list[dict[str, Any]] = []
     for path_name, case in paths.items():
@@ -223,6 +278,12 @@ def main() -> None:
     parser.add_argument("--call-path", action="store_true", help="also as a SIP call delivers the audio")
     parser.add_argument(
         "--echo", action="store_true", help="also at a kiosk whose speaker the microphone hears"
+    )
+    parser.add_argument(
+        "--echo-rooms",
+        default="new,remembered",
+        help="with --echo: the canceller starting from nothing (new), from the room a session before learnt "
+        "(remembered), or both",
     )
     parser.add_argument("--reply-tokens", type=int, default=48)
     parser.add_argument("--only", default="", help="these clips only (names, comma-separated)")

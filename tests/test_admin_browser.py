@@ -233,6 +233,18 @@ def test_dashboard_logs_in_and_plots_a_real_turn_from_the_device_only(
     grounded.played_reply = "Sorry, I don't have that information here."
     grounded.withheld = [{"clause": "Parking is 5 euros.", "why": "figure", "figures": ["5"]}]
     grounded.declined, grounded.facts_given = True, ["Parking"]
+    grounded.overlaps = [  # a stop word only the linear canceller's output let the VAD hear
+        {
+            "kind": "stop_word",
+            "heard": "wait",
+            "heard_logprob": -0.2,
+            "at_s": 2.4,
+            "voiced_ms": 320,
+            "silenced_ms": 64.0,
+            "decided_ms": 540.0,
+            "by_linear_ear": True,
+        }
+    ]
     admin_env.store.add(grounded)
 
     # A viewer sees the same page without the settings form.
@@ -248,6 +260,9 @@ def test_dashboard_logs_in_and_plots_a_real_turn_from_the_device_only(
     assert viewer_page.locator("#config-form").is_hidden()
     viewer_page.wait_for_selector("#turns-table td:has-text('not said: 5 (a figure no source gave)')")
     assert "facts: Parking" in viewer_page.inner_text("#turns-table")
+    assert 'over it at 2.4 s: "wait" (stopped, heard through the echo)' in viewer_page.inner_text(
+        "#turns-table"
+    )
     viewer.close()
 
     assert requested, "no request was seen"

@@ -14,14 +14,15 @@ import pytest
 
 from appliance.audio.base import AudioSink, AudioSource
 from appliance.audio.calibrate import CalibrationError, measure_echo_delay
-from appliance.audio.echo import cancel_echo
+from appliance.audio.echo import LEAD_S, cancel_echo
+from appliance.audio.echo_room import KEEP_DB
 from appliance.config import Settings, override
 from appliance.engine_set import session_config
 from appliance.pipeline.engines import SessionEngines
 from appliance.pipeline.session import Session
 from bench import rooms
 from bench.simulated_room import SimulatedRoom, run_until
-from engines.aec import EchoCanceller
+from engines.aec import EchoCanceller, EchoRoom
 from engines.asr import AsrEngine
 from engines.asr.text import word_error_rate
 from engines.audio import load_audio_16k
@@ -88,14 +89,17 @@ def _run(
     delay_ms: float | None,
     turns: int,
     until: Callable[[Session], bool] | None = None,
+    kept: EchoRoom | None = None,
 ) -> Session:
-    """The session in the room for ``turns`` turns, or until ``until(session)`` holds."""
+    """The session in the room for ``turns`` turns, or until ``until(session)`` holds; its canceller
+    starts from ``kept``."""
     source: AudioSource = room
     sink: AudioSink = room.speaker
     if delay_ms is not None:
         assert engines.aec is not None and engines.aec_worker is not None
+        stream = engines.aec.stream(kept)
         source, sink = cancel_echo(
-            room, room.speaker, stream=engines.aec.stream(), worker=engines.aec_worker, echo_delay_ms=delay_ms
+            room, room.speaker, stream=stream, worker=engines.aec_worker, echo_delay_ms=delay_ms
         )
     # The fixed reply cannot prefill: partial transcripts off (they are not what is tested here).
     settings = override(settings, asr={"partial_interval_ms": 0})
@@ -185,6 +189,57 @@ def test_a_short_stop_word_over_the_reply_stops_it(
     assert trace.overlaps and trace.overlaps[0]["kind"] == "stop_word", trace.overlaps
     assert trace.cancelled and room.speaker.flushes >= 1
     assert trace.played_reply and len(trace.played_reply.split()) < len(REPLY.split())
+
+
+def _kept_room(data_dir: Path, piper_tts: TtsEngine, aec: EchoCanceller, delay_ms: float) -> EchoRoom:
+    """What a session before kept of the room (``audio.echo_room_file``): the reply played once,
+    through the same room and level, the canceller fed as the session feeds it."""
+    reply = np.concatenate(list(piper_tts.synthesize(REPLY, sample_rate_hz=16000)))
+    room = _room(data_dir)
+    room.output[: len(reply)] = reply * room.gain
+    mic = (
+        room.heard(0, len(reply))
+        - room.near[: len(reply)]
+        + rooms.noise_bed(_noise(data_dir), len(reply), NOISE_DBFS)
+    )
+    shift = round((delay_ms / 1000.0 - LEAD_S) * 16000)
+    reference = np.concatenate([np.zeros(shift, np.float32), reply])[: len(reply)]
+    stream = aec.stream()
+    for start in range(0, len(reply) - 512 + 1, 512):
+        stream.process(mic[start : start + 512], reference[start : start + 512])
+    kept = stream.room()
+    assert kept is not None and kept.cancelled_db >= KEEP_DB, kept
+    return kept
+
+
+@pytest.mark.parametrize("kept", [True, False], ids=["room-kept", "new-room"])
+def test_a_stop_word_while_a_new_session_learns_the_room_is_heard_from_the_room_kept(
+    engines: SessionEngines,
+    settings: Settings,
+    data_dir: Path,
+    echo_delay_ms: float,
+    piper_tts: TtsEngine,
+    aec_engine: EchoCanceller,
+    kept: bool,
+) -> None:
+    """A kiosk's first reply after a start: "Hold on." 1 s into it, before its canceller has heard
+    ``CONVERGE_S`` of playback, so the session does not hear AEC3's output yet. Started from the room
+    a session before kept, the linear ear hears the words and the reply stops; starting from nothing,
+    it does not trust its filter yet, and the reply plays on."""
+    from bench.overlap_set import spoken
+
+    start_from = _kept_room(data_dir, piper_tts, aec_engine, echo_delay_ms) if kept else None
+    room = _room(data_dir)
+    room.speak(rooms.at_level(spoken(piper_tts, "Hold on."), rooms.SPEECH_DBFS), after_s=1.0)
+    session = _run(engines, room, settings, delay_ms=echo_delay_ms, turns=1, kept=start_from)
+
+    (trace,) = session.traces
+    if kept:
+        assert trace.overlaps and trace.overlaps[0]["kind"] == "stop_word", trace.overlaps
+        assert trace.overlaps[0]["by_linear_ear"] and trace.cancelled
+    else:
+        assert not trace.overlaps and not trace.cancelled
+        assert trace.played_reply.split() == REPLY.split()
 
 
 def test_calibration_names_a_speaker_the_microphone_does_not_hear(data_dir: Path) -> None:

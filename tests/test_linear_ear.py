@@ -7,11 +7,12 @@ import asyncio
 
 import numpy as np
 
-from appliance.audio.base import FRAME_SAMPLES, HeardFrame
+from appliance.audio.base import FRAME_S, FRAME_SAMPLES, HeardFrame
+from appliance.pipeline import speech_loop
 from appliance.pipeline.echo_gate import EchoGate, EchoGateParams
 from appliance.pipeline.linear_ear import CANCELLED_FRAMES, ECHO_FRAMES, LinearEar
 from appliance.pipeline.session_config import SessionConfig
-from appliance.pipeline.speech_loop import SpeechLoop
+from appliance.pipeline.speech_loop import EAR_TAIL_S, SpeechLoop
 from engines.vad.endpointer import EndpointEvent
 from engines.vad.params import VadParams
 from tests.fixtures.pipeline import make_fakes
@@ -83,19 +84,36 @@ def test_the_rooms_noise_between_words_does_not_count_against_the_canceller() ->
     assert ear.hears(0.97, ECHO, ECHO)
 
 
-async def _heard_frames(gate: EchoGate, frames: list[tuple[HeardFrame, bool]]) -> list[tuple[bool, bool]]:
+class _FrameClock:
+    """``time.monotonic`` for the speech loop: each frame 32 ms after the last, as a microphone's."""
+
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def monotonic(self) -> float:
+        return self.now
+
+
+async def _heard_frames(
+    gate: EchoGate, frames: list[tuple[HeardFrame, bool]], *, converged: bool = True
+) -> list[tuple[bool, bool]]:
     """(voiced, by the linear ear alone) of each frame fed to a speech loop with the fake VAD (0.95 above
-    an RMS of 0.05), each with whether a reply plays."""
+    an RMS of 0.05), each with whether a reply plays; ``converged``: the canceller's ``echo_converged``."""
     fakes = make_fakes()
     loop = SpeechLoop(SessionConfig(echo=gate), realtime=True, on_event=_ignore, label="test")
+    clock = _FrameClock()
+    real_time = speech_loop.time
+    speech_loop.time = clock  # type: ignore[assignment]
     try:
         await loop.listen_with(fakes.engines)
         heard = []
         for frame, playing in frames:
-            await loop.feed(frame, playing=playing, echo_converged=True)
+            clock.now += FRAME_S
+            await loop.feed(frame, playing=playing, echo_converged=converged)
             heard.append((loop.voiced, loop.by_linear_ear))
         return heard
     finally:
+        speech_loop.time = real_time
         loop.close()
         for _engine, worker in fakes.engines.pairs().values():
             worker.shutdown()
@@ -116,10 +134,34 @@ def test_the_speech_loop_hears_a_voice_the_suppressor_turned_down_only_while_a_r
     hidden = _frame(0.01, 0.1, echo)  # the person: turned down by the suppressor, whole in the linear output
     gate = EchoGate(0.5, 0.5, gate_while_playing=False, linear_threshold=0.85)
 
-    heard = asyncio.run(_heard_frames(gate, [*residue, (hidden, True), (hidden, False)]))
+    tail = round(EAR_TAIL_S / FRAME_S)
+    stopped = [(_frame(0.0, 0.0, 0.0), False)] * tail
+    heard = asyncio.run(
+        _heard_frames(gate, [*residue, (hidden, True), (hidden, False), *stopped, (hidden, False)])
+    )
     assert not any(voiced for voiced, _ in heard[:CANCELLED_FRAMES])
     assert heard[CANCELLED_FRAMES] == (True, True)
-    assert heard[-1] == (False, False)  # no reply playing: the suppressor's output alone, as it hears it
+    # Just after the reply paused or stopped, its echo's tail is still in the room: the ear hears on.
+    assert heard[CANCELLED_FRAMES + 1] == (True, True)
+    assert heard[-1] == (False, False)  # long after: the suppressor's output alone, as it hears it
 
     without = EchoGate(0.5, 0.5, gate_while_playing=False)
     assert asyncio.run(_heard_frames(without, [*residue, (hidden, True)]))[-1] == (False, False)
+
+
+def test_while_the_canceller_learns_only_a_filter_that_already_cancels_lets_the_ear_hear() -> None:
+    """A session's first seconds of reply (``echo_converged`` false): AEC3 lets the echo through, so
+    its output is not heard at all; the linear ear is, if its filter already cancels the echo (a
+    room kept from the last start), not if it is still learning (3 dB)."""
+    echo = 0.1**2
+    gate = EchoGate(0.5, 0.5, gate_while_playing=False, linear_threshold=0.85)
+    let_through = _frame(0.1, 0.01, echo)  # AEC3's output: the reply's echo, loud
+    hidden = _frame(0.01, 0.1, echo)  # the person, whole in the linear output
+    kept = [(_frame(0.0, 0.01, echo), True)] * CANCELLED_FRAMES  # 20 dB down from the first frame
+    heard = asyncio.run(_heard_frames(gate, [*kept, (let_through, True), (hidden, True)], converged=False))
+    assert heard[CANCELLED_FRAMES] == (False, False)
+    assert heard[-1] == (True, True)
+
+    learning = [(_frame(0.0, 0.07, echo), True)] * CANCELLED_FRAMES  # 3 dB down
+    heard = asyncio.run(_heard_frames(gate, [*learning, (hidden, True)], converged=False))
+    assert heard[-1] == (False, False)

@@ -15,6 +15,7 @@ Three parts, each on the clock the other two use (``time.monotonic``):
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections import deque
 from collections.abc import AsyncIterator, Callable
@@ -24,6 +25,7 @@ import numpy as np
 import soxr
 
 from appliance.audio.base import SAMPLE_RATE_HZ, AudioSink, AudioSource, HeardFrame, SourceBase, split_frame
+from appliance.audio.echo_room import RoomMemory
 from engines.aec import BLOCK_SAMPLES, EchoStream
 from engines.audio import power
 
@@ -35,6 +37,10 @@ LEAD_S = 0.02
 # Playback a new stream learns from before its output is trusted: in a reverberant hall AEC3 let the
 # first reply of a session cut itself off (bench aec), never a later one.
 CONVERGE_S = 2.0
+# The room (audio.echo_room_file) is kept after this much playback, then after every
+# KEEP_ROOM_EVERY_S more (few writes: a device's flash wears), and at the session's end.
+KEEP_ROOM_FIRST_S = 10.0
+KEEP_ROOM_EVERY_S = 300.0
 # Played audio kept for the canceller: audio.echo_delay_ms is at most 1 s. Every write copies it.
 _KEEP_S = 2.0
 
@@ -159,7 +165,10 @@ class EchoCancelledSource(SourceBase):
         timeline: PlaybackTimeline,
         worker: Worker,
         echo_delay_s: float,
+        memory: RoomMemory | None = None,
     ) -> None:
+        """``memory``: where the room the stream learns is kept for the next start (its stream
+        should start from what it recalls)."""
         self.inner = source
         self.stream = stream
         self.timeline = timeline
@@ -169,6 +178,8 @@ class EchoCancelledSource(SourceBase):
         self.name = f"{source.name}+aec"
         self.realtime = source.realtime
         self.ends_with_listener = source.ends_with_listener
+        self.memory = memory
+        self._keep_at_s = KEEP_ROOM_FIRST_S  # the stream's reference_heard_s() when the room is next kept
 
     async def frames(self) -> AsyncIterator[HeardFrame]:
         async for heard in self.inner.frames():
@@ -177,6 +188,8 @@ class EchoCancelledSource(SourceBase):
             start = end - len(frame) / SAMPLE_RATE_HZ
             reference = self.timeline.take(start - self.reference_delay_s, len(frame))
             cancelled = await self.worker.call(self.stream.process, frame, reference)
+            if self.memory is not None and self.stream.reference_heard_s() >= self._keep_at_s:
+                await self.keep_room()
             yield HeardFrame(
                 for_vad=cancelled.suppressed, for_asr=cancelled.linear, echo_power=power(cancelled.echo)
             )
@@ -191,8 +204,22 @@ class EchoCancelledSource(SourceBase):
         the microphone while a reply plays until then)."""
         return self.stream.reference_heard_s() >= CONVERGE_S
 
+    async def keep_room(self) -> None:
+        """Keep what the stream has learnt of the room: its filter copied on the canceller's worker
+        (nothing changes it meanwhile), the file written on a thread of its own (a slow disk must not
+        hold the microphone's frames)."""
+        memory = self.memory
+        if memory is None:
+            return
+        self._keep_at_s = self.stream.reference_heard_s() + KEEP_ROOM_EVERY_S
+        room = await self.worker.call(self.stream.room)
+        await asyncio.to_thread(memory.keep, room)
+
     async def close(self) -> None:
-        await self.inner.close()
+        try:
+            await self.keep_room()
+        finally:
+            await self.inner.close()
 
 
 def cancel_echo(
@@ -202,10 +229,16 @@ def cancel_echo(
     stream: EchoStream,
     worker: Worker,
     echo_delay_ms: float,
+    memory: RoomMemory | None = None,
 ) -> tuple[EchoCancelledSource, TappedSink]:
     """A session's source and sink with the sink's audio cancelled from the source's."""
     timeline = PlaybackTimeline()
     cancelled = EchoCancelledSource(
-        source, stream=stream, timeline=timeline, worker=worker, echo_delay_s=echo_delay_ms / 1000.0
+        source,
+        stream=stream,
+        timeline=timeline,
+        worker=worker,
+        echo_delay_s=echo_delay_ms / 1000.0,
+        memory=memory,
     )
     return cancelled, TappedSink(sink, timeline)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Literal
 
 from pydantic import Field
@@ -37,4 +38,10 @@ class AudioParams(Params):
         description="from a sample's write to the speaker until the microphone hears it (output buffer, "
         "air, input buffer): measure it with `appliance calibrate`, which writes it here; 0 leaves the "
         "whole delay to the canceller's own estimate",
+    )
+    echo_room_file: Path | None = Field(
+        Path("/var/lib/appliance/echo-room.npz"),
+        description="where the echo canceller keeps what it learnt of the room (the local microphone's), "
+        "so that the first reply after a start is cancelled as well as the later ones; it is used only "
+        "with the same devices and echo_delay_ms; unset: learn the room anew at each start",
     )

@@ -41,6 +41,10 @@ OnEvent = Callable[[EndpointEvent, float], Awaitable[None]]
 T = TypeVar("T")
 
 TICK_S = 0.1  # how often the session looks up when a live source sends nothing
+# The linear ear goes on this long after the reply stops or pauses: the echo's tail is still in the
+# room, and AEC3's suppressor still turns a person down with it, most of all in a session's first
+# seconds, so a word that paused the reply could otherwise fade out of the VAD's hearing.
+EAR_TAIL_S = 0.5
 
 
 @dataclass
@@ -86,7 +90,8 @@ class SpeechLoop:
         threshold = config.echo.linear_threshold
         self._linear_ear = LinearEar(threshold) if threshold is not None else None
         self._linear_stream: Any = None  # the VAD's stream on the linear output, afresh for each reply
-        self._was_playing = False
+        self._ear_heard_last = False  # the linear ear heard the last frame
+        self._ear_until = 0.0  # monotonic: the linear ear hears until then (EAR_TAIL_S after playing)
         self._check_tasks: set[asyncio.Task[None]] = set()
         self._words_due: asyncio.Event | None = None
         self.voiced = False  # the last frame was voiced (at the endpointer's threshold)
@@ -138,24 +143,32 @@ class SpeechLoop:
         self._frame_count += 1
         probability = float(await engines.vad_worker.call(self._vad_stream.probability, frame))
         heard_alone = probability  # what the VAD's own ear heard
-        if playing and isinstance(heard, HeardFrame) and heard.echo_power is not None:
-            probability = max(probability, await self._linear_heard(engines, transcribed, heard.echo_power))
-        self._was_playing = playing
+        linear = 0.0
+        if playing:
+            self._ear_until = now + EAR_TAIL_S
+        ear = False
+        if now < self._ear_until and isinstance(heard, HeardFrame) and heard.echo_power is not None:
+            linear, ear = await self._linear_heard(engines, transcribed, heard.echo_power), True
+        self._ear_heard_last = ear
         self.endpointer.threshold = self.echo.threshold_for(playing)
-        probability = self.echo.probability_for(probability, playing)
-        if playing and not echo_converged:
-            probability = 0.0  # the echo canceller is still learning the room (a session's first seconds)
+        learning = playing and not echo_converged
+        if learning:
+            # The canceller is still learning the room (a session's first seconds): AEC3 lets the echo
+            # through, and only the linear ear, whose own test asks for a filter that already
+            # cancels (the room kept from the last start), may hear a person.
+            probability = linear
+        probability = self.echo.probability_for(max(probability, linear), playing)
         if self.activation is not None and not await self._addressed(engines, transcribed, answering):
             probability = 0.0  # nobody said the wake word: as if nobody spoke
         self.voiced, self.heard_at = probability >= self.endpointer.threshold, now
-        self.by_linear_ear = self.voiced and heard_alone < self.endpointer.threshold
+        self.by_linear_ear = self.voiced and (learning or heard_alone < self.endpointer.threshold)
         await self._handle(self.endpointer.feed(probability, FRAME_S), now)
 
     async def _linear_heard(self, engines: SessionEngines, frame: np.ndarray, echo_power: float) -> float:
         """The linear ear's probability for this frame (0.0 where it hears nobody)."""
         if self._linear_ear is None or self._linear_stream is None:
             return 0.0
-        if not self._was_playing:
+        if not self._ear_heard_last:
             await engines.vad_worker.call(self._linear_stream.reset)
         probability = float(await engines.vad_worker.call(self._linear_stream.probability, frame))
         return probability if self._linear_ear.hears(probability, power(frame), echo_power) else 0.0

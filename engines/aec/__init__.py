@@ -5,7 +5,8 @@ the speaker was playing when that capture was made, aligned by the caller. It re
 the echo removed, ``BLOCK_SAMPLES`` late (the cancellers work on 10 ms blocks), in two versions
 (``Cancelled``): WebRTC AEC3's, whose suppressor keeps the VAD from hearing the reply, and a linear
 canceller's, which leaves a person speaking over the reply whole for Whisper. One engine serves every
-session; each ``stream()`` has its own adaptive filters.
+session; each ``stream()`` has its own adaptive filters, and may start from a room learnt before
+(``engines.aec.room``).
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ import numpy as np
 
 from engines.aec.blocks import BLOCK_SAMPLES, BlockCanceller, Cancelled
 from engines.aec.params import AecParams
+from engines.aec.room import EchoRoom, RoomNotUsable, load_room, save_room
 from engines.errors import BackendUnavailable
 
 BACKENDS = ("webrtc",)
@@ -26,8 +28,12 @@ __all__ = [
     "BlockCanceller",
     "Cancelled",
     "EchoCanceller",
+    "EchoRoom",
     "EchoStream",
+    "RoomNotUsable",
     "create_canceller",
+    "load_room",
+    "save_room",
     "unavailable_reason",
 ]
 
@@ -43,11 +49,16 @@ class EchoStream(Protocol):
         """Seconds of playback the stream has learnt the room from."""
         ...
 
+    def room(self) -> EchoRoom | None:
+        """What the stream has learnt of the room, to start a later one from (None before it has
+        heard its echo alone)."""
+        ...
+
 
 class EchoCanceller(Protocol):
     def load(self) -> None: ...
 
-    def stream(self) -> EchoStream: ...
+    def stream(self, room: EchoRoom | None = None) -> EchoStream: ...
 
     def close(self) -> None: ...
 

@@ -2,17 +2,20 @@
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
 
 from engines.aec.linear import LinearCanceller
+from engines.aec.room import ALIGN_S, MIN_FIT_DB, EchoRoom, Fit, fit_room
 from engines.audio import SAMPLE_RATE_HZ
 from engines.errors import InputError
 
 BLOCK_SAMPLES = 160  # 10 ms at 16 kHz: WebRTC's audio processing takes nothing else
 REFERENCE_FLOOR = 1e-4  # mean power of a reference block that counts as playing (-40 dBFS)
+MAX_RECORDED_BLOCKS = 300  # what a stream keeps to place a kept room on: 3 s
 
 
 @dataclass(frozen=True)
@@ -38,9 +41,16 @@ class BlockCanceller:
     always one block.
     """
 
-    def __init__(self, process_block: Callable[[np.ndarray, np.ndarray], np.ndarray]) -> None:
+    def __init__(
+        self, process_block: Callable[[np.ndarray, np.ndarray], np.ndarray], *, room: EchoRoom | None = None
+    ) -> None:
         self._process_block = process_block
         self._linear = LinearCanceller()
+        # A room kept before is placed on this stream's own first echo (each start's latencies
+        # differ), from what it records until then; then the linear canceller goes on from it.
+        self._kept = room
+        self._recorded: list[np.ndarray] = []  # [capture, reference] blocks from the start
+        self.fit: Fit | None = None  # where the kept room was placed, once it was
         self._pending: np.ndarray = np.zeros((2, 0), dtype=np.float32)
         self._ready: np.ndarray = np.zeros((3, BLOCK_SAMPLES), dtype=np.float32)
         self._reference_blocks = 0  # blocks in which the reference played: what the filters learnt from
@@ -69,11 +79,34 @@ class BlockCanceller:
         """Seconds of playback the cancellers have learnt from (the reference above -40 dBFS)."""
         return self._reference_blocks * BLOCK_SAMPLES / SAMPLE_RATE_HZ
 
+    def _place_kept_room(self, capture: np.ndarray, reference: np.ndarray) -> None:
+        assert self._kept is not None
+        self._recorded.append(np.stack([capture, reference]).astype(np.float64))
+        if self._reference_blocks * BLOCK_SAMPLES < ALIGN_S * SAMPLE_RATE_HZ:
+            if len(self._recorded) > MAX_RECORDED_BLOCKS:  # a long silence first: keep its end
+                del self._recorded[: len(self._recorded) - MAX_RECORDED_BLOCKS]
+            return
+        recorded = np.concatenate(self._recorded, axis=1)
+        fit = fit_room(self._kept, recorded[0], recorded[1])
+        self.fit = fit
+        if fit.cancelled_db >= MIN_FIT_DB:
+            self._linear.adopt(fit.weights)
+        self._kept, self._recorded = None, []
+
+    def room(self) -> EchoRoom | None:
+        """What the linear canceller has learnt of the room, once it has heard echo alone."""
+        cancelled = self._linear.cancelled_db()
+        if cancelled is None:
+            return None
+        return EchoRoom(weights=self._linear.weights, cancelled_db=cancelled, learnt_at=time.time())
+
     def _run(self, capture: np.ndarray, reference: np.ndarray) -> np.ndarray:
         out = self._process_block(to_int16(capture), to_int16(reference)).astype(np.float32) / 32768.0
         linear = self._linear.process(capture, reference, out).astype(np.float32)
         if float(np.mean(np.square(reference))) > REFERENCE_FLOOR:
             self._reference_blocks += 1
+        if self._kept is not None:
+            self._place_kept_room(capture, reference)
         return np.stack([out, linear, capture - linear])
 
 

@@ -18,6 +18,7 @@ PARTITIONS = 16  # filter length 16 x 10 ms: the lead left for AEC3, the direct 
 STEP = 0.3  # NLMS step size
 SMOOTHING = 0.9  # of the reference power estimate per bin
 LEARN_RATIO = 0.1  # learn while AEC3's output power is below this share of this filter's output
+MEASURE_DECAY = 0.99  # per block of echo alone: how far back cancelled_db() looks (about a second)
 _FLOOR = 1e-10
 
 
@@ -28,6 +29,27 @@ class LinearCanceller:
         self._history: np.ndarray = np.zeros((partitions, bins), dtype=np.complex128)
         self._previous: np.ndarray = np.zeros(BLOCK, dtype=np.float64)
         self._power: np.ndarray = np.full(bins, _FLOOR)
+        # Decaying sums over blocks of echo alone (the reference playing, AEC3 removing nearly all of
+        # the microphone): the microphone's energy and what this filter left of it.
+        self._echo_energy = 0.0
+        self._left_energy = 0.0
+
+    def adopt(self, weights: np.ndarray) -> None:
+        """Go on from ``weights`` (a filter learnt before, placed on this stream's echo)."""
+        if weights.shape != self._weights.shape:
+            raise ValueError(f"a filter of shape {weights.shape}, not {self._weights.shape}")
+        self._weights = weights.astype(np.complex128, copy=True)
+
+    @property
+    def weights(self) -> np.ndarray:
+        """A copy of the filter, to start another canceller in the same room from."""
+        return self._weights.copy()
+
+    def cancelled_db(self) -> float | None:
+        """How far below the echo this filter has lately left it (None before it has heard echo alone)."""
+        if self._echo_energy <= 0.0:
+            return None
+        return 10.0 * float(np.log10((self._echo_energy + _FLOOR) / (self._left_energy + _FLOOR)))
 
     def process(self, capture: np.ndarray, reference: np.ndarray, suppressed: np.ndarray) -> np.ndarray:
         """One block: ``capture`` less the estimated echo of ``reference``; ``suppressed`` (AEC3's
@@ -42,6 +64,10 @@ class LinearCanceller:
         reference_power = float(np.mean(np.square(reference)))
         error_power = float(np.mean(np.square(error)))
         suppressed_power = float(np.mean(np.square(suppressed.astype(np.float64))))
+        capture_power = float(np.mean(np.square(capture)))
+        if reference_power > 1e-7 and suppressed_power < LEARN_RATIO * capture_power:
+            self._echo_energy = MEASURE_DECAY * self._echo_energy + capture_power
+            self._left_energy = MEASURE_DECAY * self._left_energy + error_power
         if reference_power > 1e-7 and suppressed_power < LEARN_RATIO * error_power:
             self._learn(error)
         return error

@@ -11,6 +11,7 @@ from typing import Any
 import numpy as np
 
 from engines.aec.blocks import BLOCK_SAMPLES, BlockCanceller
+from engines.aec.room import EchoRoom
 from engines.audio import SAMPLE_RATE_HZ
 from engines.errors import BackendUnavailable
 
@@ -47,7 +48,9 @@ def unavailable_reason() -> str | None:
 
 
 class WebRtcStream(BlockCanceller):
-    def __init__(self, rtc: Any, *, noise_suppression: bool, high_pass_filter: bool) -> None:
+    def __init__(
+        self, rtc: Any, *, noise_suppression: bool, high_pass_filter: bool, room: EchoRoom | None = None
+    ) -> None:
         self._rtc = rtc
         self._apm = rtc.AudioProcessingModule(
             echo_cancellation=True, noise_suppression=noise_suppression, high_pass_filter=high_pass_filter
@@ -55,7 +58,7 @@ class WebRtcStream(BlockCanceller):
         # The caller aligns the reference with the capture, so the module is told there is no delay
         # between them; AEC3 still estimates what is left (the room's own path) by itself.
         self._apm.set_stream_delay_ms(0)
-        super().__init__(self._block)
+        super().__init__(self._block, room=room)
 
     def _block(self, capture: np.ndarray, reference: np.ndarray) -> np.ndarray:
         frame = self._rtc.AudioFrame
@@ -78,11 +81,15 @@ class WebRtcCanceller:
         noise = np.random.default_rng(0).uniform(-0.1, 0.1, BLOCK_SAMPLES * 10).astype(np.float32)
         warm.process(noise, noise)
 
-    def stream(self) -> WebRtcStream:
+    def stream(self, room: EchoRoom | None = None) -> WebRtcStream:
+        """A new stream; ``room``: a linear filter learnt before in the same room, to start from."""
         if self._rtc is None:
             raise RuntimeError("echo canceller not loaded; call load() first")
         return WebRtcStream(
-            self._rtc, noise_suppression=self.noise_suppression, high_pass_filter=self.high_pass_filter
+            self._rtc,
+            noise_suppression=self.noise_suppression,
+            high_pass_filter=self.high_pass_filter,
+            room=room,
         )
 
     def close(self) -> None:

@@ -163,7 +163,8 @@ function replyShown(t) {
   const said = t.played_reply || t.reply;
   const over = (t.overlaps || []).map((o) =>
     `over it at ${o.at_s.toFixed(1)} s: ${o.heard ? `"${o.heard}"` : "a sound"} (${OVERLAPS[o.kind] || o.kind}` +
-    `${o.kind === "backchannel" ? ` after ${Math.round(o.decided_ms)} ms` : ""})`);
+    `${o.kind === "backchannel" ? ` after ${Math.round(o.decided_ms)} ms` : ""}` +
+    `${o.by_linear_ear ? ", heard through the echo" : ""})`);
   const notSaid = (t.withheld || []).map((w) =>
     `not said: ${w.figures.length ? w.figures.join(", ") : "a clause"} (${WITHHELD[w.why] || w.why})`);
   const facts = (t.facts_given || []).length ? [`facts: ${t.facts_given.slice(0, 3).join(", ")}`] : [];

@@ -1,0 +1,185 @@
+"""What a canceller learnt of a room (its linear filter: the echo path from the speaker to the
+microphone), kept in a file so that a later stream starts from it instead of from silence.
+
+A fresh filter needs seconds of the reply to learn the room, and while it learns, a person's short
+word over the first reply can be lost (docs/turn-taking.md). A kiosk's speaker and microphone do not
+move between starts, so the filter learnt before a restart is the right start after it; the stream
+goes on learning from there, so a moved speaker is learnt again as from silence.
+
+The file is numpy's ``.npz`` (no pickles): ``weights`` and ``meta``, a JSON object with the format,
+the filter's shape and the ``key`` it was learnt under (the devices and the echo delay): a file
+learnt under another key is not used.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+import zipfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from engines.aec.linear import BLOCK, PARTITIONS
+
+FORMAT = 1
+# How far the echo may have moved against its reference since the room was kept: each start measures
+# the speaker's and the microphone's latencies anew (the playback timeline, the capture clock), and
+# a filter moved by one sample (62 us) already loses most of what it cancelled.
+MAX_LAG_S = 0.01
+ALIGN_S = 0.25  # seconds of playback a new stream hears before it places the kept filter
+MIN_FIT_DB = 10.0  # the kept filter, placed, must leave the echo this far down to be used
+_FINE_STEPS = np.arange(-0.5, 0.51, 0.1)  # samples around the best whole-sample lag
+PLAYING_POWER = 1e-4  # a reference block's mean power when the speaker plays (-40 dBFS)
+GAIN_RANGE = (0.1, 10.0)  # the echo's level against the kept filter's: the volume turned -20..+20 dB
+
+
+@dataclass(frozen=True)
+class EchoRoom:
+    """A linear canceller's filter (``PARTITIONS`` x ``BLOCK + 1`` complex bins) and how far below
+    the microphone it left the echo when it was taken (``cancelled_db``)."""
+
+    weights: np.ndarray
+    cancelled_db: float
+    learnt_at: float = 0.0  # Unix time
+
+
+class RoomNotUsable(Exception):
+    """A kept room that cannot be used: the reason names the file and what to do."""
+
+
+def save_room(path: Path, room: EchoRoom, key: dict[str, Any]) -> None:
+    """Write ``room`` to ``path`` atomically (a crash leaves the old file or the new one, never half)."""
+    meta = {
+        "format": FORMAT,
+        "shape": list(room.weights.shape),
+        "cancelled_db": round(room.cancelled_db, 2),
+        "learnt_at": room.learnt_at or time.time(),
+        "key": key,
+    }
+    path.parent.mkdir(parents=True, exist_ok=True)
+    partial = path.with_name(path.name + ".partial")
+    with partial.open("wb") as out:
+        np.savez(out, weights=room.weights.astype(np.complex128), meta=np.array(json.dumps(meta)))
+        out.flush()
+        os.fsync(out.fileno())
+    os.replace(partial, path)
+
+
+def load_room(path: Path, key: dict[str, Any]) -> EchoRoom:
+    """The room kept in ``path`` when it was learnt under ``key``; else ``RoomNotUsable`` says why."""
+    try:
+        with path.open("rb") as file:
+            kept = np.load(file, allow_pickle=False)
+            if not isinstance(kept, np.lib.npyio.NpzFile):
+                raise ValueError("not an .npz archive")
+            with kept:
+                meta = json.loads(str(kept["meta"]))
+                weights = np.array(kept["weights"])
+    except FileNotFoundError as err:
+        raise RoomNotUsable(
+            f"{path} does not exist yet (it is written once the canceller has learnt the room)"
+        ) from err
+    except (OSError, EOFError, ValueError, KeyError, zipfile.BadZipFile) as err:
+        raise RoomNotUsable(
+            f"{path} is not a room the canceller kept ({err}); it is replaced once the room is learnt again"
+        ) from err
+    if not isinstance(meta, dict) or meta.get("format") != FORMAT:
+        raise RoomNotUsable(
+            f"{path} has format {meta.get('format') if isinstance(meta, dict) else meta!r}, not {FORMAT}"
+        )
+    expected = (PARTITIONS, BLOCK + 1)
+    if weights.shape != expected or weights.dtype != np.complex128 or not np.all(np.isfinite(weights)):
+        raise RoomNotUsable(
+            f"{path} holds a filter of shape {weights.shape} {weights.dtype}, not {expected} finite complex128"
+        )
+    if meta.get("key") != key:
+        raise RoomNotUsable(f"{path} was learnt with {meta.get('key')}, not with {key}")
+    return EchoRoom(
+        weights=weights,
+        cancelled_db=float(meta.get("cancelled_db", 0.0)),
+        learnt_at=float(meta.get("learnt_at", 0.0)),
+    )
+
+
+@dataclass(frozen=True)
+class Fit:
+    """A kept filter placed on a new stream's first echo: its weights there, how far it moved
+    (samples; positive: the echo now comes later), how much louder the echo is now, and how far
+    below the echo it leaves it."""
+
+    weights: np.ndarray
+    lag: float
+    gain: float
+    cancelled_db: float
+
+
+def _echo_samples(reference: np.ndarray, taps: int) -> np.ndarray:
+    """Where the microphone can hold the echo of what played (a block of it, or up to a filter's
+    length after), and the reference's whole history is known: not the person's question before the
+    reply began, which no filter predicts."""
+    blocks = len(reference) // BLOCK
+    playing = np.mean(np.square(reference[: blocks * BLOCK].reshape(blocks, BLOCK)), axis=1) > PLAYING_POWER
+    partitions = taps // BLOCK
+    after = np.convolve(playing.astype(np.float64), np.ones(partitions))[:blocks] > 0
+    samples = np.zeros(len(reference), dtype=bool)
+    samples[: blocks * BLOCK] = np.repeat(after, BLOCK)
+    samples[:taps] = False
+    return samples
+
+
+def impulse_response(weights: np.ndarray) -> np.ndarray:
+    """The filter in time: ``PARTITIONS x BLOCK`` taps (each partition's spectrum holds its taps
+    in its first half, as the canceller constrains it)."""
+    return np.fft.irfft(weights, axis=1)[:, :BLOCK].reshape(-1)
+
+
+def weights_of(response: np.ndarray) -> np.ndarray:
+    parts = response.reshape(-1, BLOCK)
+    return np.fft.rfft(np.concatenate([parts, np.zeros_like(parts)], axis=1), axis=1)
+
+
+def fit_room(room: EchoRoom, capture: np.ndarray, reference: np.ndarray) -> Fit:
+    """Place ``room``'s filter on what a new stream heard (``capture``, and the aligned
+    ``reference`` it played, from the stream's start): the lag that best predicts the echo, to a
+    tenth of a sample, and what the filter leaves there."""
+    response = impulse_response(room.weights)
+    taps = len(response)
+    size = 1 << int(np.ceil(np.log2(len(reference) + taps)))
+    reference_spectrum = np.fft.rfft(reference, size)
+    judged = _echo_samples(reference, taps)
+    heard = capture[judged]
+
+    def predicted(lag: float) -> np.ndarray:
+        spectrum = np.fft.rfft(response, size) * np.exp(-2j * np.pi * np.arange(size // 2 + 1) * lag / size)
+        return np.fft.irfft(reference_spectrum * spectrum, size)[: len(capture)][judged]
+
+    echo = predicted(0.0)
+    max_lag = round(MAX_LAG_S * 16000)
+    correlation = np.fft.irfft(np.fft.rfft(heard, size) * np.conj(np.fft.rfft(echo, size)), size)
+    lags = np.concatenate([np.arange(0, max_lag + 1), np.arange(-max_lag, 0)])
+    values = np.concatenate([correlation[: max_lag + 1], correlation[size - max_lag :]])
+    # Voiced speech correlates with itself a pitch period away: the best three peaks are tried.
+    candidates = [int(lags[i]) for i in np.argsort(values)[::-1][:3]]
+    energy = float(np.sum(np.square(heard))) + 1e-12
+    best_lag, best_gain, best_left = 0.0, 1.0, float("inf")
+    for whole in candidates:
+        for step in _FINE_STEPS:
+            echo = predicted(whole + float(step))
+            # The speaker may have been turned up or down since: the filter is scaled to fit too.
+            gain = float(np.clip(np.dot(heard, echo) / (np.dot(echo, echo) + 1e-12), *GAIN_RANGE))
+            left = float(np.sum(np.square(heard - gain * echo)))
+            if left < best_left:
+                best_lag, best_gain, best_left = whole + float(step), gain, left
+    size_h = 2 * taps
+    spectrum = np.fft.rfft(response, size_h) * np.exp(-2j * np.pi * np.arange(taps + 1) * best_lag / size_h)
+    moved = np.fft.irfft(spectrum, size_h)[:taps] * best_gain
+    return Fit(
+        weights=weights_of(moved),
+        lag=best_lag,
+        gain=best_gain,
+        cancelled_db=10.0 * float(np.log10(energy / (best_left + 1e-12))),
+    )
