@@ -24,6 +24,7 @@ from engines.aec import (
     EchoCanceller,
     EchoRoom,
     EchoStream,
+    Fit,
     RoomNotUsable,
     load_room,
     save_room,
@@ -155,8 +156,8 @@ def test_a_stream_started_from_the_room_cancels_a_new_reply_at_once_wherever_the
         return float(10 * np.log10(np.sum(mic[window] ** 2) / np.sum(out[window] ** 2))), stream
 
     (cold, _), (warm, stream) = early_db(None), early_db(learnt)
-    fit = stream.fit  # type: ignore[attr-defined]
-    assert fit is not None and abs(fit.lag + moved) <= 0.5, fit.lag
+    fit = stream.fit
+    assert fit is not None and abs(fit.lag + moved) <= 0.5, fit
     assert warm > 15.0 and warm > cold + 6.0, (cold, warm)
 
 
@@ -196,6 +197,8 @@ class _Stream:
     def room(self) -> EchoRoom | None:
         return self.learnt
 
+    fit = None
+
 
 def test_the_source_keeps_the_room_while_it_plays_and_at_its_end(tmp_path: Path) -> None:
     memory = RoomMemory(tmp_path / "echo-room.npz", KEY)
@@ -220,6 +223,28 @@ def test_the_source_keeps_the_room_while_it_plays_and_at_its_end(tmp_path: Path)
 
     kept_while_playing, at_the_end = asyncio.run(run())
     assert kept_while_playing and at_the_end == 30.0
+
+
+def test_the_source_says_where_the_kept_room_was_placed(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO)
+    stream = _Stream(None)
+    stream.fit = Fit(weights=_room().weights, lag=-16.0, gain=2.0, cancelled_db=21.4)  # type: ignore[assignment]
+    source = EchoCancelledSource(
+        ArraySource(np.zeros(2048, np.float32), realtime=False),
+        stream=stream,  # type: ignore[arg-type]
+        timeline=PlaybackTimeline(),
+        worker=EngineWorker("aec"),
+        echo_delay_s=0.0,
+    )
+
+    async def run() -> None:
+        async for _ in source.frames():
+            pass
+
+    asyncio.run(run())
+    assert caplog.text.count("the kept room fits 1.00 ms sooner and +6.0 dB louder: echo 21 dB down") == 1
 
 
 def test_the_daemon_starts_the_local_microphone_from_the_kept_room_and_never_a_call(

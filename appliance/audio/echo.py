@@ -16,6 +16,8 @@ Three parts, each on the clock the other two use (``time.monotonic``):
 from __future__ import annotations
 
 import asyncio
+import logging
+import math
 import time
 from collections import deque
 from collections.abc import AsyncIterator, Callable
@@ -26,10 +28,12 @@ import soxr
 
 from appliance.audio.base import SAMPLE_RATE_HZ, AudioSink, AudioSource, HeardFrame, SourceBase, split_frame
 from appliance.audio.echo_room import RoomMemory
-from engines.aec import BLOCK_SAMPLES, EchoStream
+from engines.aec import BLOCK_SAMPLES, EchoStream, Fit
+from engines.aec.room import MIN_FIT_DB
 from engines.audio import power
 
 T = TypeVar("T")
+log = logging.getLogger(__name__)
 
 # The reference is taken this much sooner than the calibrated delay: AEC3 can only cancel an echo
 # that comes after its reference, and finds the rest of the delay by itself.
@@ -179,6 +183,7 @@ class EchoCancelledSource(SourceBase):
         self.realtime = source.realtime
         self.ends_with_listener = source.ends_with_listener
         self.memory = memory
+        self._fit_told = False
         self._keep_at_s = KEEP_ROOM_FIRST_S  # the stream's reference_heard_s() when the room is next kept
 
     async def frames(self) -> AsyncIterator[HeardFrame]:
@@ -188,6 +193,8 @@ class EchoCancelledSource(SourceBase):
             start = end - len(frame) / SAMPLE_RATE_HZ
             reference = self.timeline.take(start - self.reference_delay_s, len(frame))
             cancelled = await self.worker.call(self.stream.process, frame, reference)
+            if not self._fit_told and self.stream.fit is not None:
+                self._tell_fit(self.stream.fit)
             if self.memory is not None and self.stream.reference_heard_s() >= self._keep_at_s:
                 await self.keep_room()
             yield HeardFrame(
@@ -203,6 +210,25 @@ class EchoCancelledSource(SourceBase):
         """Whether the canceller has heard enough of the speaker to be trusted (the session ignores
         the microphone while a reply plays until then)."""
         return self.stream.reference_heard_s() >= CONVERGE_S
+
+    def _tell_fit(self, fit: Fit) -> None:
+        self._fit_told = True
+        if fit.cancelled_db >= MIN_FIT_DB:
+            log.info(
+                "%s: the kept room fits %.2f ms %s and %+.1f dB louder: echo %.0f dB down from the first reply",
+                self.name,
+                abs(fit.lag) / SAMPLE_RATE_HZ * 1000.0,
+                "later" if fit.lag >= 0 else "sooner",
+                20.0 * math.log10(fit.gain),
+                fit.cancelled_db,
+            )
+        else:
+            log.info(
+                "%s: the kept room does not fit this one (echo only %.0f dB down; the speaker moved?): "
+                "learning it anew",
+                self.name,
+                fit.cancelled_db,
+            )
 
     async def keep_room(self) -> None:
         """Keep what the stream has learnt of the room: its filter copied on the canceller's worker

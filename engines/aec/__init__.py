@@ -17,7 +17,7 @@ import numpy as np
 
 from engines.aec.blocks import BLOCK_SAMPLES, BlockCanceller, Cancelled
 from engines.aec.params import AecParams
-from engines.aec.room import EchoRoom, RoomNotUsable, load_room, save_room
+from engines.aec.room import EchoRoom, Fit, RoomNotUsable, load_room, save_room
 from engines.errors import BackendUnavailable
 
 BACKENDS = ("webrtc",)
@@ -30,6 +30,7 @@ __all__ = [
     "EchoCanceller",
     "EchoRoom",
     "EchoStream",
+    "Fit",
     "RoomNotUsable",
     "create_canceller",
     "load_room",
@@ -52,6 +53,12 @@ class EchoStream(Protocol):
     def room(self) -> EchoRoom | None:
         """What the stream has learnt of the room, to start a later one from (None before it has
         heard its echo alone)."""
+        ...
+
+    @property
+    def fit(self) -> Fit | None:
+        """Where the room it started from was placed on its own echo (None until it was, or
+        without one)."""
         ...
 
 

@@ -50,7 +50,7 @@ class BlockCanceller:
         # differ), from what it records until then; then the linear canceller goes on from it.
         self._kept = room
         self._recorded: list[np.ndarray] = []  # [capture, reference] blocks from the start
-        self.fit: Fit | None = None  # where the kept room was placed, once it was
+        self._fit: Fit | None = None
         self._pending: np.ndarray = np.zeros((2, 0), dtype=np.float32)
         self._ready: np.ndarray = np.zeros((3, BLOCK_SAMPLES), dtype=np.float32)
         self._reference_blocks = 0  # blocks in which the reference played: what the filters learnt from
@@ -88,10 +88,15 @@ class BlockCanceller:
             return
         recorded = np.concatenate(self._recorded, axis=1)
         fit = fit_room(self._kept, recorded[0], recorded[1])
-        self.fit = fit
+        self._fit = fit
         if fit.cancelled_db >= MIN_FIT_DB:
             self._linear.adopt(fit.weights)
         self._kept, self._recorded = None, []
+
+    @property
+    def fit(self) -> Fit | None:
+        """Where the kept room was placed, once it was."""
+        return self._fit
 
     def room(self) -> EchoRoom | None:
         """What the linear canceller has learnt of the room, once it has heard echo alone."""
