@@ -15,7 +15,7 @@ from appliance import daemon
 from appliance.audio.echo import KEEP_ROOM_FIRST_S, LEAD_S, EchoCancelledSource, PlaybackTimeline
 from appliance.audio.echo_room import KEEP_DB, RoomMemory, room_key
 from appliance.audio.files import ArraySource, MemorySink
-from appliance.config import load_settings, override
+from appliance.config import Settings, load_settings, override
 from appliance.engine_set import session_config
 from appliance.pipeline.workers import EngineWorker
 from bench import rooms
@@ -255,7 +255,7 @@ def test_the_daemon_starts_the_local_microphone_from_the_kept_room_and_never_a_c
     kept = _room()
     save_room(path, kept, room_key(settings.audio))
 
-    def wire(kind: str) -> EchoCancelledSource:
+    def wire(kind: str, settings: Settings = settings) -> EchoCancelledSource:
         source, _, _ = daemon.with_echo_cancellation(
             settings,
             (aec_engine, EngineWorker("aec")),
@@ -274,3 +274,6 @@ def test_the_daemon_starts_the_local_microphone_from_the_kept_room_and_never_a_c
     assert placing is not None and np.array_equal(placing.weights, kept.weights)
     call = wire("sip")
     assert call.memory is None and call.stream._kept is None  # type: ignore[attr-defined]
+    # "" in the site's file: a start learns the room anew, and keeps nothing.
+    unkept = wire("microphone", override(settings, audio={"echo_room_file": ""}))
+    assert unkept.memory is None and unkept.stream._kept is None  # type: ignore[attr-defined]

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Literal
 
-from pydantic import Field
+from pydantic import Field, field_validator
 
 from engines.params import Params
 
@@ -43,5 +43,10 @@ class AudioParams(Params):
         Path("/var/lib/appliance/echo-room.npz"),
         description="where the echo canceller keeps what it learnt of the room (the local microphone's), "
         "so that the first reply after a start is cancelled as well as the later ones; it is used only "
-        "with the same devices and echo_delay_ms; unset: learn the room anew at each start",
+        'with the same devices and echo_delay_ms; "": learn the room anew at each start',
     )
+
+    @field_validator("echo_room_file", mode="before")
+    @classmethod
+    def _empty_is_none(cls, value: object) -> object:
+        return None if value == "" else value
