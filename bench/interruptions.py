@@ -108,29 +108,13 @@ async def run_echo_case(
     noise: np.ndarray,
     remembered: EchoRoom | None = None,
 ) -> dict[str, Any]:
-    from appliance.audio.echo import CONVERGE_S, cancel_echo
-    from appliance.engine_set import session_config
-    from appliance.pipeline.session import Session
-    from bench.simulated_room import SimulatedRoom, run_until
+    from appliance.audio.echo import CONVERGE_S
+    from bench.simulated_room import run_until
 
-    room = SimulatedRoom(
-        ECHO_ROOM,
-        device_delay_s=ECHO_DEVICE_DELAY_S,
-        first=np.concatenate([np.zeros(8000, np.float32), rooms.at_level(question, rooms.SPEECH_DBFS)]),
-        noise=noise,
-        seconds=60.0,
+    room, session = _office_session(
+        engines, settings, question, engines.aec.stream(remembered), delay_ms, noise
     )
     room.speak(rooms.at_level(clip.audio, rooms.SPEECH_DBFS), after_s=CONVERGE_S + after_s)
-    source, sink = cancel_echo(
-        room,
-        room.speaker,
-        stream=engines.aec.stream(remembered),
-        worker=engines.aec_worker,
-        echo_delay_ms=delay_ms,
-    )
-    session = Session(
-        engines=engines, source=source, sink=sink, config=session_config(settings, echo_cancelled=True)
-    )
 
     def over() -> bool:
         return room.start is not None and room.quiet_after_person(time.monotonic(), QUIET_S)
@@ -144,25 +128,10 @@ async def learn_room(
 ) -> EchoRoom:
     """What a session learns of ``ECHO_ROOM`` from one whole reply to ``question`` with nobody
     speaking over it, as the daemon keeps it (``audio.echo_room_file``)."""
-    from appliance.audio.echo import cancel_echo
-    from appliance.engine_set import session_config
-    from appliance.pipeline.session import Session
-    from bench.simulated_room import SimulatedRoom, run_until
+    from bench.simulated_room import run_until
 
-    room = SimulatedRoom(
-        ECHO_ROOM,
-        device_delay_s=ECHO_DEVICE_DELAY_S,
-        first=np.concatenate([np.zeros(8000, np.float32), rooms.at_level(question, rooms.SPEECH_DBFS)]),
-        noise=noise,
-        seconds=60.0,
-    )
     stream = engines.aec.stream()
-    source, sink = cancel_echo(
-        room, room.speaker, stream=stream, worker=engines.aec_worker, echo_delay_ms=delay_ms
-    )
-    session = Session(
-        engines=engines, source=source, sink=sink, config=session_config(settings, echo_cancelled=True)
-    )
+    room, session = _office_session(engines, settings, question, stream, delay_ms, noise)
 
     def over() -> bool:
         if room.start is None or room.first_play is None:
@@ -175,6 +144,32 @@ async def learn_room(
         raise RuntimeError("the canceller heard no echo alone in a whole reply")
     log.warning("the room learnt from one reply: echo %.1f dB down", learnt.cancelled_db)
     return learnt
+
+
+def _office_session(
+    engines: Any, settings: Any, question: np.ndarray, stream: Any, delay_ms: float, noise: np.ndarray
+) -> tuple[Any, Any]:
+    """``ECHO_ROOM`` (a person asks ``question``; the room's ``noise``) and a session in it behind
+    the canceller ``stream``."""
+    from appliance.audio.echo import cancel_echo
+    from appliance.engine_set import session_config
+    from appliance.pipeline.session import Session
+    from bench.simulated_room import SimulatedRoom
+
+    room = SimulatedRoom(
+        ECHO_ROOM,
+        device_delay_s=ECHO_DEVICE_DELAY_S,
+        first=np.concatenate([np.zeros(8000, np.float32), rooms.at_level(question, rooms.SPEECH_DBFS)]),
+        noise=noise,
+        seconds=60.0,
+    )
+    source, sink = cancel_echo(
+        room, room.speaker, stream=stream, worker=engines.aec_worker, echo_delay_ms=delay_ms
+    )
+    session = Session(
+        engines=engines, source=source, sink=sink, config=session_config(settings, echo_cancelled=True)
+    )
+    return room, session
 
 
 def summarize(rows: list[dict[str, Any]]) -> dict[str, Any]:
