@@ -8,7 +8,7 @@ the speech and 1.5 s after (an open microphone), on the 16 kHz path and the 8 kH
 
 Side by side in one run, for each suppressor (``denoise.engine``; none is the audio as heard):
 - Whisper's word error rate when it hears the suppressor's output (``denoise.feed = asr``), per noise
-  and SNR (tiny.en int8, the shipped model);
+  and SNR (tiny.en int8, the shipped model; ``APPLIANCE_ASR__MODEL=whisper-base`` for the other);
 - the end of turn when the VAD and Smart Turn hear it (``feed = vad``): the wait from the end of speech
   to the endpoint (p50/p95) and the share of turns ended by the long incomplete silence or the
   maximum length, with the shipped endpointer (the sound's verdict only: no LLM here);
@@ -328,7 +328,12 @@ def main() -> None:
         )
         return
     results = run(args)
-    write_result("noise", {k: str(v) if isinstance(v, Path) else v for k, v in vars(args).items()}, results)
+    asr_model = load_settings(None).asr.model  # APPLIANCE_ASR__MODEL=whisper-base: the other Whisper
+    print(f"Whisper: {asr_model}")
+    params = {k: str(v) if isinstance(v, Path) else v for k, v in vars(args).items()} | {
+        "asr_model": asr_model
+    }
+    write_result("noise", params, results)
     if args.plot is not None:
         plot(results, args.plot)
 
