@@ -225,6 +225,30 @@ def test_the_source_keeps_the_room_while_it_plays_and_at_its_end(tmp_path: Path)
     assert kept_while_playing and at_the_end == 30.0
 
 
+def test_a_source_closed_after_the_engines_still_closes_its_microphone(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    worker = EngineWorker("aec")
+    worker.shutdown()
+    closed: list[bool] = []
+    microphone = ArraySource(np.zeros(512, np.float32), realtime=False)
+
+    async def close_microphone() -> None:
+        closed.append(True)
+
+    microphone.close = close_microphone  # type: ignore[method-assign]
+    source = EchoCancelledSource(
+        microphone,
+        stream=_Stream(_room()),  # type: ignore[arg-type]
+        timeline=PlaybackTimeline(),
+        worker=worker,
+        echo_delay_s=0.0,
+        memory=RoomMemory(tmp_path / "echo-room.npz", KEY),
+    )
+    asyncio.run(source.close())
+    assert closed == [True] and "the room was not kept at the end" in caplog.text
+
+
 def test_the_source_says_where_the_kept_room_was_placed(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
