@@ -16,6 +16,7 @@ from engines.errors import InputError
 BLOCK_SAMPLES = 160  # 10 ms at 16 kHz: WebRTC's audio processing takes nothing else
 REFERENCE_FLOOR = 1e-4  # mean power of a reference block that counts as playing (-40 dBFS)
 MAX_RECORDED_BLOCKS = 300  # what a stream keeps to place a kept room on: 3 s
+FIT_BLOCKS = 100  # of which the last second is used
 
 
 @dataclass(frozen=True)
@@ -86,7 +87,8 @@ class BlockCanceller:
             if len(self._recorded) > MAX_RECORDED_BLOCKS:  # a long silence first: keep its end
                 del self._recorded[: len(self._recorded) - MAX_RECORDED_BLOCKS]
             return
-        recorded = np.concatenate(self._recorded, axis=1)
+        # The last second holds the echo to place it on (and the reference's history before it).
+        recorded = np.concatenate(self._recorded[-FIT_BLOCKS:], axis=1)
         fit = fit_room(self._kept, recorded[0], recorded[1])
         self._fit = fit
         if fit.cancelled_db >= MIN_FIT_DB:

@@ -152,10 +152,11 @@ def fit_room(room: EchoRoom, capture: np.ndarray, reference: np.ndarray) -> Fit:
     reference_spectrum = np.fft.rfft(reference, size)
     judged = _echo_samples(reference, taps)
     heard = capture[judged]
+    echo_spectrum = reference_spectrum * np.fft.rfft(response, size)
+    turns = -2.0 * np.pi * np.arange(size // 2 + 1) / size  # a lag of one sample, per bin
 
     def predicted(lag: float) -> np.ndarray:
-        spectrum = np.fft.rfft(response, size) * np.exp(-2j * np.pi * np.arange(size // 2 + 1) * lag / size)
-        return np.fft.irfft(reference_spectrum * spectrum, size)[: len(capture)][judged]
+        return np.fft.irfft(echo_spectrum * np.exp(1j * turns * lag), size)[: len(capture)][judged]
 
     echo = predicted(0.0)
     max_lag = round(MAX_LAG_S * 16000)
@@ -165,15 +166,21 @@ def fit_room(room: EchoRoom, capture: np.ndarray, reference: np.ndarray) -> Fit:
     # Voiced speech correlates with itself a pitch period away: the best three peaks are tried.
     candidates = [int(lags[i]) for i in np.argsort(values)[::-1][:3]]
     energy = float(np.sum(np.square(heard))) + 1e-12
-    best_lag, best_gain, best_left = 0.0, 1.0, float("inf")
-    for whole in candidates:
-        for step in _FINE_STEPS:
-            echo = predicted(whole + float(step))
-            # The speaker may have been turned up or down since: the filter is scaled to fit too.
-            gain = float(np.clip(np.dot(heard, echo) / (np.dot(echo, echo) + 1e-12), *GAIN_RANGE))
-            left = float(np.sum(np.square(heard - gain * echo)))
-            if left < best_left:
-                best_lag, best_gain, best_left = whole + float(step), gain, left
+
+    def left_at(lag: float) -> tuple[float, float]:
+        """What the filter leaves at ``lag``, and its gain there: the speaker may have been turned
+        up or down since, so the filter is scaled to fit too."""
+        echo = predicted(lag)
+        # Sums, not np.dot: BLAS's threads wait for cores the session is busy with.
+        gain = float(np.clip(np.sum(heard * echo) / (np.sum(echo * echo) + 1e-12), *GAIN_RANGE))
+        return float(np.sum(np.square(heard - gain * echo))), gain
+
+    whole = min(candidates, key=lambda lag: left_at(float(lag))[0])
+    best_left, best_gain, best_lag = float("inf"), 1.0, float(whole)
+    for lag in whole + _FINE_STEPS:
+        left, gain = left_at(float(lag))
+        if left < best_left:
+            best_left, best_gain, best_lag = left, gain, float(lag)
     size_h = 2 * taps
     spectrum = np.fft.rfft(response, size_h) * np.exp(-2j * np.pi * np.arange(taps + 1) * best_lag / size_h)
     moved = np.fft.irfft(spectrum, size_h)[:taps] * best_gain
