@@ -29,7 +29,6 @@ import soxr
 from appliance.audio.base import SAMPLE_RATE_HZ, AudioSink, AudioSource, HeardFrame, SourceBase, split_frame
 from appliance.audio.echo_room import RoomMemory
 from engines.aec import BLOCK_SAMPLES, EchoStream, Fit
-from engines.aec.room import MIN_FIT_DB
 from engines.audio import power
 
 T = TypeVar("T")
@@ -213,7 +212,7 @@ class EchoCancelledSource(SourceBase):
 
     def _tell_fit(self, fit: Fit) -> None:
         self._fit_told = True
-        if fit.cancelled_db >= MIN_FIT_DB:
+        if fit.used:
             log.info(
                 "%s: the kept room fits %.2f ms %s and %+.1f dB louder: echo %.0f dB down from the first reply",
                 self.name,

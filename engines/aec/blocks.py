@@ -3,20 +3,21 @@
 from __future__ import annotations
 
 import time
+from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
 
-from engines.aec.linear import LinearCanceller
-from engines.aec.room import ALIGN_S, MIN_FIT_DB, EchoRoom, Fit, fit_room
-from engines.audio import SAMPLE_RATE_HZ
+from engines.aec.linear import REFERENCE_FLOOR, LinearCanceller
+from engines.aec.room import ALIGN_S, EchoRoom, Fit, fit_room
+from engines.audio import SAMPLE_RATE_HZ, power
 from engines.errors import InputError
 
 BLOCK_SAMPLES = 160  # 10 ms at 16 kHz: WebRTC's audio processing takes nothing else
-REFERENCE_FLOOR = 1e-4  # mean power of a reference block that counts as playing (-40 dBFS)
-MAX_RECORDED_BLOCKS = 300  # what a stream keeps to place a kept room on: 3 s
-FIT_BLOCKS = 100  # of which the last second is used
+FIT_BLOCKS = 100  # a stream places a kept room on its last second before it heard ALIGN_S of playback
+
+__all__ = ["BLOCK_SAMPLES", "REFERENCE_FLOOR", "BlockCanceller", "Cancelled", "to_int16"]
 
 
 @dataclass(frozen=True)
@@ -50,7 +51,7 @@ class BlockCanceller:
         # A room kept before is placed on this stream's own first echo (each start's latencies
         # differ), from what it records until then; then the linear canceller goes on from it.
         self._kept = room
-        self._recorded: list[np.ndarray] = []  # [capture, reference] blocks from the start
+        self._recorded: deque[np.ndarray] = deque(maxlen=FIT_BLOCKS)  # [capture, reference] blocks
         self._fit: Fit | None = None
         self._pending: np.ndarray = np.zeros((2, 0), dtype=np.float32)
         self._ready: np.ndarray = np.zeros((3, BLOCK_SAMPLES), dtype=np.float32)
@@ -84,16 +85,13 @@ class BlockCanceller:
         assert self._kept is not None
         self._recorded.append(np.stack([capture, reference]).astype(np.float64))
         if self._reference_blocks * BLOCK_SAMPLES < ALIGN_S * SAMPLE_RATE_HZ:
-            if len(self._recorded) > MAX_RECORDED_BLOCKS:  # a long silence first: keep its end
-                del self._recorded[: len(self._recorded) - MAX_RECORDED_BLOCKS]
             return
-        # The last second holds the echo to place it on (and the reference's history before it).
-        recorded = np.concatenate(self._recorded[-FIT_BLOCKS:], axis=1)
-        fit = fit_room(self._kept, recorded[0], recorded[1])
-        self._fit = fit
-        if fit.cancelled_db >= MIN_FIT_DB:
-            self._linear.adopt(fit.weights)
-        self._kept, self._recorded = None, []
+        recorded = np.concatenate(list(self._recorded), axis=1)
+        self._fit = fit_room(self._kept, recorded[0], recorded[1])
+        if self._fit.used:
+            self._linear.adopt(self._fit.weights)
+        self._kept = None
+        self._recorded.clear()
 
     @property
     def fit(self) -> Fit | None:
@@ -110,7 +108,7 @@ class BlockCanceller:
     def _run(self, capture: np.ndarray, reference: np.ndarray) -> np.ndarray:
         out = self._process_block(to_int16(capture), to_int16(reference)).astype(np.float32) / 32768.0
         linear = self._linear.process(capture, reference, out).astype(np.float32)
-        if float(np.mean(np.square(reference))) > REFERENCE_FLOOR:
+        if power(reference) > REFERENCE_FLOOR:
             self._reference_blocks += 1
         if self._kept is not None:
             self._place_kept_room(capture, reference)

@@ -19,6 +19,7 @@ STEP = 0.3  # NLMS step size
 SMOOTHING = 0.9  # of the reference power estimate per bin
 LEARN_RATIO = 0.1  # learn while AEC3's output power is below this share of this filter's output
 MEASURE_DECAY = 0.99  # per block of echo alone: how far back cancelled_db() looks (about a second)
+REFERENCE_FLOOR = 1e-4  # mean power of a reference block that counts as playing (-40 dBFS)
 _FLOOR = 1e-10
 
 

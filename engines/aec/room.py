@@ -23,7 +23,8 @@ from typing import Any
 
 import numpy as np
 
-from engines.aec.linear import BLOCK, PARTITIONS
+from engines.aec.linear import BLOCK, PARTITIONS, REFERENCE_FLOOR
+from engines.audio import SAMPLE_RATE_HZ
 
 FORMAT = 1
 # How far the echo may have moved against its reference since the room was kept: each start measures
@@ -33,7 +34,6 @@ MAX_LAG_S = 0.01
 ALIGN_S = 0.25  # seconds of playback a new stream hears before it places the kept filter
 MIN_FIT_DB = 10.0  # the kept filter, placed, must leave the echo this far down to be used
 _FINE_STEPS = np.arange(-0.5, 0.51, 0.1)  # samples around the best whole-sample lag
-PLAYING_POWER = 1e-4  # a reference block's mean power when the speaker plays (-40 dBFS)
 GAIN_RANGE = (0.1, 10.0)  # the echo's level against the kept filter's: the volume turned -20..+20 dB
 
 
@@ -116,13 +116,18 @@ class Fit:
     gain: float
     cancelled_db: float
 
+    @property
+    def used(self) -> bool:
+        """Whether it cancels enough (``MIN_FIT_DB``) for the stream to go on from it."""
+        return self.cancelled_db >= MIN_FIT_DB
+
 
 def _echo_samples(reference: np.ndarray, taps: int) -> np.ndarray:
     """Where the microphone can hold the echo of what played (a block of it, or up to a filter's
     length after), and the reference's whole history is known: not the person's question before the
     reply began, which no filter predicts."""
     blocks = len(reference) // BLOCK
-    playing = np.mean(np.square(reference[: blocks * BLOCK].reshape(blocks, BLOCK)), axis=1) > PLAYING_POWER
+    playing = np.mean(np.square(reference[: blocks * BLOCK].reshape(blocks, BLOCK)), axis=1) > REFERENCE_FLOOR
     partitions = taps // BLOCK
     after = np.convolve(playing.astype(np.float64), np.ones(partitions))[:blocks] > 0
     samples = np.zeros(len(reference), dtype=bool)
@@ -159,7 +164,7 @@ def fit_room(room: EchoRoom, capture: np.ndarray, reference: np.ndarray) -> Fit:
         return np.fft.irfft(echo_spectrum * np.exp(1j * turns * lag), size)[: len(capture)][judged]
 
     echo = predicted(0.0)
-    max_lag = round(MAX_LAG_S * 16000)
+    max_lag = round(MAX_LAG_S * SAMPLE_RATE_HZ)
     correlation = np.fft.irfft(np.fft.rfft(heard, size) * np.conj(np.fft.rfft(echo, size)), size)
     lags = np.concatenate([np.arange(0, max_lag + 1), np.arange(-max_lag, 0)])
     values = np.concatenate([correlation[: max_lag + 1], correlation[size - max_lag :]])
