@@ -319,11 +319,7 @@ def barge_ins(
             )
             during = [e.time_s for e in starts if e.time_s >= reply_at / rate]
             first = during[0] if during else None
-            if first is not None and first < onset - 0.05:
-                self_cut[name] += 1
-                latency[name].append(None)
-            else:
-                latency[name].append(None if first is None else first - onset)
+            _note_detection(first, onset, latency[name], self_cut, name)
             played = played_full.copy()
             if first is not None:  # the session stops the reply; the turn hears the rest without it
                 played[round((first + STOP_LAG_S) * rate) :] = 0.0
@@ -341,14 +337,9 @@ def barge_ins(
         "transcripts": texts,
     }
     for name, times in latency.items():
-        within = [t for t in times if t is not None and t <= DETECT_WITHIN_S]
-        seen = [t * 1000 for t in times if t is not None]
-        summary["detected_within_300ms"][name] = round(len(within) / max(1, len(times)), 3)
-        summary["detect_ms"][name] = {
-            "p50": round(percentile(seen, 50), 0),
-            "p95": round(percentile(seen, 95), 0),
-            "missed": sum(t is None for t in times) - self_cut.get(name, 0),
-        }
+        within, seen, summary["detect_ms"][name] = _detected(times)
+        summary["detected_within_300ms"][name] = within
+        summary["detect_ms"][name]["missed"] = len(times) - len(seen) - self_cut.get(name, 0)
     for name, heard_texts in texts.items():
         summary["wer"][name] = round(word_error_rate(refs, heard_texts), 3)
     return summary
@@ -361,7 +352,7 @@ def kept_room(
     order through one stream, kept only when the daemon would keep it (``KEEP_DB``); else None. That
     start's latencies differed from this one's by ``RESTART_MOVED_S`` (its reference came that much
     later), which the new stream finds by itself (``engines.aec.room.fit_room``)."""
-    from appliance.audio.echo_room import KEEP_DB
+    from appliance.audio.echo_room import worth_keeping
     from engines.aec import BLOCK_SAMPLES
 
     gap = np.zeros(round(GAP_S * rooms.SAMPLE_RATE_HZ), dtype=np.float32)
@@ -374,7 +365,7 @@ def kept_room(
     for start in range(0, len(mic) - BLOCK_SAMPLES + 1, FRAME):
         stream.process(mic[start : start + FRAME], reference[start : start + FRAME])
     learnt = stream.room()
-    return learnt if learnt is not None and learnt.cancelled_db >= KEEP_DB else None
+    return learnt if worth_keeping(learnt) else None
 
 
 def first_reply_barge_ins(
@@ -407,12 +398,7 @@ def first_reply_barge_ins(
             starts = speech_starts(
                 bench.vad, suppressed, 0.5, bench.params, linear=linear, learning_s=learning_s
             )
-            first = starts[0].time_s if starts else None
-            if first is not None and first < onset - 0.05:
-                self_cut[name] += 1
-                latency[name].append(None)
-            else:
-                latency[name].append(None if first is None else first - onset)
+            _note_detection(starts[0].time_s if starts else None, onset, latency[name], self_cut, name)
     summary: dict[str, Any] = {
         "at_s": FIRST_REPLY_AT_S,
         "kept_room_db": None if kept is None else round(kept.cancelled_db, 1),
@@ -422,16 +408,29 @@ def first_reply_barge_ins(
         "cut_by_own_echo": self_cut,
     }
     for name, times in latency.items():
-        seen = [t * 1000 for t in times if t is not None]
-        summary["detected_within_300ms"][name] = round(
-            sum(t is not None and t <= DETECT_WITHIN_S for t in times) / max(1, len(times)), 3
-        )
+        within, seen, summary["detect_ms"][name] = _detected(times)
+        summary["detected_within_300ms"][name] = within
         summary["detected"][name] = round(len(seen) / max(1, len(times)), 3)
-        summary["detect_ms"][name] = {
-            "p50": round(percentile(seen, 50), 0),
-            "p95": round(percentile(seen, 95), 0),
-        }
     return summary
+
+
+def _note_detection(
+    first: float | None, onset: float, latency: list[float | None], self_cut: dict[str, int], name: str
+) -> None:
+    """One person: how long after their onset the condition ``name`` started speech (None: never),
+    or None and one more reply cut by its own echo when it started before they spoke."""
+    if first is not None and first < onset - 0.05:
+        self_cut[name] += 1
+        latency.append(None)
+    else:
+        latency.append(None if first is None else first - onset)
+
+
+def _detected(times: list[float | None]) -> tuple[float, list[float], dict[str, Any]]:
+    """The share detected within ``DETECT_WITHIN_S``, the detection times (ms) and their p50/p95."""
+    seen = [t * 1000 for t in times if t is not None]
+    within = round(sum(t is not None and t <= DETECT_WITHIN_S for t in times) / max(1, len(times)), 3)
+    return within, seen, {"p50": round(percentile(seen, 50), 0), "p95": round(percentile(seen, 95), 0)}
 
 
 @dataclass(frozen=True)

@@ -23,6 +23,11 @@ log = logging.getLogger(__name__)
 KEEP_DB = 12.0
 
 
+def worth_keeping(room: EchoRoom | None) -> bool:
+    """Whether ``room`` cancels enough (``KEEP_DB``) to be kept for the next start."""
+    return room is not None and room.cancelled_db >= KEEP_DB
+
+
 def room_key(audio: Any) -> dict[str, Any]:
     """What a kept room is only good for: these devices at this rate, aligned by this echo delay."""
     return {
@@ -58,7 +63,7 @@ class RoomMemory:
     def keep(self, room: EchoRoom | None) -> bool:
         """Write ``room`` when it cancels at least ``KEEP_DB``; whether it was written. A file that
         cannot be written is logged once and the session goes on."""
-        if room is None or room.cancelled_db < KEEP_DB:
+        if room is None or not worth_keeping(room):
             return False
         try:
             save_room(self.path, room, self.key)
