@@ -29,9 +29,10 @@ the detection, as the session does) against the clean recording's; canceller CPU
 from __future__ import annotations
 
 import argparse
+import contextlib
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -106,7 +107,10 @@ def speech_starts(
             probability = 0.0
         if linear is not None:
             heard = ear_stream.probability(linear.linear[window])
-            if ear.hears(heard, power(linear.linear[window]), power(linear.echo[window])):
+            new_filter = index in linear.new_filter
+            if ear.hears(
+                heard, power(linear.linear[window]), power(linear.echo[window]), new_filter=new_filter
+            ):
                 probability = max(probability, heard)
         starts += [
             e for e in endpointer.feed(float(probability), FRAME_S) if e.kind is EventKind.SPEECH_START
@@ -116,10 +120,12 @@ def speech_starts(
 
 @dataclass(frozen=True)
 class Linear:
-    """The linear canceller's output and the echo it took out, for the linear ear."""
+    """The linear canceller's output and the echo it took out, for the linear ear, and the frames
+    in which it went on from another filter (the room kept, placed, or solved)."""
 
     linear: np.ndarray
     echo: np.ndarray
+    new_filter: frozenset[int] = frozenset()
 
 
 def cancel(
@@ -134,11 +140,16 @@ def cancel(
     reference = np.concatenate([np.zeros(shift, dtype=np.float32), played])[: len(mic)]
     stream = engine.stream(room) if room is not None else engine.stream()
     suppressed, linear, echo, costs = [], [], [], []
+    fit, new_filter = None, set[int]()
     for index in range(len(mic) // FRAME):
         window = slice(index * FRAME, (index + 1) * FRAME)
         started = time.thread_time()
         out = stream.process(mic[window], reference[window])
         costs.append((time.thread_time() - started) * BLOCK_SAMPLES / FRAME)
+        if stream.fit is not fit:
+            fit = stream.fit
+            if fit.used and not new_filter:  # the first filter adopted, as the session's source
+                new_filter.add(index)
         suppressed.append(out.suppressed)
         linear.append(out.linear)
         echo.append(out.echo)
@@ -146,7 +157,9 @@ def cancel(
     return (
         np.concatenate([*suppressed, tail])[BLOCK_SAMPLES:],
         Linear(
-            np.concatenate([*linear, tail])[BLOCK_SAMPLES:], np.concatenate([*echo, tail])[BLOCK_SAMPLES:]
+            np.concatenate([*linear, tail])[BLOCK_SAMPLES:],
+            np.concatenate([*echo, tail])[BLOCK_SAMPLES:],
+            frozenset(new_filter),
         ),
         costs,
     )
@@ -186,6 +199,7 @@ def erle_db(mic: np.ndarray, out: np.ndarray, settle_s: float = 2.0) -> float:
 WITH_LINEAR_EAR = ("webrtc",)  # the cancellers also measured with the session's linear ear
 EAR = ", linear ear"
 REMEMBERED = ", room kept"  # the stream starts from the room a session before kept (audio.echo_room_file)
+NOT_SOLVED = ", not solved"  # the stream does not solve for a new room from its first echo (as before it did)
 FIRST_REPLY_AT_S = 1.0  # a person over a new session's first reply: while the canceller still learns
 RESTART_MOVED_S = 0.0013  # the echo against its reference, from the start that kept the room to this one
 GAP_S = 1.0  # silence between two replies
@@ -369,19 +383,31 @@ def kept_room(
 
 
 def first_reply_barge_ins(
-    bench: Bench, room: rooms.Room, level: str, delay_s: float, reference_delay_s: float, kept: Any
+    bench: Bench,
+    room: rooms.Room,
+    level: str,
+    delay_s: float,
+    reference_delay_s: float,
+    kept: Any,
+    at_s: float = FIRST_REPLY_AT_S,
 ) -> dict[str, Any]:
-    """Each person starts ``FIRST_REPLY_AT_S`` into a new session's first reply, while its canceller
-    has not yet heard ``CONVERGE_S`` of playback: only the linear ear may hear them, starting from
-    nothing (``webrtc, linear ear``) or from the room kept before. Detected as in ``barge_ins``."""
+    """Each person starts ``at_s`` into a new session's first reply, while its canceller has not
+    yet heard ``CONVERGE_S`` of playback: only the linear ear may hear them, starting from nothing
+    (``webrtc, linear ear``: the room solved from the first echo; ``NOT_SOLVED``: the adaptive
+    filter alone) or from the room kept before. Detected as in ``barge_ins``."""
     rate = rooms.SAMPLE_RATE_HZ
     engine = bench.cancellers[WITH_LINEAR_EAR[0]]
-    conditions = {f"{WITH_LINEAR_EAR[0]}{EAR}": None, f"{WITH_LINEAR_EAR[0]}{REMEMBERED}{EAR}": kept}
+    name = WITH_LINEAR_EAR[0]
+    conditions = {
+        f"{name}{NOT_SOLVED}{EAR}": (None, False),
+        f"{name}{EAR}": (None, True),
+        f"{name}{REMEMBERED}{EAR}": (kept, True),
+    }
     latency: dict[str, list[float | None]] = {name: [] for name in conditions}
     self_cut = dict.fromkeys(conditions, 0)
     for index, (person, _text) in enumerate(bench.people):
         reply = bench.replies[index % len(bench.replies)]
-        at = round(FIRST_REPLY_AT_S * rate)
+        at = round(at_s * rate)
         length = (max(len(reply), at + len(person)) + rate) // FRAME * FRAME
         near = rooms.noise_bed(bench.noise, length, room.noise_dbfs)
         near[at : at + len(person)] += person
@@ -393,14 +419,15 @@ def first_reply_barge_ins(
         played[: len(reply)] = reply
         learning_s = converged_at_s(played, reference_delay_s)
         mic = rooms.echo(played, room, delay_s=delay_s, level_dbfs=LEVELS[level]) + near
-        for name, start_from in conditions.items():
-            suppressed, linear, _ = cancel(engine, mic, played, reference_delay_s, room=start_from)
+        for name, (start_from, solving) in conditions.items():
+            with _solving(solving):
+                suppressed, linear, _ = cancel(engine, mic, played, reference_delay_s, room=start_from)
             starts = speech_starts(
                 bench.vad, suppressed, 0.5, bench.params, linear=linear, learning_s=learning_s
             )
             _note_detection(starts[0].time_s if starts else None, onset, latency[name], self_cut, name)
     summary: dict[str, Any] = {
-        "at_s": FIRST_REPLY_AT_S,
+        "at_s": at_s,
         "kept_room_db": None if kept is None else round(kept.cancelled_db, 1),
         "detected_within_300ms": {},
         "detected": {},
@@ -412,6 +439,19 @@ def first_reply_barge_ins(
         summary["detected_within_300ms"][name] = within
         summary["detected"][name] = round(len(seen) / max(1, len(times)), 3)
     return summary
+
+
+@contextlib.contextmanager
+def _solving(on: bool) -> Iterator[None]:
+    """New streams solve for the room from their first echo (as shipped), or not (as before)."""
+    import engines.aec.blocks as blocks
+
+    shipped = blocks.SOLVE_AT_S
+    blocks.SOLVE_AT_S = shipped if on else ()
+    try:
+        yield
+    finally:
+        blocks.SOLVE_AT_S = shipped
 
 
 def _note_detection(
@@ -492,6 +532,11 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--people", type=int, default=10, help="recordings speaking over a reply, per room")
     parser.add_argument("--data", type=Path, default=DEFAULT_DATA)
+    parser.add_argument(
+        "--first-reply-at",
+        default="",
+        help="only the first-reply measure, people starting at these seconds into it (e.g. 1.0,1.5)",
+    )
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
 
@@ -537,6 +582,8 @@ def main(argv: list[str] | None = None) -> int:
         noise=load_audio_16k(args.data / "vad/noise/speechbrain_noise1.wav"),
         params=override(settings, endpointer={"mode": "silence"}).endpointer,
     )
+    if args.first_reply_at:
+        return first_replies(bench, [float(at) for at in args.first_reply_at.split(",")])
     results: list[dict[str, Any]] = []
     for room in rooms.ROOMS:
         for level in LEVELS:
@@ -553,6 +600,32 @@ def main(argv: list[str] | None = None) -> int:
         },
         {"rows": results, "cancellers": list(cancellers)},
     )
+    return 0
+
+
+def first_replies(bench: Bench, moments: list[float]) -> int:
+    """``--first-reply-at``: the first-reply measure alone, at each moment, in every room and level
+    (the rows' delays as in the full run)."""
+    from bench.machine import write_result
+
+    engine = bench.cancellers[WITH_LINEAR_EAR[0]]
+    rows: list[dict[str, Any]] = []
+    for room in rooms.ROOMS:
+        for level in LEVELS:
+            delay_s = DELAYS_S[len(rows) % len(DELAYS_S)]
+            reference_delay_s = max(0.0, calibrated_delay_s(room, delay_s) - LEAD_S)
+            kept = kept_room(engine, bench, room, level, delay_s, reference_delay_s)
+            row: dict[str, Any] = {"room": room.name, "level": level, "moments": []}
+            for at_s in moments:
+                first = first_reply_barge_ins(bench, room, level, delay_s, reference_delay_s, kept, at_s)
+                row["moments"].append(first)
+                print(
+                    f"{room.name}, {level}, {at_s} s in (room kept: {first['kept_room_db']} dB): within 300 ms "
+                    f"{first['detected_within_300ms']}, cut by own echo {first['cut_by_own_echo']}",
+                    flush=True,
+                )
+            rows.append(row)
+    write_result("aec-first-reply", {"people": len(bench.people), "moments": moments}, {"rows": rows})
     return 0
 
 

@@ -224,8 +224,10 @@ def test_a_stop_word_while_a_new_session_learns_the_room_is_heard_from_the_room_
 ) -> None:
     """A kiosk's first reply after a start: "Hold on." 1 s into it, before its canceller has heard
     ``CONVERGE_S`` of playback, so the session does not hear AEC3's output yet. Started from the room
-    a session before kept, the linear ear hears the words and the reply stops; starting from nothing,
-    it does not trust its filter yet, and the reply plays on."""
+    a session before kept, the linear ear hears the words and the reply stops. Starting from nothing,
+    the canceller solves for the room from the reply's first half second, and whether the ear trusts
+    that filter half a second later depends on how well it predicts the echo since (bench aec: 10-70%
+    of people 1 s in): the reply stops on the words, or plays on whole; nothing else."""
     from bench.overlap_set import spoken
 
     start_from = _kept_room(data_dir, piper_tts, aec_engine, echo_delay_ms) if kept else None
@@ -237,9 +239,11 @@ def test_a_stop_word_while_a_new_session_learns_the_room_is_heard_from_the_room_
     if kept:
         assert trace.overlaps and trace.overlaps[0]["kind"] == "stop_word", trace.overlaps
         assert trace.overlaps[0]["by_linear_ear"] and trace.cancelled
+    elif trace.overlaps:
+        assert [o["kind"] for o in trace.overlaps] == ["stop_word"] and trace.overlaps[0]["by_linear_ear"]
+        assert trace.cancelled, trace
     else:
-        assert not trace.overlaps and not trace.cancelled
-        assert trace.played_reply.split() == REPLY.split()
+        assert not trace.cancelled and trace.played_reply.split() == REPLY.split()
 
 
 def test_calibration_names_a_speaker_the_microphone_does_not_hear(data_dir: Path) -> None:

@@ -51,6 +51,22 @@ def test_nothing_is_heard_while_the_canceller_removes_little() -> None:
     assert not fresh.hears(1.0, ECHO, ECHO)
 
 
+def test_a_filter_placed_or_solved_is_judged_on_its_own_frames() -> None:
+    """The canceller went on from a filter placed or solved (``HeardFrame.new_filter``): the
+    frames before, while it removed little, do not count against it; its own frames must show it
+    removing most of the echo before the ear trusts it."""
+    ear = LinearEar(0.85)
+    _learnt(ear, frames=CANCELLED_FRAMES // 2, left=ECHO / 2)  # the first half second: 3 dB removed
+    assert not ear.hears(0.2, RESIDUE, ECHO, new_filter=True)
+    _learnt(ear, frames=ECHO_FRAMES - 2)
+    assert not ear.hears(1.0, ECHO, ECHO)  # too few frames of the new filter yet
+    assert ear.hears(1.0, ECHO, ECHO)
+    kept_history = LinearEar(0.85)
+    _learnt(kept_history, frames=CANCELLED_FRAMES // 2, left=ECHO / 2)
+    _learnt(kept_history, frames=ECHO_FRAMES)
+    assert not kept_history.hears(1.0, ECHO, ECHO)  # without the mark, the poor frames still count
+
+
 def test_a_pause_in_the_reply_keeps_the_echo_just_heard_as_the_measure() -> None:
     """The echo removed drops in a pause; the reverberation left must not count as a person."""
     ear = LinearEar(0.85)

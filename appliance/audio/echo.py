@@ -182,7 +182,8 @@ class EchoCancelledSource(SourceBase):
         self.realtime = source.realtime
         self.ends_with_listener = source.ends_with_listener
         self.memory = memory
-        self._fit_told = False
+        self._fit_told: Fit | None = None
+        self._adopted = False  # the stream went on from a filter placed or solved
         self._keep_at_s = KEEP_ROOM_FIRST_S  # the stream's reference_heard_s() when the room is next kept
 
     async def frames(self) -> AsyncIterator[HeardFrame]:
@@ -192,12 +193,20 @@ class EchoCancelledSource(SourceBase):
             start = end - len(frame) / SAMPLE_RATE_HZ
             reference = self.timeline.take(start - self.reference_delay_s, len(frame))
             cancelled = await self.worker.call(self.stream.process, frame, reference)
-            if not self._fit_told and self.stream.fit is not None:
-                self._tell_fit(self.stream.fit)
+            fit = self.stream.fit
+            # Only the first filter adopted: the ear's measure of it is the more cautious one for a
+            # filter solved again from more of the echo.
+            new_filter = fit is not None and fit is not self._fit_told and fit.used and not self._adopted
+            self._adopted = self._adopted or new_filter
+            if fit is not None and fit is not self._fit_told:
+                self._tell_fit(fit)
             if self.memory is not None and self.stream.reference_heard_s() >= self._keep_at_s:
                 await self.keep_room()
             yield HeardFrame(
-                for_vad=cancelled.suppressed, for_asr=cancelled.linear, echo_power=power(cancelled.echo)
+                for_vad=cancelled.suppressed,
+                for_asr=cancelled.linear,
+                echo_power=power(cancelled.echo),
+                new_filter=new_filter,
             )
 
     @property
@@ -211,8 +220,16 @@ class EchoCancelledSource(SourceBase):
         return self.stream.reference_heard_s() >= CONVERGE_S
 
     def _tell_fit(self, fit: Fit) -> None:
-        self._fit_told = True
-        if fit.used:
+        self._fit_told = fit
+        if not fit.kept:
+            log.info(
+                "%s: the room solved from the first %.1f s of the reply leaves the echo %.0f dB down%s",
+                self.name,
+                self.stream.reference_heard_s(),
+                fit.cancelled_db,
+                "" if fit.used else ": too little, not used",
+            )
+        elif fit.used:
             log.info(
                 "%s: the kept room fits %.2f ms %s and %+.1f dB louder: echo %.0f dB down from the first reply",
                 self.name,

@@ -36,9 +36,15 @@ class LinearEar:
         self._echo: deque[float] = deque(maxlen=ECHO_FRAMES)
         self._cancelled: deque[tuple[float, float]] = deque(maxlen=CANCELLED_FRAMES)  # (echo, dB removed)
 
-    def hears(self, probability: float, heard_power: float, echo_power: float) -> bool:
+    def hears(
+        self, probability: float, heard_power: float, echo_power: float, *, new_filter: bool = False
+    ) -> bool:
         """One frame while a reply plays: Silero's ``probability`` on the linear output, that output's
-        power and the power of the echo taken out of it. Whether a person is speaking in it."""
+        power and the power of the echo taken out of it. Whether a person is speaking in it.
+        ``new_filter``: the canceller has just started from another filter (a kept room placed, or
+        the room solved from the first echo): how far the old one cancelled says nothing of it."""
+        if new_filter:
+            self._cancelled.clear()
         trusted = len(self._cancelled) >= ECHO_FRAMES and self.cancelled_db() >= MIN_CANCELLED_DB
         self._echo.append(echo_power)
         removed_db = 10.0 * math.log10((echo_power + _FLOOR) / (heard_power + _FLOOR))

@@ -91,6 +91,7 @@ class SpeechLoop:
         self._linear_ear = LinearEar(threshold) if threshold is not None else None
         self._linear_stream: Any = None  # the VAD's stream on the linear output, afresh for each reply
         self._ear_heard_last = False  # the linear ear heard the last frame
+        self._ear_new_filter = False  # the canceller went on from another filter since the ear last heard
         self._ear_until = 0.0  # monotonic: the linear ear hears until then (EAR_TAIL_S after playing)
         self._check_tasks: set[asyncio.Task[None]] = set()
         self._words_due: asyncio.Event | None = None
@@ -147,6 +148,8 @@ class SpeechLoop:
         if playing:
             self._ear_until = now + EAR_TAIL_S
         ear = False
+        if isinstance(heard, HeardFrame) and heard.new_filter:
+            self._ear_new_filter = True
         if now < self._ear_until and isinstance(heard, HeardFrame) and heard.echo_power is not None:
             linear, ear = await self._linear_heard(engines, transcribed, heard.echo_power), True
         self._ear_heard_last = ear
@@ -171,7 +174,9 @@ class SpeechLoop:
         if not self._ear_heard_last:
             await engines.vad_worker.call(self._linear_stream.reset)
         probability = float(await engines.vad_worker.call(self._linear_stream.probability, frame))
-        return probability if self._linear_ear.hears(probability, power(frame), echo_power) else 0.0
+        new_filter, self._ear_new_filter = self._ear_new_filter, False
+        hears = self._linear_ear.hears(probability, power(frame), echo_power, new_filter=new_filter)
+        return probability if hears else 0.0
 
     @property
     def addressed(self) -> bool:

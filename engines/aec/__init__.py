@@ -17,7 +17,7 @@ import numpy as np
 
 from engines.aec.blocks import BLOCK_SAMPLES, BlockCanceller, Cancelled
 from engines.aec.params import AecParams
-from engines.aec.room import EchoRoom, Fit, RoomNotUsable, load_room, save_room
+from engines.aec.room import SOLVE_AT_S, EchoRoom, Fit, RoomNotUsable, load_room, save_room
 from engines.errors import BackendUnavailable
 
 BACKENDS = ("webrtc",)
@@ -25,6 +25,7 @@ BACKENDS = ("webrtc",)
 __all__ = [
     "BACKENDS",
     "BLOCK_SAMPLES",
+    "SOLVE_AT_S",
     "BlockCanceller",
     "Cancelled",
     "EchoCanceller",
@@ -57,8 +58,8 @@ class EchoStream(Protocol):
 
     @property
     def fit(self) -> Fit | None:
-        """Where the room it started from was placed on its own echo (None until it was, or
-        without one)."""
+        """Where the room it started from was placed on its own echo, or the room solved from that
+        echo when it had none that fits (None until then)."""
         ...
 
 

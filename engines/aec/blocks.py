@@ -10,12 +10,12 @@ from dataclasses import dataclass
 import numpy as np
 
 from engines.aec.linear import REFERENCE_FLOOR, LinearCanceller
-from engines.aec.room import ALIGN_S, EchoRoom, Fit, fit_room
+from engines.aec.room import ALIGN_S, SOLVE_AT_S, EchoRoom, Fit, fit_room, solve_room
 from engines.audio import SAMPLE_RATE_HZ, power
 from engines.errors import InputError
 
 BLOCK_SAMPLES = 160  # 10 ms at 16 kHz: WebRTC's audio processing takes nothing else
-FIT_BLOCKS = 100  # a stream places a kept room on its last second before it heard ALIGN_S of playback
+FIT_BLOCKS = 100  # a stream places or solves the room from its last second (ALIGN_S, SOLVE_AT_S)
 
 __all__ = ["BLOCK_SAMPLES", "REFERENCE_FLOOR", "BlockCanceller", "Cancelled", "to_int16"]
 
@@ -49,8 +49,11 @@ class BlockCanceller:
         self._process_block = process_block
         self._linear = LinearCanceller()
         # A room kept before is placed on this stream's own first echo (each start's latencies
-        # differ), from what it records until then; then the linear canceller goes on from it.
+        # differ), from what it records until then; without one that fits, the room is solved from
+        # that echo. The linear canceller goes on from either.
         self._kept = room
+        self._solves = list(SOLVE_AT_S)  # seconds of playback
+        self._starting = room is not None or bool(self._solves)  # recording until placed or solved
         self._recorded: deque[np.ndarray] = deque(maxlen=FIT_BLOCKS)  # [capture, reference] blocks
         self._fit: Fit | None = None
         self._pending: np.ndarray = np.zeros((2, 0), dtype=np.float32)
@@ -81,21 +84,30 @@ class BlockCanceller:
         """Seconds of playback the cancellers have learnt from (the reference above -40 dBFS)."""
         return self._reference_blocks * BLOCK_SAMPLES / SAMPLE_RATE_HZ
 
-    def _place_kept_room(self, capture: np.ndarray, reference: np.ndarray) -> None:
-        assert self._kept is not None
+    def _start_from_room(self, capture: np.ndarray, reference: np.ndarray) -> None:
         self._recorded.append(np.stack([capture, reference]).astype(np.float64))
-        if self._reference_blocks * BLOCK_SAMPLES < ALIGN_S * SAMPLE_RATE_HZ:
+        heard = self._reference_blocks * BLOCK_SAMPLES
+        if heard < (ALIGN_S if self._kept is not None else self._solves[0]) * SAMPLE_RATE_HZ:
             return
         recorded = np.concatenate(list(self._recorded), axis=1)
-        self._fit = fit_room(self._kept, recorded[0], recorded[1])
-        if self._fit.used:
-            self._linear.adopt(self._fit.weights)
-        self._kept = None
-        self._recorded.clear()
+        if self._kept is not None:
+            fit: Fit | None = fit_room(self._kept, recorded[0], recorded[1])
+            self._kept = None
+            self._starting = fit is not None and not fit.used
+        else:
+            fit = solve_room(recorded[0], recorded[1], self._linear.weights)
+            self._solves.pop(0)
+            self._starting = bool(self._solves)
+        if fit is not None:
+            self._fit = fit
+            if fit.used:
+                self._linear.adopt(fit.weights)
+        if not self._starting:
+            self._recorded.clear()
 
     @property
     def fit(self) -> Fit | None:
-        """Where the kept room was placed, once it was."""
+        """Where the kept room was placed, or the room solved from the first echo, once it was."""
         return self._fit
 
     def room(self) -> EchoRoom | None:
@@ -110,8 +122,8 @@ class BlockCanceller:
         linear = self._linear.process(capture, reference, out).astype(np.float32)
         if power(reference) > REFERENCE_FLOOR:
             self._reference_blocks += 1
-        if self._kept is not None:
-            self._place_kept_room(capture, reference)
+        if self._starting:
+            self._start_from_room(capture, reference)
         return np.stack([out, linear, capture - linear])
 
 

@@ -32,6 +32,11 @@ FORMAT = 1
 # a filter moved by one sample (62 us) already loses most of what it cancelled.
 MAX_LAG_S = 0.01
 ALIGN_S = 0.25  # seconds of playback a new stream hears before it places the kept filter
+# Seconds of playback a stream with no usable kept room hears before it solves for the room: from
+# 0.25 s the solution did not hold beyond it; from 0.5 s it left the echo of the next 1.5 s 13-15 dB
+# down in the booth and office, where the adaptive filter alone was at 7 dB (docs/echo-cancellation.md).
+SOLVE_AT_S: tuple[float, ...] = (0.5, 1.0)  # solved again from more of the echo
+REGULARIZATION = 0.002  # of the reference's power, added to it: speech leaves bands nearly empty
 MIN_FIT_DB = 10.0  # the kept filter, placed, must leave the echo this far down to be used
 _FINE_STEPS = np.arange(-0.5, 0.51, 0.1)  # samples around the best whole-sample lag
 GAIN_RANGE = (0.1, 10.0)  # the echo's level against the kept filter's: the volume turned -20..+20 dB
@@ -109,12 +114,13 @@ def load_room(path: Path, key: dict[str, Any]) -> EchoRoom:
 class Fit:
     """A kept filter placed on a new stream's first echo: its weights there, how far it moved
     (samples; positive: the echo now comes later), how much louder the echo is now, and how far
-    below the echo it leaves it."""
+    below the echo it leaves it. Or a filter solved from that echo (``kept`` False; no lag, no gain)."""
 
     weights: np.ndarray
     lag: float
     gain: float
     cancelled_db: float
+    kept: bool = True  # False: solved from the stream's own first echo (``solve_room``)
 
     @property
     def used(self) -> bool:
@@ -193,5 +199,52 @@ def fit_room(room: EchoRoom, capture: np.ndarray, reference: np.ndarray) -> Fit:
         weights=weights_of(moved),
         lag=best_lag,
         gain=best_gain,
-        cancelled_db=10.0 * float(np.log10(energy / (best_left + 1e-12))),
+        cancelled_db=_db(energy, best_left),
     )
+
+
+def solve_room(capture: np.ndarray, reference: np.ndarray, learnt: np.ndarray) -> Fit | None:
+    """The room from what a new stream heard (``capture``, and the aligned ``reference`` it
+    played): the filter that predicts the echo best in the least-squares sense (the Wiener
+    solution, from the reference's autocorrelation and its correlation with the echo). None where
+    it does no better than ``learnt`` (the adaptive filter's weights so far) on the same samples.
+
+    Half a second of a reply is too little for the adaptive filter, which takes seconds, but enough
+    to solve for the room at once (``SOLVE_AT_S``)."""
+    from scipy.linalg import solve_toeplitz
+
+    taps = PARTITIONS * BLOCK
+    judged = _echo_samples(reference, taps)
+    heard = np.where(judged, capture, 0.0)
+    size = 1 << int(np.ceil(np.log2(len(reference) + taps)))
+    reference_spectrum = np.fft.rfft(reference, size)
+    autocorrelation = np.fft.irfft(np.abs(reference_spectrum) ** 2, size)[:taps]
+    crosscorrelation = np.fft.irfft(np.fft.rfft(heard, size) * np.conj(reference_spectrum), size)[:taps]
+    autocorrelation[0] *= 1.0 + REGULARIZATION
+
+    def predicted(response: np.ndarray) -> np.ndarray:
+        echo = np.fft.irfft(reference_spectrum * np.fft.rfft(response, size), size)[: len(capture)]
+        return np.where(judged, echo, 0.0)
+
+    def left_by(response: np.ndarray) -> float:
+        return float(np.sum(np.square(heard - predicted(response))))
+
+    if autocorrelation[0] <= 0.0:  # nothing played
+        return None
+    solved = solve_toeplitz(autocorrelation, crosscorrelation)
+    if not np.all(np.isfinite(solved)):
+        return None
+    # The correlations run over the whole record, the heard samples over less of it (not before the
+    # record's first filter length, nor past its end): the solution comes out short by about that
+    # share (16-32%, 10-16 dB of cancellation), and is scaled back to fit the echo heard.
+    echo = predicted(solved)
+    solved *= float(np.sum(heard * echo) / (np.sum(echo * echo) + 1e-12))
+    left = left_by(solved)
+    if left >= left_by(impulse_response(learnt)):
+        return None
+    energy = float(np.sum(np.square(heard))) + 1e-12
+    return Fit(weights=weights_of(solved), lag=0.0, gain=1.0, cancelled_db=_db(energy, left), kept=False)
+
+
+def _db(energy: float, left: float) -> float:
+    return 10.0 * float(np.log10(energy / (left + 1e-12)))
