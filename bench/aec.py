@@ -420,7 +420,7 @@ def first_reply_barge_ins(
         learning_s = converged_at_s(played, reference_delay_s)
         mic = rooms.echo(played, room, delay_s=delay_s, level_dbfs=LEVELS[level]) + near
         for name, (start_from, solving) in conditions.items():
-            with _solving(solving):
+            with solving_rooms(solving):
                 suppressed, linear, _ = cancel(engine, mic, played, reference_delay_s, room=start_from)
             starts = speech_starts(
                 bench.vad, suppressed, 0.5, bench.params, linear=linear, learning_s=learning_s
@@ -442,7 +442,7 @@ def first_reply_barge_ins(
 
 
 @contextlib.contextmanager
-def _solving(on: bool) -> Iterator[None]:
+def solving_rooms(on: bool) -> Iterator[None]:
     """New streams solve for the room from their first echo (as shipped), or not (as before)."""
     import engines.aec.blocks as blocks
 

@@ -1,7 +1,7 @@
 """Speech over a reply: does a backchannel let it go on, does a stop word or a new question stop it?
 
     .venv/bin/python -m bench interruptions [--modes decide,interrupt] [--after 0.5,1.5] [--call-path]
-        [--echo [--echo-rooms new,remembered]]
+        [--echo [--echo-rooms new,unsolved,remembered] [--echo-from-start]]
 
 A person (bench/overlap_set.py ``CueSource``) asks "Tell me about the history of the Brooklyn
 Bridge." in the Piper voice, then, ``--after`` seconds into the reply they hear, says a backchannel
@@ -16,7 +16,9 @@ the first ``CONVERGE_S`` of a reply (the session ignores the microphone until th
 session does), so there ``--after`` counts from that moment. It does so twice (``--echo-rooms``): in a
 ``new`` room, the canceller starting from nothing (a kiosk's first reply ever, or after a move), and in
 the room ``remembered`` (``audio.echo_room_file``): the canceller starts from what a session before
-learnt there, live, from one reply of its own (a kiosk's first reply after a restart).
+learnt there, live, from one reply of its own (a kiosk's first reply after a restart); ``unsolved``
+is the new room as it was before a new stream solved for the room from its first half second.
+``--echo-from-start``: ``--after`` counts from the reply's start, inside the learning time.
 
 Reported per mode and path: backchannels that let the reply go on (and were not answered),
 stop words that stopped it without being answered, interruptions that stopped it and were answered;
@@ -107,14 +109,18 @@ async def run_echo_case(
     delay_ms: float,
     noise: np.ndarray,
     remembered: EchoRoom | None = None,
+    solving: bool = True,
+    from_start: bool = False,
 ) -> dict[str, Any]:
     from appliance.audio.echo import CONVERGE_S
+    from bench.aec import solving_rooms
     from bench.simulated_room import run_until
 
-    room, session = _office_session(
-        engines, settings, question, engines.aec.stream(remembered), delay_ms, noise
-    )
-    room.speak(rooms.at_level(clip.audio, rooms.SPEECH_DBFS), after_s=CONVERGE_S + after_s)
+    with solving_rooms(solving):
+        stream = engines.aec.stream(remembered)
+    room, session = _office_session(engines, settings, question, stream, delay_ms, noise)
+    learning_s = 0.0 if from_start else CONVERGE_S
+    room.speak(rooms.at_level(clip.audio, rooms.SPEECH_DBFS), after_s=learning_s + after_s)
 
     def over() -> bool:
         return room.start is not None and room.quiet_after_person(time.monotonic(), QUIET_S)
@@ -230,14 +236,35 @@ async def main_async(args: argparse.Namespace) -> dict[str, Any]:
         delay_ms = calibrated_delay_s(ECHO_ROOM, ECHO_DEVICE_DELAY_S) * 1000.0
         noise = load_audio_16k(args.data / "vad/noise/speechbrain_noise1.wav")
         echo_rooms = args.echo_rooms.split(",")
+        start = args.echo_from_start
+        if "unsolved" in echo_rooms:
+            paths["16 kHz, open speaker, new room not solved"] = lambda settings, clip, after: run_echo_case(
+                engines,
+                settings,
+                question,
+                clip,
+                after,
+                delay_ms=delay_ms,
+                noise=noise,
+                solving=False,
+                from_start=start,
+            )
         if "new" in echo_rooms:
             paths["16 kHz, open speaker, echo canceller"] = lambda settings, clip, after: run_echo_case(
-                engines, settings, question, clip, after, delay_ms=delay_ms, noise=noise
+                engines, settings, question, clip, after, delay_ms=delay_ms, noise=noise, from_start=start
             )
         if "remembered" in echo_rooms:
             learnt = await learn_room(engines, base, question, delay_ms=delay_ms, noise=noise)
             paths["16 kHz, open speaker, room remembered"] = lambda settings, clip, after: run_echo_case(
-                engines, settings, question, clip, after, delay_ms=delay_ms, noise=noise, remembered=learnt
+                engines,
+                settings,
+                question,
+                clip,
+                after,
+                delay_ms=delay_ms,
+                noise=noise,
+                remembered=learnt,
+                from_start=start,
             )
     results: dict[str, Any] = {}
     rows: list[dict[str, Any]] = []
@@ -277,8 +304,13 @@ def main() -> None:
     parser.add_argument(
         "--echo-rooms",
         default="new,remembered",
-        help="with --echo: the canceller starting from nothing (new), from the room a session before learnt "
-        "(remembered), or both",
+        help="with --echo: the canceller starting from nothing (new), from nothing without solving for the "
+        "room from its first echo (unsolved: as before), from the room a session before learnt (remembered)",
+    )
+    parser.add_argument(
+        "--echo-from-start",
+        action="store_true",
+        help="with --echo: --after counts from the reply's start, inside the canceller's learning time",
     )
     parser.add_argument("--reply-tokens", type=int, default=48)
     parser.add_argument("--only", default="", help="these clips only (names, comma-separated)")
