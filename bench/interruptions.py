@@ -236,9 +236,9 @@ async def main_async(args: argparse.Namespace) -> dict[str, Any]:
         delay_ms = calibrated_delay_s(ECHO_ROOM, ECHO_DEVICE_DELAY_S) * 1000.0
         noise = load_audio_16k(args.data / "vad/noise/speechbrain_noise1.wav")
         echo_rooms = args.echo_rooms.split(",")
-        start = args.echo_from_start
-        if "unsolved" in echo_rooms:
-            paths["16 kHz, open speaker, new room not solved"] = lambda settings, clip, after: run_echo_case(
+
+        def echo_path(**start_from: Any) -> Case:
+            return lambda settings, clip, after: run_echo_case(
                 engines,
                 settings,
                 question,
@@ -246,26 +246,17 @@ async def main_async(args: argparse.Namespace) -> dict[str, Any]:
                 after,
                 delay_ms=delay_ms,
                 noise=noise,
-                solving=False,
-                from_start=start,
+                from_start=args.echo_from_start,
+                **start_from,
             )
+
+        if "unsolved" in echo_rooms:
+            paths["16 kHz, open speaker, new room not solved"] = echo_path(solving=False)
         if "new" in echo_rooms:
-            paths["16 kHz, open speaker, echo canceller"] = lambda settings, clip, after: run_echo_case(
-                engines, settings, question, clip, after, delay_ms=delay_ms, noise=noise, from_start=start
-            )
+            paths["16 kHz, open speaker, echo canceller"] = echo_path()
         if "remembered" in echo_rooms:
             learnt = await learn_room(engines, base, question, delay_ms=delay_ms, noise=noise)
-            paths["16 kHz, open speaker, room remembered"] = lambda settings, clip, after: run_echo_case(
-                engines,
-                settings,
-                question,
-                clip,
-                after,
-                delay_ms=delay_ms,
-                noise=noise,
-                remembered=learnt,
-                from_start=start,
-            )
+            paths["16 kHz, open speaker, room remembered"] = echo_path(remembered=learnt)
     results: dict[str, Any] = {}
     rows: list[dict[str, Any]] = []
     for path_name, case in paths.items():

@@ -231,7 +231,10 @@ def solve_room(capture: np.ndarray, reference: np.ndarray, learnt: np.ndarray) -
 
     if autocorrelation[0] <= 0.0:  # nothing played
         return None
-    solved = solve_toeplitz(autocorrelation, crosscorrelation)
+    try:
+        solved = solve_toeplitz(autocorrelation, crosscorrelation)
+    except np.linalg.LinAlgError:  # a reference too narrow to solve from, regularized or not
+        return None
     if not np.all(np.isfinite(solved)):
         return None
     # The correlations run over the whole record, the heard samples over less of it (not before the
