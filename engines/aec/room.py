@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from scipy.linalg import solve_toeplitz
 
 from engines.aec.linear import BLOCK, PARTITIONS, REFERENCE_FLOOR
 from engines.audio import SAMPLE_RATE_HZ
@@ -211,8 +212,6 @@ def solve_room(capture: np.ndarray, reference: np.ndarray, learnt: np.ndarray) -
 
     Half a second of a reply is too little for the adaptive filter, which takes seconds, but enough
     to solve for the room at once (``SOLVE_AT_S``)."""
-    from scipy.linalg import solve_toeplitz
-
     taps = PARTITIONS * BLOCK
     judged = _echo_samples(reference, taps)
     heard = np.where(judged, capture, 0.0)
