@@ -30,7 +30,7 @@ from engines.aec import (
     save_room,
 )
 from engines.aec.linear import BLOCK, PARTITIONS
-from engines.aec.room import MIN_FIT_DB, fit_room, impulse_response, solve_room, weights_of
+from engines.aec.room import MIN_FIT_DB, fit_room, impulse_response, solve_room, solve_toeplitz, weights_of
 from engines.tts import TtsEngine
 
 RATE = 16000
@@ -199,6 +199,17 @@ def test_a_new_room_is_solved_from_its_first_echo(seconds: float, least_db: floa
     spoken_over = solve_room(heard + person, played, nothing)
     assert spoken_over is not None and not spoken_over.used, spoken_over
     assert solve_room(heard, np.zeros_like(played), nothing) is None  # nothing played: nothing to solve
+
+
+def test_the_toeplitz_solver_solves_what_numpy_solves() -> None:
+    rng = np.random.default_rng(9)
+    signal = np.convolve(rng.normal(size=4000), [1.0, 0.9, 0.5])[:4000]
+    first = np.correlate(signal, signal, "full")[3999 : 3999 + 64] * (1 + np.eye(1, 64, 0)[0] * 0.002)
+    right = rng.normal(size=64)
+    matrix = first[np.abs(np.arange(64)[:, None] - np.arange(64)[None, :])]
+    np.testing.assert_allclose(solve_toeplitz(first, right), np.linalg.solve(matrix, right), rtol=1e-9)
+    with pytest.raises(np.linalg.LinAlgError):
+        solve_toeplitz(np.array([1.0, 2.0]), np.array([1.0, 1.0]))  # not positive definite
 
 
 def test_a_stream_from_nothing_cancels_its_first_reply_sooner_by_solving_for_the_room(
