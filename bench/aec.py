@@ -148,7 +148,7 @@ def cancel(
         costs.append((time.thread_time() - started) * BLOCK_SAMPLES / FRAME)
         if stream.fit is not fit:
             fit = stream.fit
-            if fit.used and not new_filter:  # the first filter adopted, as the session's source
+            if fit.used and not fit.kept and not new_filter:  # the first room solved, as the session's source
                 new_filter.add(index)
         suppressed.append(out.suppressed)
         linear.append(out.linear)
@@ -199,7 +199,9 @@ def erle_db(mic: np.ndarray, out: np.ndarray, settle_s: float = 2.0) -> float:
 WITH_LINEAR_EAR = ("webrtc",)  # the cancellers also measured with the session's linear ear
 EAR = ", linear ear"
 REMEMBERED = ", room kept"  # the stream starts from the room a session before kept (audio.echo_room_file)
-NOT_SOLVED = ", not solved"  # the stream does not solve for a new room from its first echo (as before it did)
+SOLVED = (
+    ", room solved"  # a new stream solves for the room from its first echo (engines.aec.room, off as shipped)
+)
 FIRST_REPLY_AT_S = 1.0  # a person over a new session's first reply: while the canceller still learns
 RESTART_MOVED_S = 0.0013  # the echo against its reference, from the start that kept the room to this one
 GAP_S = 1.0  # silence between two replies
@@ -393,15 +395,15 @@ def first_reply_barge_ins(
 ) -> dict[str, Any]:
     """Each person starts ``at_s`` into a new session's first reply, while its canceller has not
     yet heard ``CONVERGE_S`` of playback: only the linear ear may hear them, starting from nothing
-    (``webrtc, linear ear``: the room solved from the first echo; ``NOT_SOLVED``: the adaptive
-    filter alone) or from the room kept before. Detected as in ``barge_ins``."""
+    (``webrtc, linear ear``: the adaptive filter alone, as shipped; ``SOLVED``: the room solved from
+    the first echo) or from the room kept before. Detected as in ``barge_ins``."""
     rate = rooms.SAMPLE_RATE_HZ
     engine = bench.cancellers[WITH_LINEAR_EAR[0]]
     name = WITH_LINEAR_EAR[0]
     conditions = {
-        f"{name}{NOT_SOLVED}{EAR}": (None, False),
-        f"{name}{EAR}": (None, True),
-        f"{name}{REMEMBERED}{EAR}": (kept, True),
+        f"{name}{EAR}": (None, False),
+        f"{name}{SOLVED}{EAR}": (None, True),
+        f"{name}{REMEMBERED}{EAR}": (kept, False),
     }
     latency: dict[str, list[float | None]] = {name: [] for name in conditions}
     self_cut = dict.fromkeys(conditions, 0)
@@ -443,11 +445,13 @@ def first_reply_barge_ins(
 
 @contextlib.contextmanager
 def solving_rooms(on: bool) -> Iterator[None]:
-    """New streams solve for the room from their first echo (as shipped), or not (as before)."""
+    """New streams made within solve for the room from their first echo (``SOLVE_TRIED_AT_S``), or
+    not (as shipped)."""
     import engines.aec.blocks as blocks
+    from engines.aec.room import SOLVE_TRIED_AT_S
 
     shipped = blocks.SOLVE_AT_S
-    blocks.SOLVE_AT_S = shipped if on else ()
+    blocks.SOLVE_AT_S = SOLVE_TRIED_AT_S if on else ()
     try:
         yield
     finally:

@@ -1,7 +1,7 @@
 """Speech over a reply: does a backchannel let it go on, does a stop word or a new question stop it?
 
     .venv/bin/python -m bench interruptions [--modes decide,interrupt] [--after 0.5,1.5] [--call-path]
-        [--echo [--echo-rooms new,unsolved,remembered] [--echo-from-start]]
+        [--echo [--echo-rooms new,solved,remembered] [--echo-from-start]]
 
 A person (bench/overlap_set.py ``CueSource``) asks "Tell me about the history of the Brooklyn
 Bridge." in the Piper voice, then, ``--after`` seconds into the reply they hear, says a backchannel
@@ -16,8 +16,8 @@ the first ``CONVERGE_S`` of a reply (the session ignores the microphone until th
 session does), so there ``--after`` counts from that moment. It does so twice (``--echo-rooms``): in a
 ``new`` room, the canceller starting from nothing (a kiosk's first reply ever, or after a move), and in
 the room ``remembered`` (``audio.echo_room_file``): the canceller starts from what a session before
-learnt there, live, from one reply of its own (a kiosk's first reply after a restart); ``unsolved``
-is the new room as it was before a new stream solved for the room from its first half second.
+learnt there, live, from one reply of its own (a kiosk's first reply after a restart); ``solved`` is
+the new room with the stream solving for the room from its first half second (off as shipped).
 ``--echo-from-start``: ``--after`` counts from the reply's start, inside the learning time.
 
 Reported per mode and path: backchannels that let the reply go on (and were not answered),
@@ -109,7 +109,7 @@ async def run_echo_case(
     delay_ms: float,
     noise: np.ndarray,
     remembered: EchoRoom | None = None,
-    solving: bool = True,
+    solving: bool = False,
     from_start: bool = False,
 ) -> dict[str, Any]:
     from appliance.audio.echo import CONVERGE_S
@@ -250,10 +250,10 @@ async def main_async(args: argparse.Namespace) -> dict[str, Any]:
                 **start_from,
             )
 
-        if "unsolved" in echo_rooms:
-            paths["16 kHz, open speaker, new room not solved"] = echo_path(solving=False)
         if "new" in echo_rooms:
             paths["16 kHz, open speaker, echo canceller"] = echo_path()
+        if "solved" in echo_rooms:
+            paths["16 kHz, open speaker, new room solved"] = echo_path(solving=True)
         if "remembered" in echo_rooms:
             learnt = await learn_room(engines, base, question, delay_ms=delay_ms, noise=noise)
             paths["16 kHz, open speaker, room remembered"] = echo_path(remembered=learnt)
@@ -295,8 +295,8 @@ def main() -> None:
     parser.add_argument(
         "--echo-rooms",
         default="new,remembered",
-        help="with --echo: the canceller starting from nothing (new), from nothing without solving for the "
-        "room from its first echo (unsolved: as before), from the room a session before learnt (remembered)",
+        help="with --echo: the canceller starting from nothing (new), from nothing solving for the room from "
+        "its first echo (solved: off as shipped), from the room a session before learnt (remembered)",
     )
     parser.add_argument(
         "--echo-from-start",

@@ -224,10 +224,9 @@ def test_a_stop_word_while_a_new_session_learns_the_room_is_heard_from_the_room_
 ) -> None:
     """A kiosk's first reply after a start: "Hold on." 1 s into it, before its canceller has heard
     ``CONVERGE_S`` of playback, so the session does not hear AEC3's output yet. Started from the room
-    a session before kept, the linear ear hears the words and the reply stops. Starting from nothing,
-    the canceller solves for the room from the reply's first half second, and whether the ear trusts
-    that filter half a second later depends on how well it predicts the echo since (bench aec: 10-70%
-    of people 1 s in): the reply stops on the words, or plays on whole; nothing else."""
+    a session before kept, the linear ear hears the words and the reply stops. Starting from nothing
+    the ear does not trust the adaptive filter so soon (bench aec: 0-25% of people 1 s in), so the
+    reply plays on whole, or, where it does, stops on the words; nothing else."""
     from bench.overlap_set import spoken
 
     start_from = _kept_room(data_dir, piper_tts, aec_engine, echo_delay_ms) if kept else None

@@ -194,9 +194,15 @@ class EchoCancelledSource(SourceBase):
             reference = self.timeline.take(start - self.reference_delay_s, len(frame))
             cancelled = await self.worker.call(self.stream.process, frame, reference)
             fit = self.stream.fit
-            # Only the first filter adopted: the ear's measure of it is the more cautious one for a
-            # filter solved again from more of the echo.
-            new_filter = fit is not None and fit is not self._fit_told and fit.used and not self._adopted
+            # Only the first room solved and used (the ear judges it on its own frames); a kept room
+            # placed is judged as before, with the frames before it.
+            new_filter = (
+                fit is not None
+                and fit is not self._fit_told
+                and fit.used
+                and not fit.kept
+                and not self._adopted
+            )
             self._adopted = self._adopted or new_filter
             if fit is not None and fit is not self._fit_told:
                 self._tell_fit(fit)

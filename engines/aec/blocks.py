@@ -90,10 +90,11 @@ class BlockCanceller:
         if heard < (ALIGN_S if self._kept is not None else self._solves[0]) * SAMPLE_RATE_HZ:
             return
         recorded = np.concatenate(list(self._recorded), axis=1)
+        fit: Fit | None
         if self._kept is not None:
-            fit: Fit | None = fit_room(self._kept, recorded[0], recorded[1])
-            self._kept = None
-            self._starting = fit is not None and not fit.used
+            placed = fit_room(self._kept, recorded[0], recorded[1])
+            self._kept, fit = None, placed
+            self._starting = not placed.used and bool(self._solves)  # then solved, where solving is on
         else:
             fit = solve_room(recorded[0], recorded[1], self._linear.weights)
             self._solves.pop(0)

@@ -32,10 +32,13 @@ FORMAT = 1
 # a filter moved by one sample (62 us) already loses most of what it cancelled.
 MAX_LAG_S = 0.01
 ALIGN_S = 0.25  # seconds of playback a new stream hears before it places the kept filter
-# Seconds of playback a stream with no usable kept room hears before it solves for the room: from
-# 0.25 s the solution did not hold beyond it; from 0.5 s it left the echo of the next 1.5 s 13-15 dB
-# down in the booth and office, where the adaptive filter alone was at 7 dB (docs/echo-cancellation.md).
-SOLVE_AT_S: tuple[float, ...] = (0.5, 1.0)  # solved again from more of the echo
+# Seconds of playback a stream with no usable kept room hears before it solves for the room, when
+# solving is on: from 0.25 s the solution did not hold beyond it; from 0.5 s it left the echo of the
+# next 1.5 s 13-15 dB down in the booth and office, where the adaptive filter alone was at 7 dB. It is
+# OFF (empty) as shipped: a filter that fits its half second can still leave 4 dB beyond it, and the
+# linear ear trusting it once paused a reply for its own echo (docs/echo-cancellation.md).
+SOLVE_AT_S: tuple[float, ...] = ()
+SOLVE_TRIED_AT_S: tuple[float, ...] = (0.5, 1.0)  # what bench aec and bench interruptions measure
 REGULARIZATION = 0.002  # of the reference's power, added to it: speech leaves bands nearly empty
 MIN_FIT_DB = 10.0  # the kept filter, placed, must leave the echo this far down to be used
 _FINE_STEPS = np.arange(-0.5, 0.51, 0.1)  # samples around the best whole-sample lag
