@@ -193,19 +193,13 @@ class EchoCancelledSource(SourceBase):
             start = end - len(frame) / SAMPLE_RATE_HZ
             reference = self.timeline.take(start - self.reference_delay_s, len(frame))
             cancelled = await self.worker.call(self.stream.process, frame, reference)
-            fit = self.stream.fit
-            # Only the first room solved and used (the ear judges it on its own frames); a kept room
-            # placed is judged as before, with the frames before it.
-            new_filter = (
-                fit is not None
-                and fit is not self._fit_told
-                and fit.used
-                and not fit.kept
-                and not self._adopted
-            )
-            self._adopted = self._adopted or new_filter
+            fit, new_filter = self.stream.fit, False
             if fit is not None and fit is not self._fit_told:
                 self._tell_fit(fit)
+                # Only the first room solved and used (the ear judges it on its own frames); a kept
+                # room placed is judged as before, with the frames before it.
+                new_filter = fit.used and not fit.kept and not self._adopted
+                self._adopted = self._adopted or new_filter
             if self.memory is not None and self.stream.reference_heard_s() >= self._keep_at_s:
                 await self.keep_room()
             yield HeardFrame(

@@ -17,7 +17,7 @@ import numpy as np
 
 from engines.aec.blocks import BLOCK_SAMPLES, BlockCanceller, Cancelled
 from engines.aec.params import AecParams
-from engines.aec.room import SOLVE_AT_S, EchoRoom, Fit, RoomNotUsable, load_room, save_room
+from engines.aec.room import EchoRoom, Fit, RoomNotUsable, load_room, save_room
 from engines.errors import BackendUnavailable
 
 BACKENDS = ("webrtc",)
@@ -25,7 +25,6 @@ BACKENDS = ("webrtc",)
 __all__ = [
     "BACKENDS",
     "BLOCK_SAMPLES",
-    "SOLVE_AT_S",
     "BlockCanceller",
     "Cancelled",
     "EchoCanceller",
