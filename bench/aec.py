@@ -30,10 +30,11 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import itertools
 import logging
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -75,6 +76,8 @@ class Bench:
     people: list[tuple[np.ndarray, str]]
     noise: np.ndarray
     params: Any  # the endpointer's
+    # the linear ear's settings measured, by a label for the condition's name ("": as shipped)
+    ears: dict[str, dict[str, Any]] = field(default_factory=lambda: {"": {}})
 
 
 def speech_starts(
@@ -85,11 +88,15 @@ def speech_starts(
     *,
     linear: Linear | None = None,
     learning_s: float = 0.0,
+    ear_settings: dict[str, Any] | None = None,
+    voiced_from: list[float] | None = None,
 ) -> list[Any]:
     """The endpointer's SPEECH_START events over ``audio`` (``time_s``: when it fired;
     ``speech_start_s``: the first voiced frame); with ``linear``, the session's linear ear hears its
     output too, as while a reply plays, and alone for the first ``learning_s`` (the canceller has not
-    yet heard ``CONVERGE_S`` of playback: the session does not hear AEC3's output)."""
+    yet heard ``CONVERGE_S`` of playback: the session does not hear AEC3's output). ``ear_settings``: the
+    ear's settings where not as shipped (``EAR_VARIANTS``). ``voiced_from`` gets the time of each
+    voiced frame after one that was not: where a session pauses a playing reply."""
     from appliance.pipeline.echo_gate import LINEAR_THRESHOLD
     from appliance.pipeline.linear_ear import LinearEar
     from engines.audio import power
@@ -98,8 +105,9 @@ def speech_starts(
     stream = vad.stream()
     endpointer = Endpointer(params)
     endpointer.threshold = threshold
-    ear, ear_stream = LinearEar(LINEAR_THRESHOLD), vad.stream()
+    ear, ear_stream = LinearEar(LINEAR_THRESHOLD, **(ear_settings or {})), vad.stream()
     starts = []
+    was_voiced = False
     for index in range(len(audio) // FRAME):
         window = slice(index * FRAME, (index + 1) * FRAME)
         probability = stream.probability(audio[window])
@@ -112,6 +120,10 @@ def speech_starts(
                 heard, power(linear.linear[window]), power(linear.echo[window]), new_filter=new_filter
             ):
                 probability = max(probability, heard)
+        voiced = probability >= endpointer.threshold
+        if voiced and not was_voiced and voiced_from is not None:
+            voiced_from.append(index * FRAME_S)
+        was_voiced = voiced
         starts += [
             e for e in endpointer.feed(float(probability), FRAME_S) if e.kind is EventKind.SPEECH_START
         ]
@@ -205,6 +217,9 @@ SOLVED = (
 FIRST_REPLY_AT_S = 1.0  # a person over a new session's first reply: while the canceller still learns
 RESTART_MOVED_S = 0.0013  # the echo against its reference, from the start that kept the room to this one
 GAP_S = 1.0  # silence between two replies
+# The linear ear as it was before its rules for the room's noise and the frames its filter leaves
+# as usual (appliance/pipeline/linear_ear.py).
+EAR_VARIANTS: dict[str, dict[str, Any]] = {" (before)": {"unexplained_db": None, "noise_margin_db": None}}
 WARM_UP = 1  # replies played before a barge-in case: the canceller of a session that has spoken before
 
 
@@ -226,9 +241,10 @@ def run_room(bench: Bench, room: rooms.Room, level: str, delay_s: float) -> dict
     bounds = np.cumsum([0] + [len(reply) + len(gap) for reply in bench.replies]) / rooms.SAMPLE_RATE_HZ
     echo = rooms.echo(played, room, delay_s=delay_s, level_dbfs=LEVELS[level])
     mic = echo + rooms.noise_bed(bench.noise, len(echo), room.noise_dbfs)
-    heard: dict[str, tuple[np.ndarray, float, Linear | None]] = {
-        "raised": (mic, 0.85, None),
-        "none": (mic, 0.5, None),
+    # name -> (the VAD's input, its threshold, the linear ear's input, the ear's settings, a canceller's)
+    heard: dict[str, tuple[np.ndarray, float, Linear | None, dict[str, Any] | None, bool]] = {
+        "raised": (mic, 0.85, None, None, False),
+        "none": (mic, 0.5, None, None, False),
     }
     erle: dict[str, float] = {}
     costs: dict[str, list[float]] = {}
@@ -237,21 +253,27 @@ def run_room(bench: Bench, room: rooms.Room, level: str, delay_s: float) -> dict
         erle[name] = round(erle_db(echo, suppressed), 1)
         erle[f"{name} linear"] = round(erle_db(echo, linear.linear), 1)
         out, linear, costs[name] = cancel(engine, mic, played, reference_delay_s)
-        heard[name] = (out, 0.5, None)
+        heard[name] = (out, 0.5, None, None, True)
         if name in WITH_LINEAR_EAR:
-            heard[f"{name}{EAR}"] = (out, 0.5, linear)
+            for label, ear in bench.ears.items():
+                heard[f"{name}{EAR}{label}"] = (out, 0.5, linear, ear, True)
             kept = kept_room(engine, bench, room, level, delay_s, reference_delay_s)
             result["kept_room_db"] = None if kept is None else round(kept.cancelled_db, 1)
             result["first_reply_barge_in"] = first_reply_barge_ins(
                 bench, room, level, delay_s, reference_delay_s, kept
             )
             out, linear, _ = cancel(engine, mic, played, reference_delay_s, room=kept)
-            heard[f"{name}{REMEMBERED}{EAR}"] = (out, 0.5, linear)
+            heard[f"{name}{REMEMBERED}{EAR}"] = (out, 0.5, linear, None, True)
     cut: dict[str, list[int]] = {}
     per_minute = {}
+    paused: dict[str, int] = {}
     trusted_s = converged_at_s(played, reference_delay_s)
-    for name, (signal, threshold, with_linear) in heard.items():
-        canceller = name.removesuffix(EAR).removesuffix(REMEMBERED) in bench.cancellers
+    playing = [
+        (start, start + len(reply) / rooms.SAMPLE_RATE_HZ)
+        for start, reply in zip(bounds[:-1], bench.replies, strict=True)
+    ]
+    for name, (signal, threshold, with_linear, ear_settings, canceller) in heard.items():
+        voiced_from: list[float] = []
         starts = [
             e.time_s
             for e in speech_starts(
@@ -261,8 +283,13 @@ def run_room(bench: Bench, room: rooms.Room, level: str, delay_s: float) -> dict
                 bench.params,
                 linear=with_linear,
                 learning_s=trusted_s if canceller else 0.0,
+                ear_settings=ear_settings,
+                voiced_from=voiced_from,
             )
         ]
+        if canceller and with_linear is None:
+            voiced_from = [t for t in voiced_from if t >= trusted_s]
+        paused[name] = sum(begin <= t < end for t in voiced_from for begin, end in playing)
         # Until the canceller converged the session hears only the linear ear, where there is one.
         if canceller and with_linear is None:
             starts = [t for t in starts if t >= trusted_s]
@@ -272,6 +299,10 @@ def run_room(bench: Bench, room: rooms.Room, level: str, delay_s: float) -> dict
     result["echo_only_s"] = round(len(played) / rooms.SAMPLE_RATE_HZ, 1)
     result["replies"] = len(bench.replies)
     result["false_barge_ins_per_min"] = per_minute
+    # The session pauses a playing reply at its first voiced frame: each is a gap the listener hears.
+    result["paused_by_own_echo_per_min"] = {
+        k: round(n / (sum(end - begin for begin, end in playing) / 60.0), 2) for k, n in paused.items()
+    }
     result["replies_cut_by_own_echo"] = {k: len(v) for k, v in cut.items()}
     result["first_reply_cut"] = {k: 0 in v for k, v in cut.items()}
     result["erle_db"] = erle
@@ -297,9 +328,18 @@ def barge_ins(
     from engines.asr.text import word_error_rate
 
     rate = rooms.SAMPLE_RATE_HZ
-    conditions = {name: (engine, 0.5, False) for name, engine in bench.cancellers.items()}
-    conditions.update({f"{name}{EAR}": (bench.cancellers[name], 0.5, True) for name in WITH_LINEAR_EAR})
-    conditions["raised"] = (None, 0.85, False)
+    # name -> (the canceller, the VAD's threshold, the linear ear's settings: None for no ear)
+    conditions: dict[str, tuple[Any, float, dict[str, Any] | None]] = {
+        name: (engine, 0.5, None) for name, engine in bench.cancellers.items()
+    }
+    conditions.update(
+        {
+            f"{name}{EAR}{label}": (bench.cancellers[name], 0.5, ear)
+            for name in WITH_LINEAR_EAR
+            for label, ear in bench.ears.items()
+        }
+    )
+    conditions["raised"] = (None, 0.85, None)
     latency: dict[str, list[float | None]] = {name: [] for name in [*conditions, "no reply"]}
     self_cut = dict.fromkeys(conditions, 0)
     texts: dict[str, list[str]] = {name: [] for name in [*conditions, "no reply"]}
@@ -330,8 +370,14 @@ def barge_ins(
         for name, (canceller, threshold, ear) in conditions.items():
             path = EchoPath(room, level, delay_s, near, canceller, reference_delay_s)
             suppressed, linear = path.heard(played_full)
+            with_ear = ear is not None and canceller is not None
             starts = speech_starts(
-                bench.vad, suppressed, threshold, bench.params, linear=linear if ear and canceller else None
+                bench.vad,
+                suppressed,
+                threshold,
+                bench.params,
+                linear=linear if with_ear else None,
+                ear_settings=ear,
             )
             during = [e.time_s for e in starts if e.time_s >= reply_at / rate]
             first = during[0] if during else None
@@ -341,7 +387,7 @@ def barge_ins(
                 played[round((first + STOP_LAG_S) * rate) :] = 0.0
             suppressed, for_asr = path.heard(played)
             texts[name].append(bench.transcribe(for_asr.linear[window]))
-            if canceller is not None and not ear:
+            if canceller is not None and ear is None:
                 texts.setdefault(f"{name} suppressed", []).append(bench.transcribe(suppressed[window]))
     refs = [text for _, text in bench.people][: len(texts["no reply"])]
     summary: dict[str, Any] = {
@@ -400,11 +446,13 @@ def first_reply_barge_ins(
     rate = rooms.SAMPLE_RATE_HZ
     engine = bench.cancellers[WITH_LINEAR_EAR[0]]
     name = WITH_LINEAR_EAR[0]
-    conditions = {
-        f"{name}{EAR}": (None, False),
-        f"{name}{SOLVED}{EAR}": (None, True),
-        f"{name}{REMEMBERED}{EAR}": (kept, False),
-    }
+    conditions: dict[
+        str, tuple[Any, bool, dict[str, Any]]
+    ] = {}  # (the room kept, solving, the ear's settings)
+    for label, ear in bench.ears.items():
+        conditions[f"{name}{EAR}{label}"] = (None, False, ear)
+        conditions[f"{name}{SOLVED}{EAR}{label}"] = (None, True, ear)
+        conditions[f"{name}{REMEMBERED}{EAR}{label}"] = (kept, False, ear)
     latency: dict[str, list[float | None]] = {name: [] for name in conditions}
     self_cut = dict.fromkeys(conditions, 0)
     for index, (person, _text) in enumerate(bench.people):
@@ -421,11 +469,17 @@ def first_reply_barge_ins(
         played[: len(reply)] = reply
         learning_s = converged_at_s(played, reference_delay_s)
         mic = rooms.echo(played, room, delay_s=delay_s, level_dbfs=LEVELS[level]) + near
-        for name, (start_from, solving) in conditions.items():
+        for name, (start_from, solving, ear) in conditions.items():
             with solving_rooms(solving):
                 suppressed, linear, _ = cancel(engine, mic, played, reference_delay_s, room=start_from)
             starts = speech_starts(
-                bench.vad, suppressed, 0.5, bench.params, linear=linear, learning_s=learning_s
+                bench.vad,
+                suppressed,
+                0.5,
+                bench.params,
+                linear=linear,
+                learning_s=learning_s,
+                ear_settings=ear,
             )
             _note_detection(starts[0].time_s if starts else None, onset, latency[name], self_cut, name)
     summary: dict[str, Any] = {
@@ -536,6 +590,12 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--people", type=int, default=10, help="recordings speaking over a reply, per room")
     parser.add_argument("--data", type=Path, default=DEFAULT_DATA)
+    parser.add_argument("--rooms", default="", help="only these rooms, by number from 0 (e.g. 0,1)")
+    parser.add_argument(
+        "--ear-variants",
+        action="store_true",
+        help="also measure the linear ear as it was before, and other settings (EAR_VARIANTS)",
+    )
     parser.add_argument(
         "--first-reply-at",
         default="",
@@ -585,13 +645,15 @@ def main(argv: list[str] | None = None) -> int:
         people=_people(args.data, args.people),
         noise=load_audio_16k(args.data / "vad/noise/speechbrain_noise1.wav"),
         params=override(settings, endpointer={"mode": "silence"}).endpointer,
+        ears={"": {}, **(EAR_VARIANTS if args.ear_variants else {})},
     )
     if args.first_reply_at:
         return first_replies(bench, [float(at) for at in args.first_reply_at.split(",")])
     results: list[dict[str, Any]] = []
-    for room in rooms.ROOMS:
-        for level in LEVELS:
-            delay_s = DELAYS_S[len(results) % len(DELAYS_S)]
+    wanted = {int(k) for k in args.rooms.split(",")} if args.rooms else set(range(len(rooms.ROOMS)))
+    for row, (room, level) in enumerate(itertools.product(rooms.ROOMS, LEVELS)):
+        if rooms.ROOMS.index(room) in wanted:
+            delay_s = DELAYS_S[row % len(DELAYS_S)]
             log.info("%s, %s echo, %.0f ms late", room.name, level, delay_s * 1000)
             results.append(run_room(bench, room, level, delay_s))
             _print(results[-1])
@@ -641,10 +703,10 @@ def _print(row: dict[str, Any]) -> None:
         f"(calibrated {row['calibrated_delay_ms']} ms); first reply cut: {row['first_reply_cut']}"
     )
     print(
-        f"  {'':22} {'ERLE dB':>8} {'false/min':>9} {'cut/' + str(replies):>6} {'<=300ms':>8} "
+        f"  {'':34} {'ERLE dB':>8} {'false/min':>9} {'paused/min':>10} {'cut/' + str(replies):>6} {'<=300ms':>8} "
         f"{'detect p50/p95':>15} {'WER':>6} {'CPU ms/10ms p50/p99':>20}"
     )
-    ears = [name for name in row["false_barge_ins_per_min"] if name.endswith(EAR)]
+    ears = [name for name in row["false_barge_ins_per_min"] if EAR in name]
     for name in [*row["erle_db"], *ears, "raised", "none", "no reply"]:
         erle = row["erle_db"].get(name, "-")
         within = barge["detected_within_300ms"].get(name, "-")
@@ -655,8 +717,9 @@ def _print(row: dict[str, Any]) -> None:
         cpu_text = f"{cpu['p50']}/{cpu['p99']}" if cpu else "-"
         false = row["false_barge_ins_per_min"].get(name, "-")
         cut = row["replies_cut_by_own_echo"].get(name, "-")
+        paused = row["paused_by_own_echo_per_min"].get(name, "-")
         print(
-            f"  {name:22} {erle!s:>8} {false!s:>9} {cut!s:>6} {within!s:>8} {detect_text:>15} {wer!s:>6} "
+            f"  {name:34} {erle!s:>8} {false!s:>9} {paused!s:>10} {cut!s:>6} {within!s:>8} {detect_text:>15} {wer!s:>6} "
             f"{cpu_text:>20}"
         )
     print(

@@ -10,7 +10,7 @@ import numpy as np
 from appliance.audio.base import FRAME_S, FRAME_SAMPLES, HeardFrame
 from appliance.pipeline import speech_loop
 from appliance.pipeline.echo_gate import EchoGate, EchoGateParams
-from appliance.pipeline.linear_ear import CANCELLED_FRAMES, ECHO_FRAMES, LinearEar
+from appliance.pipeline.linear_ear import CANCELLED_FRAMES, ECHO_FRAMES, TRUST_FRAMES, LinearEar
 from appliance.pipeline.session_config import SessionConfig
 from appliance.pipeline.speech_loop import EAR_TAIL_S, SpeechLoop
 from engines.vad.endpointer import EndpointEvent
@@ -47,7 +47,7 @@ def test_nothing_is_heard_while_the_canceller_removes_little() -> None:
     _learnt(ear, left=ECHO / 2)  # 3 dB removed
     assert not ear.hears(1.0, ECHO, ECHO)
     fresh = LinearEar(0.85)
-    _learnt(fresh, frames=ECHO_FRAMES - 1)
+    _learnt(fresh, frames=TRUST_FRAMES - 1)
     assert not fresh.hears(1.0, ECHO, ECHO)
 
 
@@ -58,12 +58,12 @@ def test_a_filter_placed_or_solved_is_judged_on_its_own_frames() -> None:
     ear = LinearEar(0.85)
     _learnt(ear, frames=CANCELLED_FRAMES // 2, left=ECHO / 2)  # the first half second: 3 dB removed
     assert not ear.hears(0.2, RESIDUE, ECHO, new_filter=True)
-    _learnt(ear, frames=ECHO_FRAMES - 2)
+    _learnt(ear, frames=TRUST_FRAMES - 2)
     assert not ear.hears(1.0, ECHO, ECHO)  # too few frames of the new filter yet
     assert ear.hears(1.0, ECHO, ECHO)
     kept_history = LinearEar(0.85)
     _learnt(kept_history, frames=CANCELLED_FRAMES // 2, left=ECHO / 2)
-    _learnt(kept_history, frames=ECHO_FRAMES)
+    _learnt(kept_history, frames=TRUST_FRAMES)
     assert not kept_history.hears(1.0, ECHO, ECHO)  # without the mark, the poor frames still count
 
 
@@ -73,6 +73,32 @@ def test_a_pause_in_the_reply_keeps_the_echo_just_heard_as_the_measure() -> None
     _learnt(ear)
     assert not ear.hears(1.0, ECHO / 50, ECHO / 1000)  # the tail of the last word, the reply silent
     assert ear.hears(1.0, ECHO / 2, ECHO / 1000)  # a person starting in the pause
+
+
+def test_the_rooms_noise_in_a_long_pause_is_not_a_person() -> None:
+    """The speaker runs dry between clauses (a slow machine): once the echo measure has emptied,
+    the room's noise is all there is, and Silero, having just heard the residue's words, still says
+    speech for a moment. A person is well over that noise."""
+    noise = ECHO / 3000  # -65 dBFS, in the gaps between the reply's words
+    ear = LinearEar(0.85)
+    for index in range(CANCELLED_FRAMES):
+        assert not ear.hears(0.2, RESIDUE if index % 4 else noise, ECHO if index % 4 else noise / 10)
+    for frame in range(3 * ECHO_FRAMES):  # the tail dies away into the noise, which peaks 7 dB up
+        tail = max(ECHO / 50 * 0.5**frame, noise * 5)
+        assert not ear.hears(1.0, tail, noise / 10), frame
+    assert ear.hears(1.0, ECHO / 10, noise / 10)  # a person, 10 dB quieter than the echo was
+
+
+def test_a_frame_the_filter_cancels_about_as_well_as_usual_is_the_reply() -> None:
+    """A filter that removes 15 dB on the whole leaves some frames only 7 dB down: the reply's own
+    words, which Silero is sure of. Only a frame far less cancelled than usual is a person."""
+    ear = LinearEar(0.85)
+    _learnt(ear, left=ECHO / 30)  # 15 dB removed
+    assert not ear.hears(1.0, ECHO / 5, ECHO)  # 7 dB down
+    assert ear.hears(1.0, ECHO, ECHO)  # a person as loud as the echo: nothing of the frame removed
+    converged = LinearEar(0.85)
+    _learnt(converged)  # 20 dB removed: the same 7 dB is a person
+    assert converged.hears(0.97, ECHO / 5, ECHO)
 
 
 def test_silero_must_be_sure() -> None:

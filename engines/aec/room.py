@@ -40,6 +40,7 @@ ALIGN_S = 0.25  # seconds of playback a new stream hears before it places the ke
 SOLVE_AT_S: tuple[float, ...] = ()
 SOLVE_TRIED_AT_S: tuple[float, ...] = (0.5, 1.0)  # what bench aec and bench interruptions measure
 REGULARIZATION = 0.002  # of the reference's power, added to it: speech leaves bands nearly empty
+HOLD_OUT_S = 0.1  # of the record, to judge a solution on echo it was not solved from
 MIN_FIT_DB = 10.0  # the kept filter, placed, must leave the echo this far down to be used
 _FINE_STEPS = np.arange(-0.5, 0.51, 0.1)  # samples around the best whole-sample lag
 GAIN_RANGE = (0.1, 10.0)  # the echo's level against the kept filter's: the volume turned -20..+20 dB
@@ -210,44 +211,70 @@ def solve_room(capture: np.ndarray, reference: np.ndarray, learnt: np.ndarray) -
     """The room from what a new stream heard (``capture``, and the aligned ``reference`` it
     played): the filter that predicts the echo best in the least-squares sense (the Wiener
     solution, from the reference's autocorrelation and its correlation with the echo). None where
-    it does no better than ``learnt`` (the adaptive filter's weights so far) on the same samples.
+    it does no better than ``learnt`` (the adaptive filter's weights so far).
 
     Half a second of a reply is too little for the adaptive filter, which takes seconds, but enough
-    to solve for the room at once (``SOLVE_AT_S``)."""
+    to solve for the room at once (``SOLVE_AT_S``). A filter of 2,560 taps fits any half second
+    well, so it is judged on echo it was not solved from: the record less its last ``HOLD_OUT_S``
+    is solved, and that solution judged on the last ``HOLD_OUT_S``; the filter used is then solved
+    from the whole record."""
     taps = PARTITIONS * BLOCK
     judged = _echo_samples(reference, taps)
+    held = min(round(HOLD_OUT_S * SAMPLE_RATE_HZ), len(reference) // 2)
+    first = len(reference) - held
+    trial = _wiener(capture[:first], reference[:first], judged[:first])
+    if trial is None:
+        return None
+    held_out = judged.copy()
+    held_out[:first] = False
+    heard = np.where(held_out, capture, 0.0)
+    energy = float(np.sum(np.square(heard)))
+    if energy <= 0.0:  # nothing echoed in the held-out part
+        return None
+    left = _left(heard, reference, trial, held_out)
+    if left >= _left(heard, reference, impulse_response(learnt), held_out):
+        return None
+    solved = _wiener(capture, reference, judged)
+    if solved is None:
+        return None
+    return Fit(weights=weights_of(solved), lag=0.0, gain=1.0, cancelled_db=_db(energy, left), kept=False)
+
+
+def _wiener(capture: np.ndarray, reference: np.ndarray, judged: np.ndarray) -> np.ndarray | None:
+    """The least-squares filter from ``reference`` to the ``judged`` samples of ``capture``; None
+    where nothing played or the reference is too narrow to solve from, regularized or not."""
+    taps = PARTITIONS * BLOCK
     heard = np.where(judged, capture, 0.0)
     size = 1 << int(np.ceil(np.log2(len(reference) + taps)))
     reference_spectrum = np.fft.rfft(reference, size)
     autocorrelation = np.fft.irfft(np.abs(reference_spectrum) ** 2, size)[:taps]
     crosscorrelation = np.fft.irfft(np.fft.rfft(heard, size) * np.conj(reference_spectrum), size)[:taps]
     autocorrelation[0] *= 1.0 + REGULARIZATION
-
-    def predicted(response: np.ndarray) -> np.ndarray:
-        echo = np.fft.irfft(reference_spectrum * np.fft.rfft(response, size), size)[: len(capture)]
-        return np.where(judged, echo, 0.0)
-
-    def left_by(response: np.ndarray) -> float:
-        return float(np.sum(np.square(heard - predicted(response))))
-
     if autocorrelation[0] <= 0.0:  # nothing played
         return None
     try:
         solved = solve_toeplitz(autocorrelation, crosscorrelation)
-    except np.linalg.LinAlgError:  # a reference too narrow to solve from, regularized or not
+    except np.linalg.LinAlgError:
         return None
     if not np.all(np.isfinite(solved)):
         return None
     # The correlations run over the whole record, the heard samples over less of it (not before the
     # record's first filter length, nor past its end): the solution comes out short by about that
     # share (16-32%, 10-16 dB of cancellation), and is scaled back to fit the echo heard.
-    echo = predicted(solved)
-    solved *= float(np.sum(heard * echo) / (np.sum(echo * echo) + 1e-12))
-    left = left_by(solved)
-    if left >= left_by(impulse_response(learnt)):
-        return None
-    energy = float(np.sum(np.square(heard))) + 1e-12
-    return Fit(weights=weights_of(solved), lag=0.0, gain=1.0, cancelled_db=_db(energy, left), kept=False)
+    echo = _predicted(reference, solved, judged)
+    return solved * float(np.sum(heard * echo) / (np.sum(echo * echo) + 1e-12))
+
+
+def _predicted(reference: np.ndarray, response: np.ndarray, judged: np.ndarray) -> np.ndarray:
+    """The echo ``response`` predicts from ``reference``, where ``judged``."""
+    size = 1 << int(np.ceil(np.log2(len(reference) + len(response))))
+    echo = np.fft.irfft(np.fft.rfft(reference, size) * np.fft.rfft(response, size), size)[: len(reference)]
+    return np.where(judged, echo, 0.0)
+
+
+def _left(heard: np.ndarray, reference: np.ndarray, response: np.ndarray, judged: np.ndarray) -> float:
+    """The energy of the echo ``response`` leaves of ``heard``."""
+    return float(np.sum(np.square(heard - _predicted(reference, response, judged))))
 
 
 def solve_toeplitz(first: np.ndarray, right: np.ndarray) -> np.ndarray:
