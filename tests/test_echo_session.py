@@ -48,30 +48,8 @@ NOISE_DBFS = -60.0
 SLOW_WORD_S = 0.15
 
 
-def _built(
-    vad: VadEngine, asr: AsrEngine, tts: TtsEngine, turn: TurnDetector, aec: EchoCanceller, *, word_s: float
-) -> Iterator[SessionEngines]:
-    built = SessionEngines.create(
-        vad=vad, asr=asr, llm=FakeLlm(REPLY, token_delay_s=word_s), tts=tts, turn=turn, aec=aec
-    )
-    yield built
-    for _engine, worker in built.pairs().values():
-        worker.shutdown()
-
-
 @pytest.fixture
 def engines(
-    vad_onnx: VadEngine,
-    pipeline_asr: AsrEngine,
-    piper_tts: TtsEngine,
-    smart_turn: TurnDetector,
-    aec_engine: EchoCanceller,
-) -> Iterator[SessionEngines]:
-    yield from _built(vad_onnx, pipeline_asr, piper_tts, smart_turn, aec_engine, word_s=0.01)
-
-
-@pytest.fixture(params=[0.01, SLOW_WORD_S], ids=["model-ahead", "model-slower"])
-def reply_engines(
     request: pytest.FixtureRequest,
     vad_onnx: VadEngine,
     pipeline_asr: AsrEngine,
@@ -79,8 +57,14 @@ def reply_engines(
     smart_turn: TurnDetector,
     aec_engine: EchoCanceller,
 ) -> Iterator[SessionEngines]:
-    """As ``engines``, with the model ahead of the reply or slower than it plays."""
-    yield from _built(vad_onnx, pipeline_asr, piper_tts, smart_turn, aec_engine, word_s=request.param)
+    """The model writes a word each 10 ms, or each ``request.param`` seconds where a test asks."""
+    llm = FakeLlm(REPLY, token_delay_s=getattr(request, "param", 0.01))
+    built = SessionEngines.create(
+        vad=vad_onnx, asr=pipeline_asr, llm=llm, tts=piper_tts, turn=smart_turn, aec=aec_engine
+    )
+    yield built
+    for _engine, worker in built.pairs().values():
+        worker.shutdown()
 
 
 @pytest.fixture(scope="module")
@@ -135,12 +119,12 @@ def _run(
     return session
 
 
+@pytest.mark.parametrize("engines", [0.01, SLOW_WORD_S], ids=["model-ahead", "model-slower"], indirect=True)
 def test_the_echo_of_a_whole_reply_does_not_interrupt_it(
-    reply_engines: SessionEngines, settings: Settings, data_dir: Path, echo_delay_ms: float
+    engines: SessionEngines, settings: Settings, data_dir: Path, echo_delay_ms: float
 ) -> None:
     """Nor pauses it: not in the pauses between its clauses either, where the speaker runs dry
     while the model writes on (the linear ear's own test, appliance/pipeline/linear_ear.py)."""
-    engines = reply_engines
     room = _room(data_dir)
     session = _run(engines, room, settings, delay_ms=echo_delay_ms, turns=1)
     (trace,) = session.traces
