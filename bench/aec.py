@@ -287,12 +287,11 @@ def run_room(bench: Bench, room: rooms.Room, level: str, delay_s: float) -> dict
                 voiced_from=voiced_from,
             )
         ]
-        if canceller and with_linear is None:
-            voiced_from = [t for t in voiced_from if t >= trusted_s]
-        paused[name] = sum(begin <= t < end for t in voiced_from for begin, end in playing)
         # Until the canceller converged the session hears only the linear ear, where there is one.
         if canceller and with_linear is None:
             starts = [t for t in starts if t >= trusted_s]
+            voiced_from = [t for t in voiced_from if t >= trusted_s]
+        paused[name] = sum(begin <= t < end for t in voiced_from for begin, end in playing)
         per_reply = np.histogram(starts, bins=bounds)[0]
         cut[name] = [int(i) for i in np.flatnonzero(per_reply)]
         per_minute[name] = round(len(starts) / (len(played) / rooms.SAMPLE_RATE_HZ / 60.0), 2)
