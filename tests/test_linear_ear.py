@@ -87,6 +87,9 @@ def test_the_rooms_noise_in_a_long_pause_is_not_a_person() -> None:
         tail = max(ECHO / 50 * 0.5**frame, noise * 5)
         assert not ear.hears(1.0, tail, noise / 10), frame
     assert ear.hears(1.0, ECHO / 10, noise / 10)  # a person, 10 dB quieter than the echo was
+    assert ear.hears(1.0, noise * 5, noise / 10)  # the quiet end of their word
+    assert not ear.hears(0.5, noise * 5, noise / 10)
+    assert not ear.hears(1.0, noise * 5, noise / 10)  # and no more once a frame was not heard
 
 
 def test_a_frame_the_filter_cancels_about_as_well_as_usual_is_the_reply() -> None:

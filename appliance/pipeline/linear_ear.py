@@ -15,8 +15,9 @@ but also what is left of the echo, which Silero hears as speech. So a frame of i
 - this frame is far less cancelled than that median (``UNEXPLAINED_DB``): a voice the filter
   cannot predict, not one of the frames where a filter that removes 15 dB on the whole leaves only 7
   (Silero hears those as speech: they are the reply's own words),
-- and it is well over the room's noise (``NOISE_MARGIN_DB``): in a pause of the reply, Silero,
-  having just heard the residue's words, still says speech for a moment over the noise alone.
+- and, where the ear did not hear the frame before, it is well over the room's noise
+  (``NOISE_MARGIN_DB``): in a pause of the reply, Silero, having just heard the residue's words,
+  still says speech for a moment over the noise alone; a word's quiet end still counts.
 
 The thresholds come from ``bench aec``'s rooms (docs/echo-cancellation.md).
 """
@@ -57,6 +58,7 @@ class LinearEar:
         self.unexplained_db = unexplained_db
         self.noise_margin_db = noise_margin_db
         self._heard: deque[float] = deque(maxlen=NOISE_FRAMES)
+        self._hearing = False  # the last frame was heard
         self._echo: deque[float] = deque(maxlen=echo_frames)
         self._cancelled: deque[tuple[float, float]] = deque(maxlen=CANCELLED_FRAMES)  # (echo, dB removed)
 
@@ -78,8 +80,12 @@ class LinearEar:
         unexplained = self.unexplained_db is None or removed_db <= usually_db - self.unexplained_db
         self._heard.append(heard_power)
         margin = self.noise_margin_db
-        over_noise = margin is None or heard_power >= min(self._heard) * 10.0 ** (margin / 10.0)
-        return trusted and loud and unexplained and over_noise and probability >= self.threshold
+        # Only a word's start must stand out of the noise: its quiet end still counts.
+        over_noise = (
+            margin is None or self._hearing or heard_power >= min(self._heard) * 10.0 ** (margin / 10.0)
+        )
+        self._hearing = trusted and loud and unexplained and over_noise and probability >= self.threshold
+        return self._hearing
 
     def cancelled_db(self) -> float:
         """How far below the echo the canceller has been leaving what it hears, where the echo was strong."""
