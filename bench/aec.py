@@ -445,9 +445,8 @@ def first_reply_barge_ins(
     rate = rooms.SAMPLE_RATE_HZ
     engine = bench.cancellers[WITH_LINEAR_EAR[0]]
     name = WITH_LINEAR_EAR[0]
-    conditions: dict[
-        str, tuple[Any, bool, dict[str, Any]]
-    ] = {}  # (the room kept, solving, the ear's settings)
+    # name -> (the room kept, solving, the ear's settings)
+    conditions: dict[str, tuple[Any, bool, dict[str, Any]]] = {}
     for label, ear in bench.ears.items():
         conditions[f"{name}{EAR}{label}"] = (None, False, ear)
         conditions[f"{name}{SOLVED}{EAR}{label}"] = (None, True, ear)
@@ -593,7 +592,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--ear-variants",
         action="store_true",
-        help="also measure the linear ear as it was before, and other settings (EAR_VARIANTS)",
+        help="also measure the linear ear as it was before its rules for noise and usual cancellation (EAR_VARIANTS)",
     )
     parser.add_argument(
         "--first-reply-at",

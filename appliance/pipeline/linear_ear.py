@@ -49,7 +49,6 @@ class LinearEar:
         self,
         threshold: float,
         *,
-        echo_frames: int = ECHO_FRAMES,
         unexplained_db: float | None = UNEXPLAINED_DB,
         noise_margin_db: float | None = NOISE_MARGIN_DB,
     ) -> None:
@@ -59,7 +58,7 @@ class LinearEar:
         self.noise_margin_db = noise_margin_db
         self._heard: deque[float] = deque(maxlen=NOISE_FRAMES)
         self._hearing = False  # the last frame was heard
-        self._echo: deque[float] = deque(maxlen=echo_frames)
+        self._echo: deque[float] = deque(maxlen=ECHO_FRAMES)
         self._cancelled: deque[tuple[float, float]] = deque(maxlen=CANCELLED_FRAMES)  # (echo, dB removed)
 
     def hears(
