@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from appliance.audio.echo import LEAD_S, CaptureClock, PlaybackTimeline
+from appliance.audio.echo import LEAD_S, STEADY_S, CaptureClock, PlaybackTimeline
 from appliance.config import load_settings, override
 from appliance.engine_set import cancels_echo, echo_canceller, echo_gate
 from bench import rooms
@@ -61,6 +61,25 @@ def test_capture_clock_recovers_when_samples_were_heard_from_late_bursty_arrival
     assert all(e >= 0 for e in errors)
     assert max(errors[100:]) < 0.006  # after 3 s: within the fixed part of the lateness + 2 ms
     assert clock.time_of(0) == pytest.approx(true_start, abs=0.006)
+
+
+def test_capture_clock_holds_still_while_arrivals_only_jitter_and_follows_a_real_shift() -> None:
+    """The reference is cut by it: a clock that slides by a sample with each earlier arrival puts the
+    linear canceller out of step with the room above 2 kHz (a busy machine's session test)."""
+    rng = np.random.default_rng(5)
+    clock = CaptureClock()
+    true_start = 50.0
+    held = []
+    for index in range(1300):  # 42 s: early arrivals come, and leave the 10 s window
+        heard_end = true_start + (index + 1) * 512 / RATE
+        shift = 0.030 if index >= 900 else 0.0  # the device lost 30 ms of audio
+        arrival = heard_end + shift + 0.0005 + rng.exponential(0.002)
+        clock.frame_end(arrival, 512)
+        held.append(clock.time_of(0))
+    steady = held[10:900]
+    assert len(set(steady)) == 1  # the arrivals alone never move it (by a sample or less, each time)
+    assert max(steady) - true_start <= 0.0005 + STEADY_S  # late by the arrivals' fixed part, or a little more
+    assert held[-1] == pytest.approx(true_start + 0.030, abs=0.002)  # once the window has passed it
 
 
 def test_blocks_keep_the_length_and_delay_the_output_by_one_block(monkeypatch: pytest.MonkeyPatch) -> None:

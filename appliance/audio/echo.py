@@ -44,6 +44,8 @@ CONVERGE_S = 2.0
 # KEEP_ROOM_EVERY_S more (few writes: a device's flash wears), and at the session's end.
 KEEP_ROOM_FIRST_S = 10.0
 KEEP_ROOM_EVERY_S = 300.0
+# How far the arrivals must move the capture clock's estimate before it follows them (CaptureClock).
+STEADY_S = 0.001
 # Played audio kept for the canceller: audio.echo_delay_ms is at most 1 s. Every write copies it.
 _KEEP_S = 2.0
 
@@ -130,12 +132,18 @@ class TappedSink:
 
 
 class CaptureClock:
-    """The time each captured sample was heard, from frame arrival times and the sample count."""
+    """The time each captured sample was heard, from frame arrival times and the sample count.
+
+    The estimate holds still until the evidence moves it by more than ``STEADY_S``: the reference
+    is cut from the timeline by it, and a reference that slides by a sample or two (each earlier
+    arrival, each early one leaving the window) puts the linear canceller's filter out of step
+    with the room above 2 kHz, where it then cancels next to nothing until it has learnt again."""
 
     def __init__(self, *, window_s: float = 10.0) -> None:
         self.window_s = window_s
         self._samples = 0
         self._offsets: deque[tuple[int, float]] = deque()  # increasing offsets: a sliding minimum
+        self._held: float | None = None  # the offset in use
 
     def frame_end(self, arrival: float, samples: int) -> float:
         """When the last sample of a frame of ``samples``, which arrived at ``arrival``, was heard."""
@@ -147,13 +155,16 @@ class CaptureClock:
         horizon = self._samples - self.window_s * SAMPLE_RATE_HZ
         while self._offsets[0][0] < horizon:
             self._offsets.popleft()
+        earliest = self._offsets[0][1]
+        if self._held is None or abs(earliest - self._held) > STEADY_S:
+            self._held = earliest
         return self.time_of(self._samples)
 
     def time_of(self, sample: int) -> float:
         """When sample number ``sample`` (counted from 0) was heard, by the estimate of now."""
-        if not self._offsets:
+        if self._held is None:
             raise RuntimeError("no frame has arrived yet")
-        return self._offsets[0][1] + sample / SAMPLE_RATE_HZ
+        return self._held + sample / SAMPLE_RATE_HZ
 
 
 class EchoCancelledSource(SourceBase):
