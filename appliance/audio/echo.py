@@ -44,8 +44,9 @@ CONVERGE_S = 2.0
 # KEEP_ROOM_EVERY_S more (few writes: a device's flash wears), and at the session's end.
 KEEP_ROOM_FIRST_S = 10.0
 KEEP_ROOM_EVERY_S = 300.0
-# How far the arrivals must move the capture clock's estimate before it follows them (CaptureClock).
-STEADY_S = 0.001
+# How far the arrivals must move the capture clock's estimate before it follows them (CaptureClock):
+# well inside LEAD_S, so an estimate that far off still gives AEC3 its reference before the echo.
+STEADY_S = 0.005
 # Played audio kept for the canceller: audio.echo_delay_ms is at most 1 s. Every write copies it.
 _KEEP_S = 2.0
 
@@ -137,7 +138,8 @@ class CaptureClock:
     The estimate holds still until the evidence moves it by more than ``STEADY_S``: the reference
     is cut from the timeline by it, and a reference that slides by a sample or two (each earlier
     arrival, each early one leaving the window) puts the linear canceller's filter out of step
-    with the room above 2 kHz, where it then cancels next to nothing until it has learnt again."""
+    with the room above 2 kHz, where it then cancels next to nothing until it has learnt again.
+    Being a few milliseconds off costs the cancellers nothing: they learn the path as it is."""
 
     def __init__(self, *, window_s: float = 10.0) -> None:
         self.window_s = window_s
@@ -217,6 +219,7 @@ class EchoCancelledSource(SourceBase):
                 for_vad=cancelled.suppressed,
                 for_asr=cancelled.linear,
                 echo_power=power(cancelled.echo),
+                captured_power=power(cancelled.linear + cancelled.echo),
                 new_filter=new_filter,
             )
 
