@@ -135,14 +135,16 @@ class TappedSink:
 class CaptureClock:
     """The time each captured sample was heard, from frame arrival times and the sample count.
 
-    The estimate holds still until the evidence moves it by more than ``STEADY_S``: the reference
-    is cut from the timeline by it, and a reference that slides by a sample or two (each earlier
-    arrival, each early one leaving the window) puts the linear canceller's filter out of step
-    with the room above 2 kHz, where it then cancels next to nothing until it has learnt again.
-    Being a few milliseconds off costs the cancellers nothing: they learn the path as it is."""
+    Once ``hold()`` is called (the canceller has begun to learn the room from a reference cut by it),
+    the estimate holds still until the evidence moves it by more than ``STEADY_S``: a reference
+    that slides by a sample or two (each earlier arrival, each early one leaving the window) puts
+    the linear canceller's filter out of step with the room above 2 kHz, where it then cancels
+    next to nothing until it has learnt again. Being a few milliseconds off costs the cancellers
+    nothing: they learn the path as it is."""
 
     def __init__(self, *, window_s: float = 10.0) -> None:
         self.window_s = window_s
+        self.holding = False
         self._samples = 0
         self._offsets: deque[tuple[int, float]] = deque()  # increasing offsets: a sliding minimum
         self._held: float | None = None  # the offset in use
@@ -158,9 +160,12 @@ class CaptureClock:
         while self._offsets[0][0] < horizon:
             self._offsets.popleft()
         earliest = self._offsets[0][1]
-        if self._held is None or abs(earliest - self._held) > STEADY_S:
+        if self._held is None or not self.holding or abs(earliest - self._held) > STEADY_S:
             self._held = earliest
         return self.time_of(self._samples)
+
+    def hold(self) -> None:
+        self.holding = True
 
     def time_of(self, sample: int) -> float:
         """When sample number ``sample`` (counted from 0) was heard, by the estimate of now."""
@@ -205,6 +210,8 @@ class EchoCancelledSource(SourceBase):
             end = self.clock.frame_end(time.monotonic(), len(frame))
             start = end - len(frame) / SAMPLE_RATE_HZ
             reference = self.timeline.take(start - self.reference_delay_s, len(frame))
+            if not self.clock.holding and reference.any():
+                self.clock.hold()  # the canceller learns the room from here on
             cancelled = await self.worker.call(self.stream.process, frame, reference)
             fit, new_filter = self.stream.fit, False
             if fit is not None and fit is not self._fit_told:
