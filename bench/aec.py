@@ -117,11 +117,7 @@ def speech_starts(
             heard = ear_stream.probability(linear.linear[window])
             new_filter = index in linear.new_filter
             if ear.hears(
-                heard,
-                power(linear.linear[window]),
-                power(linear.echo[window]),
-                captured_power=power(linear.linear[window] + linear.echo[window]),
-                new_filter=new_filter,
+                heard, power(linear.linear[window]), power(linear.echo[window]), new_filter=new_filter
             ):
                 probability = max(probability, heard)
         voiced = probability >= endpointer.threshold
@@ -223,7 +219,7 @@ RESTART_MOVED_S = 0.0013  # the echo against its reference, from the start that 
 GAP_S = 1.0  # silence between two replies
 # The linear ear as it was before its rules for the room's noise and the frames its filter leaves
 # as usual (appliance/pipeline/linear_ear.py).
-EAR_VARIANTS: dict[str, dict[str, Any]] = {" (before)": {"louder_db": None}}
+EAR_VARIANTS: dict[str, dict[str, Any]] = {" (before)": {"unexplained_db": None, "noise_margin_db": None}}
 WARM_UP = 1  # replies played before a barge-in case: the canceller of a session that has spoken before
 
 
@@ -596,7 +592,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--ear-variants",
         action="store_true",
-        help="also measure the linear ear as it was before its rule that the canceller must not add to a frame (EAR_VARIANTS)",
+        help="also measure the linear ear as it was before its rules for noise and usual cancellation (EAR_VARIANTS)",
     )
     parser.add_argument(
         "--first-reply-at",

@@ -18,14 +18,12 @@ class HeardFrame:
     """One frame in two versions, for a source that cleans its audio two ways (the echo-cancelled
     microphone): ``for_vad`` decides whether someone speaks, ``for_asr`` is what is transcribed.
     ``echo_power``: the mean power of the echo the linear canceller took out of ``for_asr`` (None
-    where no canceller runs); ``captured_power``: the microphone's, before it took it out (None
-    where not known); ``new_filter``: the linear canceller went on from another filter in
+    where no canceller runs); ``new_filter``: the linear canceller went on from another filter in
     this frame (``engines.aec.Fit``)."""
 
     for_vad: np.ndarray
     for_asr: np.ndarray
     echo_power: float | None = None
-    captured_power: float | None = None
     new_filter: bool = False
 
 

@@ -57,7 +57,6 @@ class DenoisedSource:
                 for_vad=np.asarray(for_vad, np.float32),
                 for_asr=np.asarray(for_asr, np.float32),
                 echo_power=heard.echo_power if isinstance(heard, HeardFrame) else None,
-                captured_power=heard.captured_power if isinstance(heard, HeardFrame) else None,
                 new_filter=isinstance(heard, HeardFrame) and heard.new_filter,
             )
 

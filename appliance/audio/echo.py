@@ -226,7 +226,6 @@ class EchoCancelledSource(SourceBase):
                 for_vad=cancelled.suppressed,
                 for_asr=cancelled.linear,
                 echo_power=power(cancelled.echo),
-                captured_power=power(cancelled.linear + cancelled.echo),
                 new_filter=new_filter,
             )
 

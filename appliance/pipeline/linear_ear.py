@@ -15,13 +15,9 @@ but also what is left of the echo, which Silero hears as speech. So a frame of i
 - this frame is far less cancelled than that median (``UNEXPLAINED_DB``): a voice the filter
   cannot predict, not one of the frames where a filter that removes 15 dB on the whole leaves only 7
   (Silero hears those as speech: they are the reply's own words),
-- where the ear did not hear the frame before, it is well over the room's noise
+- and, where the ear did not hear the frame before, it is well over the room's noise
   (``NOISE_MARGIN_DB``): in a pause of the reply, Silero, having just heard the residue's words,
-  still says speech for a moment over the noise alone; a word's quiet end still counts,
-- and the canceller did not make it louder than the microphone heard it (``LOUDER_DB``): where its
-  estimate is out of step with the room (a young filter at a word's onset after a silence), what is
-  left is the estimate's own error. Subtracting a right estimate of the echo never adds to a
-  person's voice, however loud they are.
+  still says speech for a moment over the noise alone; a word's quiet end still counts.
 
 The thresholds come from ``bench aec``'s rooms (docs/echo-cancellation.md).
 """
@@ -43,7 +39,6 @@ UNEXPLAINED_DB = 10.0  # how much less of this frame is removed than that median
 # has just heard the residue's words, still says speech over the room's noise.
 NOISE_MARGIN_DB = 12.0
 NOISE_FRAMES = 94  # 3 s
-LOUDER_DB = 0.5  # what the canceller may add to a frame (two independent sounds' chance overlap)
 CANCELLED_FRAMES = 32  # about a second of the reply
 STRONG_ECHO_DB = -10.0  # of those, the frames whose echo is within this of the loudest
 _FLOOR = 1e-12
@@ -56,30 +51,21 @@ class LinearEar:
         *,
         unexplained_db: float | None = UNEXPLAINED_DB,
         noise_margin_db: float | None = NOISE_MARGIN_DB,
-        louder_db: float | None = LOUDER_DB,
     ) -> None:
         """The rule's settings as shipped unless a benchmark compares others (None: not asked)."""
         self.threshold = threshold
         self.unexplained_db = unexplained_db
         self.noise_margin_db = noise_margin_db
-        self.louder_db = louder_db
         self._heard: deque[float] = deque(maxlen=NOISE_FRAMES)
         self._hearing = False  # the last frame was heard
         self._echo: deque[float] = deque(maxlen=ECHO_FRAMES)
         self._cancelled: deque[tuple[float, float]] = deque(maxlen=CANCELLED_FRAMES)  # (echo, dB removed)
 
     def hears(
-        self,
-        probability: float,
-        heard_power: float,
-        echo_power: float,
-        *,
-        captured_power: float | None = None,
-        new_filter: bool = False,
+        self, probability: float, heard_power: float, echo_power: float, *, new_filter: bool = False
     ) -> bool:
         """One frame while a reply plays: Silero's ``probability`` on the linear output, that output's
-        power, the power of the echo taken out of it and the microphone's before (``captured_power``;
-        None: not known). Whether a person is speaking in it.
+        power and the power of the echo taken out of it. Whether a person is speaking in it.
         ``new_filter``: the canceller has just started from another filter (a kept room placed, or
         the room solved from the first echo): how far the old one cancelled says nothing of it."""
         if new_filter:
@@ -97,14 +83,7 @@ class LinearEar:
         over_noise = (
             margin is None or self._hearing or heard_power >= min(self._heard) * 10.0 ** (margin / 10.0)
         )
-        in_step = (
-            self.louder_db is None
-            or captured_power is None
-            or heard_power <= captured_power * 10.0 ** (self.louder_db / 10.0)
-        )
-        self._hearing = (
-            trusted and loud and unexplained and over_noise and in_step and probability >= self.threshold
-        )
+        self._hearing = trusted and loud and unexplained and over_noise and probability >= self.threshold
         return self._hearing
 
     def cancelled_db(self) -> float:

@@ -151,10 +151,7 @@ class SpeechLoop:
         if isinstance(heard, HeardFrame) and heard.new_filter:
             self._ear_new_filter = True
         if now < self._ear_until and isinstance(heard, HeardFrame) and heard.echo_power is not None:
-            linear, ear = (
-                await self._linear_heard(engines, transcribed, heard.echo_power, heard.captured_power),
-                True,
-            )
+            linear, ear = await self._linear_heard(engines, transcribed, heard.echo_power), True
         self._ear_heard_last = ear
         self.endpointer.threshold = self.echo.threshold_for(playing)
         learning = playing and not echo_converged
@@ -170,9 +167,7 @@ class SpeechLoop:
         self.by_linear_ear = self.voiced and (learning or heard_alone < self.endpointer.threshold)
         await self._handle(self.endpointer.feed(probability, FRAME_S), now)
 
-    async def _linear_heard(
-        self, engines: SessionEngines, frame: np.ndarray, echo_power: float, captured_power: float | None
-    ) -> float:
+    async def _linear_heard(self, engines: SessionEngines, frame: np.ndarray, echo_power: float) -> float:
         """The linear ear's probability for this frame (0.0 where it hears nobody)."""
         if self._linear_ear is None or self._linear_stream is None:
             return 0.0
@@ -180,9 +175,7 @@ class SpeechLoop:
             await engines.vad_worker.call(self._linear_stream.reset)
         probability = float(await engines.vad_worker.call(self._linear_stream.probability, frame))
         new_filter, self._ear_new_filter = self._ear_new_filter, False
-        hears = self._linear_ear.hears(
-            probability, power(frame), echo_power, captured_power=captured_power, new_filter=new_filter
-        )
+        hears = self._linear_ear.hears(probability, power(frame), echo_power, new_filter=new_filter)
         return probability if hears else 0.0
 
     @property
