@@ -4,18 +4,18 @@ the settings that decide which sessions cancel their echo, and the real WebRTC c
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 import pytest
 
 from appliance.audio import echo as echo_module
-from appliance.audio.base import split_frame
+from appliance.audio.base import SourceBase, split_frame
 from appliance.audio.echo import LEAD_S, STEADY_S, CaptureClock, EchoCancelledSource, PlaybackTimeline
 from appliance.config import load_settings, override
 from appliance.engine_set import cancels_echo, echo_canceller, echo_gate
+from appliance.pipeline.workers import EngineWorker
 from bench import rooms
 from engines.aec import BLOCK_SAMPLES, BlockCanceller, EchoCanceller, create_canceller
 from engines.audio import load_audio_16k
@@ -173,15 +173,11 @@ def test_the_real_canceller_takes_a_reply_out_of_the_microphone(
     assert erle > (18.0 if room in rooms.NEAR_ROOMS else 6.0), f"{room.name}: ERLE {erle:.1f} dB"
 
 
-class _ArrivingLate:
+class _ArrivingLate(SourceBase):
     """A microphone whose frames reach the canceller late by a varying amount (a busy machine), on
     a made-up clock that the canceller's module reads as ``time.monotonic``."""
 
     name = "late-microphone"
-    realtime = True
-    ends_with_listener = False
-    heard_late_s = 0.0
-    echo_converged = True
 
     def __init__(self, mic: np.ndarray, lateness_s: np.ndarray) -> None:
         self.mic, self.lateness_s, self.now = mic, lateness_s, 0.0
@@ -196,11 +192,6 @@ class _ArrivingLate:
 
     async def close(self) -> None:
         return None
-
-
-class _Inline:
-    async def call(self, fn: Callable[..., Any], *args: Any) -> Any:
-        return fn(*args)
 
 
 def test_frames_that_arrive_late_by_varying_amounts_leave_the_echo_cancelled_above_2_khz(
@@ -220,14 +211,18 @@ def test_frames_that_arrive_late_by_varying_amounts_leave_the_echo_cancelled_abo
     monkeypatch.setattr(echo_module, "time", late)
     timeline = PlaybackTimeline()
     timeline.write(reply, RATE, now=start_s)
+    worker = EngineWorker("aec")
     source = EchoCancelledSource(
-        late, stream=aec_engine.stream(), timeline=timeline, worker=_Inline(), echo_delay_s=delay_s
+        late, stream=aec_engine.stream(), timeline=timeline, worker=worker, echo_delay_s=delay_s
     )
 
     async def linear() -> np.ndarray:
         return np.concatenate([split_frame(frame)[1] async for frame in source.frames()])
 
-    out = asyncio.run(linear())[BLOCK_SAMPLES:]
+    try:
+        out = asyncio.run(linear())[BLOCK_SAMPLES:]
+    finally:
+        worker.shutdown()
     heard = mic[: len(out)]
     band = slice(2000 * 512 // RATE, 4000 * 512 // RATE)  # 2-4 kHz, in bins of a 512-sample frame
     settled = range(round((start_s + 2.0) * RATE / 512), (round(start_s * RATE) + len(reply)) // 512)
