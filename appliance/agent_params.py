@@ -136,3 +136,13 @@ class AgentParams(HistoryParams, ReplyParams):
     @classmethod
     def _offer(cls, value: str) -> str:
         return check_sentence(value, ("target",))
+
+    @field_validator("tool_failed_reply")
+    @classmethod
+    def _names_tool(cls, value: str) -> str:
+        return check_sentence(value, ("tool",))
+
+    @field_validator("tool_misunderstood_reply")
+    @classmethod
+    def _plain(cls, value: str) -> str:
+        return check_sentence(value)

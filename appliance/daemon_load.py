@@ -49,10 +49,11 @@ class Daemon:
     sessions: set[Session] = dataclasses.field(default_factory=set)  # open now (appliance.bundle_switch)
 
 
-def open_store(settings: Settings) -> TraceStore | None:
-    """The turn trace store, or None (with a warning) when it cannot be opened."""
+def open_store(settings: Settings, *, owner: bool = False) -> TraceStore | None:
+    """The turn trace store, or None (with a warning) when it cannot be opened. ``owner``: the
+    daemon's, which raises TurnDatabaseInUse when another daemon holds the database."""
     try:
-        return TraceStore(settings.trace.db_path, max_turns=settings.trace.max_turns)
+        return TraceStore(settings.trace.db_path, max_turns=settings.trace.max_turns, owner=owner)
     except OSError as err:
         log.warning("turn trace not stored: %s", err)
         return None
@@ -61,21 +62,30 @@ def open_store(settings: Settings) -> TraceStore | None:
 def load(
     settings: Settings, *, microphone: str | None, no_microphone_reason: str, config_path: Path | None
 ) -> Daemon:
-    """Blocking (runs on a worker thread before READY): bundle check, engines loaded and warmed."""
-    bundle = open_bundle(settings, daemon_start=True)
-    check_llm_runs(bundle)
-    engines = build_engines(settings, bundle, microphone=microphone is not None)
+    """Blocking (runs on a worker thread before READY): the turn database claimed (before anything
+    is loaded: a second daemon on it stops at once), bundle check, engines loaded and warmed."""
+    store = open_store(settings, owner=True)
+    try:
+        bundle = open_bundle(settings, daemon_start=True)
+        check_llm_runs(bundle)
+        engines = build_engines(settings, bundle, microphone=microphone is not None)
+    except BaseException:
+        if store is not None:
+            store.close()
+        raise
     try:
         seconds = asyncio.run(_load_refusing_calls(settings, engines))
     except BaseException:
         asyncio.run(engines.close())
+        if store is not None:
+            store.close()
         raise
     if engines.tools is not None:
         engines.tools.device_status = functools.partial(device_status, engines)
     return Daemon(
         settings=settings,
         engines=engines,
-        store=open_store(settings),
+        store=store,
         bundle=summarize_bundle(bundle),
         microphone=microphone,
         no_microphone_reason=no_microphone_reason,

@@ -11,6 +11,7 @@ The daemon, every command and every benchmark build their engines here, so a key
 from __future__ import annotations
 
 import logging
+from pathlib import Path
 from typing import TYPE_CHECKING, TypeVar
 
 from appliance.agent import FactsPlace, system_prompt
@@ -30,6 +31,7 @@ from engines.denoise import Denoiser
 from engines.errors import EngineError
 from engines.llm import LlmEngine
 from engines.params import Params
+from engines.setting_files import SECRET, read_setting_text, same_file
 from engines.tts import TtsEngine
 from engines.turn import TurnDetector
 from engines.vad import VadEngine
@@ -68,7 +70,9 @@ def startup_problems(settings: Settings) -> list[ConfigProblem]:
     from engines.wake import missing_artifacts as missing_wake
 
     try:
-        bundle = Bundle.open(settings.bundle.dir, verify=False)
+        # Presence and sizes (stat calls, no hashing): a folder with a manifest and no model files
+        # is no bundle to start on.
+        bundle = Bundle.open(settings.bundle.dir, verify=True)
     except EngineError as err:
         return [
             ConfigProblem(
@@ -174,6 +178,11 @@ def tool_problems(settings: Settings) -> list[ConfigProblem]:
             problems.append(ConfigProblem(f"{key}.name", "another tool has this name", tool.name))
         names.add(tool.name)
         if tool.kind == "facts" and tool.file is not None:
+            secret = _secret_setting(settings, tool.file)
+            if secret is not None:
+                why = f"it is {secret}: a secret must never go into the model's prompt (name the site's facts file)"
+                problems.append(ConfigProblem(f"{key}.file", why, str(tool.file)))
+                continue
             try:
                 read_facts(tool.file)
             except FactsFileError as err:
@@ -190,6 +199,21 @@ def tool_problems(settings: Settings) -> list[ConfigProblem]:
                     )
                 )
     return problems
+
+
+def _secret_setting(settings: Settings, path: Path) -> str | None:
+    """The setting whose secret file ``path`` is (the SIP password, the admin accounts, ...), or None."""
+    secrets = {
+        "sip.register_password_file": settings.sip.register_password_file,
+        "admin.users_file": settings.admin.users_file,
+        "admin.password_file": settings.admin.password_file,
+        "admin.metrics_token_file": settings.admin.metrics_token_file,
+        "llm.server_api_key_file": settings.llm.server_api_key_file,
+    }
+    for name, secret in secrets.items():
+        if secret is not None and (same_file(path, secret) or path.resolve() == secret.resolve()):
+            return f"the file of {name}"
+    return None
 
 
 def _persona_problems(settings: Settings, bundle: Bundle) -> list[ConfigProblem]:
@@ -240,6 +264,7 @@ def tool_box(settings: Settings) -> ToolBox | None:
         settings.agent,
         transfer_targets=tuple(settings.sip.transfer_targets),
         transfer_sentence=settings.sip.transfer_preamble,
+        operator=settings.sip.operator_target,
     )
 
 
@@ -275,7 +300,7 @@ def _server_llm(settings: Settings, bundle: Bundle, *, prompt: str | None, seed:
     persona = llm_prompt(settings, bundle, tools=False)[0] if prompt is None else prompt
     remote = OpenAiLlm(
         llm,
-        api_key=key_file.read_text(encoding="utf-8").strip() if key_file is not None else None,
+        api_key=read_setting_text(key_file, SECRET).strip() if key_file is not None else None,
         system_prompt=persona,
         max_reply_tokens=llm.max_reply_tokens,
         temperature=llm.temperature,

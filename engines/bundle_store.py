@@ -7,6 +7,7 @@ A bundle root (``bundle.dir``) holds::
                                            same version wherever it was built or imported
     versions/<version>/version.json        its label, where it came from, when it was added
     bundles.json                           {"active": ..., "previous": ...}, replaced atomically
+    bundles.last-good.json                 the same, as the product last wrote it
 
 Adding a version never touches the active one: it is copied (or moved) into a hidden folder beside the
 others and renamed into place, so an interruption leaves either nothing or a whole version. Switching
@@ -20,6 +21,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import json
+import logging
 import shutil
 from dataclasses import dataclass
 from datetime import datetime, timezone
@@ -29,11 +31,18 @@ from typing import Any
 from engines.errors import BundleError
 from engines.files import atomic_write, fsync_dir
 from engines.manifest import MANIFEST_NAME, Manifest
+from engines.setting_files import KIB, FileKind, read_setting_text
+
+log = logging.getLogger(__name__)
 
 VERSIONS = "versions"
 STATE = "bundles.json"
+# The selection as the product last wrote it: a bundles.json edited by hand into something unusable
+# (not JSON, a version that is not there) is reported, and the daemon starts on this one instead.
+LAST_GOOD_STATE = "bundles.last-good.json"
 VERSION_INFO = "version.json"
 _PARTIAL_PREFIX = ".adding-"
+BUNDLE_STATE = FileKind("bundle selection", 64 * KIB)
 DEFAULT_KEEP = 3  # versions kept on disk: the active one, the previous one and one more
 
 
@@ -82,17 +91,49 @@ class BundleStore:
     # --- what is there ---------------------------------------------------------------------------
 
     def state(self) -> StoreState:
+        """The selection in ``bundles.json``; when it is not usable (edited by hand: not JSON, not a
+        version that is there), the one the product last wrote, with a warning that names the
+        problem and the fix; a BundleError when there is none."""
         path = self.root / STATE
         if not path.is_file():
             return StoreState()
         try:
-            data = json.loads(path.read_text(encoding="utf-8"))
+            state = self._read_state(path)
+        except BundleError as err:
+            kept = self.root / LAST_GOOD_STATE
+            try:
+                good = self._read_state(kept)
+            except BundleError:
+                raise err from None
+            log.warning("%s; the last good selection in %s is used (active %s)", err, kept, good.active)
+            return good
+        if not (self.root / LAST_GOOD_STATE).exists():  # a root from before it was kept
+            with contextlib.suppress(OSError):
+                atomic_write(self.root / LAST_GOOD_STATE, path.read_bytes())
+        return state
+
+    def _read_state(self, path: Path) -> StoreState:
+        fix = (
+            f"activate a version again: appliance bundle activate VERSION (appliance bundle list {self.root})"
+        )
+        try:
+            data = json.loads(read_setting_text(path, BUNDLE_STATE))
+        except FileNotFoundError as err:
+            raise BundleError(f"{path} does not exist", fix=fix) from err
         except (OSError, ValueError) as err:
+            raise BundleError(f"{path} is not readable JSON: {err}", fix=fix) from err
+        named = [data.get(key) for key in ("active", "previous")] if isinstance(data, dict) else []
+        if len(named) != 2 or not all(value is None or isinstance(value, str) for value in named):
+            raise BundleError(f"{path} is not a selection of versions ({str(data)[:80]})", fix=fix)
+        present = (
+            {p.name for p in (self.root / VERSIONS).iterdir()} if (self.root / VERSIONS).is_dir() else set()
+        )
+        missing = [value for value in named if value is not None and value not in present]
+        if missing:
             raise BundleError(
-                f"{path} is not readable JSON: {err}",
-                fix=f"activate a version again: appliance bundle activate VERSION (appliance bundle list {self.root})",
-            ) from err
-        return StoreState(active=data.get("active"), previous=data.get("previous"))
+                f"{path} names version {missing[0][:40]!r}, which is not in {self.root / VERSIONS}", fix=fix
+            )
+        return StoreState(active=named[0], previous=named[1])
 
     def versions(self) -> list[BundleVersion]:
         """Every whole version, the newest first."""
@@ -222,7 +263,7 @@ class BundleStore:
         partial = self.root / VERSIONS / f"{_PARTIAL_PREFIX}{version}"
         partial.mkdir(parents=True, exist_ok=True)
         for child in sorted(self.root.iterdir()):
-            if child.name not in (VERSIONS, MANIFEST_NAME, STATE):
+            if child.name not in (VERSIONS, MANIFEST_NAME, STATE, LAST_GOOD_STATE):
                 child.rename(partial / child.name)
         manifest_path.rename(partial / MANIFEST_NAME)
         note = {"label": label, "source": "adopted", "added": _now()}
@@ -242,7 +283,9 @@ class BundleStore:
 
     def _write(self, state: StoreState) -> StoreState:
         payload = {"active": state.active, "previous": state.previous, "changed": _now()}
-        atomic_write(self.root / STATE, json.dumps(payload, indent=2) + "\n")
+        text = json.dumps(payload, indent=2) + "\n"
+        atomic_write(self.root / STATE, text)
+        atomic_write(self.root / LAST_GOOD_STATE, text)
         return state
 
 

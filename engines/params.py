@@ -25,21 +25,42 @@ def ms_to_s(value_ms: float) -> float:
     return value_ms / 1000.0
 
 
+SENTENCE_MAX_CHARS = 300  # a sentence said aloud; a longer one is a mistake, or a log flood
+
+
 def check_sentence(value: str, placeholders: tuple[str, ...] = ()) -> str:
-    """A sentence the appliance says, filled in with ``str.format``: only ``placeholders`` may appear,
-    and no line breaks (it may reach a SIP header or the log). Raises ValueError with the fix."""
+    """A sentence the appliance says, filled in with ``str.format``: only the bare ``placeholders`` may
+    appear (no format spec, conversion or attribute: ``{target:>100000000}`` would write 100 MB a call,
+    ``{target:d}`` fail every call), at most ``SENTENCE_MAX_CHARS``, and no line breaks (it may reach a
+    SIP header or the log). Raises ValueError with the fix."""
     import string
 
     if "\r" in value or "\n" in value:
         raise ValueError("must be one line (no line breaks)")
+    if len(value) > SENTENCE_MAX_CHARS:
+        raise ValueError(
+            f"is {len(value)} characters long; a sentence said aloud may have {SENTENCE_MAX_CHARS}"
+        )
     allowed = ", ".join("{" + name + "}" for name in placeholders) or "none"
     try:
-        fields = [name for _, name, spec, conversion in string.Formatter().parse(value) if name is not None]
-        for name in fields:
+        fields = [
+            (name, spec, conversion)
+            for _, name, spec, conversion in string.Formatter().parse(value)
+            if name is not None
+        ]
+        for name, spec, conversion in fields:
             if name not in placeholders:
                 raise ValueError(
                     f"{{{name}}} is not a placeholder this sentence can use (it can use: {allowed}); "
                     "write a brace itself as {{ or }}"
+                )
+            if spec or conversion is not None:
+                written = (
+                    "{" + name + (f"!{conversion}" if conversion else "") + (f":{spec}" if spec else "") + "}"
+                )
+                raise ValueError(
+                    f"{written} has a format of its own; write the placeholder bare, as {{{name}}} "
+                    "(a placeholder in this sentence is the word itself)"
                 )
     except ValueError as err:
         if "placeholder" in str(err):

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from engines.bundle import Bundle
-from engines.bundle_store import STATE, VERSIONS, BundleStore, resolve_bundle_dir
+from engines.bundle_store import LAST_GOOD_STATE, STATE, VERSIONS, BundleStore, resolve_bundle_dir
 from engines.errors import BundleError
 from engines.manifest import Artifact, Manifest, sha256_of
 
@@ -93,6 +93,8 @@ def test_a_damaged_state_file_is_named_with_the_fix(tmp_path: Path) -> None:
     store = BundleStore(tmp_path / "root")
     store.activate(store.add(_bundle(tmp_path / "a", "a")).id)
     (store.root / STATE).write_text("{half")
+    assert resolve_bundle_dir(store.root) == store.active_version().path  # the last good selection
+    (store.root / LAST_GOOD_STATE).unlink()  # a root from before it was kept, edited by hand
     with pytest.raises(BundleError, match="not readable JSON") as err:
         resolve_bundle_dir(store.root)
     assert "appliance bundle activate" in (err.value.fix or "")

@@ -62,7 +62,7 @@ def test_a_kept_room_is_read_back_as_written(tmp_path: Path) -> None:
         (lambda p: save_room(p, _room(), KEY | {"echo_delay_ms": 90.0}), "was learnt with"),
         (
             lambda p: save_room(p, EchoRoom(np.zeros((8, BLOCK + 1), np.complex128), 20.0), KEY),
-            "holds a filter of shape (8, 161)",
+            "holds weights of shape (8, 161)",
         ),
         (
             lambda p: save_room(p, EchoRoom(np.full((PARTITIONS, BLOCK + 1), np.nan + 0j), 20.0), KEY),

@@ -7,6 +7,7 @@ logged in, settings that would inject SIP headers. The daemon's responsiveness d
 from __future__ import annotations
 
 import itertools
+import os
 import re
 import secrets
 import socket
@@ -18,6 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import httpx
+import psutil
 import pytest
 
 from appliance.admin.users import set_password
@@ -152,9 +154,18 @@ class Caller:
             time.sleep(0.05)
         return None
 
-    def answer(self, request: SipRequest, status: int, reason: str, extra: str = "") -> None:
+    def answer(
+        self,
+        request: SipRequest,
+        status: int,
+        reason: str,
+        extra: str = "",
+        *,
+        via: socket.socket | None = None,
+    ) -> None:
+        """Respond to ``request``, from this phone's socket or ``via`` another (a source it forges)."""
         headers = "".join(f"{n}: {request.get(n)}\r\n" for n in ("Via", "From", "To", "Call-ID", "CSeq"))
-        self.sip.sendto(
+        (via or self.sip).sendto(
             f"SIP/2.0 {status} {reason}\r\n{headers}{extra}Content-Length: 0\r\n\r\n".encode(),
             (LOOPBACK, self.appliance_port),
         )
@@ -261,10 +272,15 @@ def _login(client: httpx.Client, user: str, password: str) -> str:
     return str(response.json()["csrf_token"])
 
 
+@pytest.mark.parametrize("source", ["caller", "forged-registrar"])
 def test_a_caller_who_challenges_the_transfer_gets_no_digest_of_the_extensions_password(
-    running: Running,
+    running: Running, source: str
 ) -> None:
+    """The caller answers the REFER sent to it with a 401, from its own address or from a packet whose
+    source is the registrar's address and port (on a LAN anyone can forge a UDP source; here it is sent
+    from the registrar's own socket). Either way the REFER went to the caller, so nothing is sent again."""
     caller = Caller(running.config.sip_port)
+    via = running.registrar.sock if source == "forged-registrar" else None
     try:
         caller.call()
         caller.send("INFO", "Signal=0\r\nDuration=160\r\n", "application/dtmf-relay")  # the operator key
@@ -276,6 +292,7 @@ def test_a_caller_who_challenges_the_transfer_gets_no_digest_of_the_extensions_p
             401,
             "Unauthorized",
             'WWW-Authenticate: Digest realm="anything", nonce="fixed", qop="auth"\r\n',
+            via=via,
         )
         again = caller.wait_for(
             lambda m: isinstance(m, SipRequest) and m.method == "REFER" and m is not refer, 5
@@ -396,6 +413,92 @@ def test_the_admin_page_refuses_settings_that_would_break_calls(running: Running
     for key, value, problem in (
         ("transfer_targets", {"desk": "2100>\r\nRefer-To: <sip:9@10.9.9.9"}, "neither an extension"),
         ("transfer_preamble", "{oops}", "not a placeholder"),
+    ):
+        changed = {"changes": {"sip": {key: value}}}
+        answer = running.admin.put("/api/config", json=changed, headers={"X-CSRF-Token": csrf})
+        assert answer.status_code in (400, 422) and problem in answer.text and key in answer.text, answer.text
+
+
+def _hostile_facts_files(running: Running) -> dict[str, Path]:
+    """Files a remote admin could name as the site's facts: each must be refused at once."""
+    folder = running.folder / "hostile-facts"
+    folder.mkdir(exist_ok=True)
+    pipe = folder / "pipe.md"
+    if not pipe.exists():
+        os.mkfifo(pipe)  # nobody writes to it: reading it would wait for ever
+    large = folder / "large.md"
+    with large.open("wb") as out:  # sparse: 400 MB said, nothing written
+        out.truncate(400 * 1024 * 1024)
+    return {
+        "a named pipe": pipe,
+        "/dev/zero": Path("/dev/zero"),
+        "a 400 MB file": large,
+        "the SIP password file": running.folder / "extension.password",
+        "the admin users file": running.folder / "admin-users",
+    }
+
+
+def test_hostile_facts_files_are_refused_at_once_and_config_writes_keep_working(running: Running) -> None:
+    """A named pipe held a config write (and every later one) for ever; /dev/zero and a 405 MB file
+    took gigabytes and the event loop; the SIP password file put a secret into the model's prompt. Each
+    is refused with its reason, the daemon answers /healthz meanwhile, its memory stays flat, and a
+    plain change is written afterwards."""
+    csrf = _login(running.admin, "admin", ADMIN_PASSWORD)
+    set_password(running.folder / "admin-users", "facts-probe", "viewer", "probe-password-99")  # it exists
+    process = psutil.Process(running.daemon.process.pid)
+    rss_before = process.memory_info().rss
+    problems = {
+        "a named pipe": "named pipe",
+        "/dev/zero": "a device",
+        "a 400 MB file": "more than the",
+        "the SIP password file": "sip.register_password_file",
+        "the admin users file": "admin.users_file",
+    }
+    timings = []
+    for what, path in _hostile_facts_files(running).items():
+        tool = {"name": "site", "kind": "facts", "file": str(path), "description": "the site's facts"}
+        change = {"changes": {"agent": {"tools": [tool]}}}
+        started = time.monotonic()
+        put = running.admin.put("/api/config", json=change, headers={"X-CSRF-Token": csrf}, timeout=30)
+        took = time.monotonic() - started
+        asked = time.monotonic()
+        assert running.admin.get("/healthz").status_code == 200
+        timings.append((what, took, time.monotonic() - asked))
+        assert put.status_code == 422 and problems[what] in put.text, (what, put.text)
+        assert "agent.tools[0].file" in put.text, put.text
+    grown_mb = (process.memory_info().rss - rss_before) / 1e6
+    print(
+        "; ".join(
+            f"{what}: refused in {t * 1000:.0f} ms, /healthz {h * 1000:.0f} ms" for what, t, h in timings
+        )
+    )
+    print(f"the daemon's memory grew {grown_mb:.1f} MB")
+    assert (
+        max(took for _, took, _ in timings) < 10.0
+    )  # the pipe held it for ever; a loaded machine meets this
+    assert grown_mb < 100
+    ok = running.admin.put(
+        "/api/config",
+        json={"changes": {"agent": {"site_name": "after the attack"}}},
+        headers={"X-CSRF-Token": csrf},
+    )
+    assert ok.status_code == 200, ok.text
+
+
+def test_sentences_with_format_specs_and_targets_with_line_breaks_or_headers_are_refused(
+    running: Running,
+) -> None:
+    """ "{target:d}" passed and then failed every operator-key call; "{target:>100000000}" wrote 100 MB
+    to the log per key press; a target ending in a line break put a bare LF into Refer-To; a target URI
+    carrying "?Replaces=" would take over another call."""
+    csrf = _login(running.admin, "admin", ADMIN_PASSWORD)
+    for key, value, problem in (
+        ("transfer_preamble", "{target:d}", "has a format of its own"),
+        ("transfer_preamble", "{target:>100000000}", "has a format of its own"),
+        ("transfer_failed_reply", "{target!r} is busy", "has a format of its own"),
+        ("transfer_preamble", "x" * 400, "characters long"),
+        ("transfer_targets", {"desk": "2100\n"}, "neither an extension"),
+        ("transfer_targets", {"desk": "sip:2100@127.0.0.1?Replaces=abc%3Bto-tag%3D1"}, "headers"),
     ):
         changed = {"changes": {"sip": {key: value}}}
         answer = running.admin.put("/api/config", json=changed, headers={"X-CSRF-Token": csrf})

@@ -73,8 +73,8 @@ def test_only_the_registrar_with_its_realm_gets_the_extensions_digest() -> None:
     secret = ExtensionSecret("2301", "pw", ("10.0.0.2", 5060), realm="pbx.example")
     ours = Challenge(realm="pbx.example", nonce="n")
     assert secret.refusal(ours, ("10.0.0.2", 5060)) is None
-    assert "only the phone system" in (secret.refusal(ours, ("10.0.0.9", 5060)) or "")
-    assert "only the phone system" in (secret.refusal(ours, ("10.0.0.2", 5062)) or "")
+    assert "only requests to the phone system" in (secret.refusal(ours, ("10.0.0.9", 5060)) or "")
+    assert "only requests to the phone system" in (secret.refusal(ours, ("10.0.0.2", 5062)) or "")
     other_realm = Challenge(realm="anything", nonce="fixed")
     assert "realm" in (secret.refusal(other_realm, ("10.0.0.2", 5060)) or "")
 

@@ -84,7 +84,7 @@ def test_the_extensions_digest_goes_to_the_phone_system_alone() -> None:
     name, value = secret.answer(_challenge(407), pbx, method="REFER", uri="sip:caller@10.0.0.9")
     assert name == "Proxy-Authorization" and 'username="kiosk"' in value and "s3cret" not in value
     assert secret.answer(_challenge(401), pbx, method="REFER", uri="sip:a@b")[0] == "Authorization"
-    with pytest.raises(ChallengeRefused, match=r"only the phone system at sip\.registrar"):
+    with pytest.raises(ChallengeRefused, match=r"only requests to the phone system at sip\.registrar"):
         secret.answer(_challenge(401), ("10.0.0.9", 5060), method="REFER", uri="sip:a@b")
     with pytest.raises(ChallengeRefused, match="not the phone system's 'pbx'"):
         secret.answer(_challenge(401, realm="other"), pbx, method="REFER", uri="sip:a@b")

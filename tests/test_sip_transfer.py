@@ -223,6 +223,7 @@ def test_the_model_puts_the_caller_through_to_a_desk_phone_that_rings(tmp_path: 
         "I will put you through to the front desk.",
         ToolConfig(name="transfer_call", kind="transfer", description="put the caller through to a person"),
         transfer_targets=("front desk",),
+        heard="Could you put me through to the front desk, please?",
     )
     targets = CallParams(transfer_targets={"front desk": f"sip:desk@{LOOPBACK}:{desk_port}"})
     config = dataclasses.replace(SILENCE_ONLY, call=targets)

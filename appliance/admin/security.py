@@ -17,6 +17,7 @@ from appliance.admin.errors import ApiError
 from appliance.admin.logins import Login, LoginStore
 from appliance.admin.ratelimit import LoginRateLimiter
 from appliance.admin.users import UserDirectory
+from engines.setting_files import SECRET, read_setting_text
 
 log = logging.getLogger(__name__)
 
@@ -120,7 +121,7 @@ bearer_header = APIKeyHeader(
 def read_metrics_token(path: Path) -> str:
     """The scraper's token; an unreadable or empty file is the operator's to fix, said on each scrape."""
     try:
-        token = path.read_text(encoding="utf-8").strip()
+        token = read_setting_text(path, SECRET).strip()
     except OSError as err:
         raise ApiError(
             503,

@@ -26,6 +26,7 @@ from appliance.auth.passwords import (
     verify_password,
 )
 from engines.files import atomic_write
+from engines.setting_files import ACCOUNTS, read_setting_text
 
 log = logging.getLogger(__name__)
 
@@ -66,10 +67,10 @@ def check_role(role: str) -> Role:
 def read_users(path: Path) -> dict[str, User]:
     """The users in ``path`` (an absent file has none)."""
     try:
-        text = path.read_text(encoding="utf-8")
+        text = read_setting_text(path, ACCOUNTS)
     except FileNotFoundError:
         return {}
-    except (OSError, UnicodeDecodeError) as err:
+    except OSError as err:
         raise UserFileError(f"cannot read the admin users file {path}: {err}") from err
     users: dict[str, User] = {}
     for number, line in enumerate(text.splitlines(), start=1):

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from engines.files import atomic_write
+from engines.setting_files import SECRET, read_setting_text
 
 MIN_PASSWORD_CHARS = 10
 MAX_PASSWORD_CHARS = 1024
@@ -129,7 +130,7 @@ def write_hash_file(path: Path, encoded: str) -> None:
 
 def read_password_file(path: Path) -> str:
     try:
-        encoded = path.read_text(encoding="ascii").strip()
+        encoded = read_setting_text(path, SECRET, encoding="ascii").strip()
     except FileNotFoundError as err:
         raise PasswordFileError(
             f"no admin password file at {path}; set one with: python -m provisioning set-password"

@@ -12,7 +12,9 @@ from engines.params import Params, check_sentence, ms_to_s
 
 # An extension (digits, *, #, a user name) or a SIP URI without spaces, angle brackets or line breaks:
 # the value goes into a Refer-To header.
-_TARGET = re.compile(r"^(sip:[^\s<>\"]+|[A-Za-z0-9*#+._-]{1,64})$")
+# A whole target (fullmatch: "$" alone lets a final line break through into Refer-To); a SIP URI
+# without headers ("?Replaces=..." would make the REFER take over another call).
+_TARGET = re.compile(r"sip:[^\s<>\"?]{1,200}|[A-Za-z0-9*#+._-]{1,64}")
 
 
 class PartialsParams(Params):
@@ -54,6 +56,11 @@ class ReplyParams(Params):
     busy_reply: str = Field(
         "One moment, please.", description="said first when every LLM slot is busy (llm.max_queue)"
     )
+
+    @field_validator("fallback_reply", "busy_reply")
+    @classmethod
+    def _reply_sentence(cls, value: str) -> str:
+        return check_sentence(value)
 
 
 class HistoryParams(Params):
@@ -126,10 +133,10 @@ class CallParams(Params):
         for name, target in value.items():
             if not name.strip() or len(name) > 64 or any(c in name for c in "\r\n{}"):
                 raise ValueError(f"target name {name[:64]!r}: 1-64 characters on one line, no braces")
-            if not _TARGET.match(target):
+            if not _TARGET.fullmatch(target):
                 raise ValueError(
                     f"{name!r} = {target[:80]!r} is neither an extension (digits or a user name) nor a "
-                    'SIP URI without spaces or line breaks ("sip:2100@10.20.0.2")'
+                    'SIP URI without spaces, line breaks or headers ("sip:2100@10.20.0.2")'
                 )
         return value
 

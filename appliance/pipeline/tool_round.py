@@ -7,7 +7,7 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass, field
 
-from appliance.tools import NOT_ASKED_NOTE, ToolBox, ToolCall, ToolCallError, parse_calls
+from appliance.tools import ToolBox, ToolCall, ToolCallError, parse_calls
 from appliance.trace.record import TurnTrace
 from engines.llm import Message
 
@@ -51,11 +51,11 @@ async def run_tool_calls(
     done = ToolRound(calls=calls)
     for call in calls:
         if not tools.asked_for(call, transcript):
-            # The model copied the prompt's example call (line 2 for "when does the canteen open"):
-            # nothing is called, and it is told to answer from the facts.
-            log.warning("turn %s: a call of %s with arguments the person did not say", turn_id, call.name)
+            # The model copied the prompt's example call (line 2 for "when does the canteen open"), or
+            # was talked into a transfer nobody asked for: nothing is called, and it is told why.
+            log.warning("turn %s: a call of %s the person did not ask for", turn_id, call.name)
             trace.tool_calls.append(f"refused:not_asked:{call.name}")
-            done.answers.append(Message("tool", NOT_ASKED_NOTE))
+            done.answers.append(Message("tool", tools.not_asked_note(call)))
             continue
         outcome = await tools.run(call)
         trace.tool_ms += round(outcome.seconds * 1000.0, 1)

@@ -157,26 +157,28 @@ class ExtensionSecret:
     realm: str | None = None
 
     def answer(
-        self, response: SipResponse, challenger: tuple[str, int], *, method: str, uri: str
+        self, response: SipResponse, sent_to: tuple[str, int], *, method: str, uri: str
     ) -> tuple[str, str]:
-        """The header answering ``response``'s challenge, when ``challenger`` may have it. Raises
-        ChallengeError (ChallengeRefused when it may not)."""
+        """The header answering ``response``'s challenge to a request that was sent to ``sent_to``, when
+        that peer may have it. Raises ChallengeError (ChallengeRefused when it may not)."""
         challenge, credentials = answer(
             response, method=method, uri=uri, username=self.user, password=self.password
         )
-        refused = self.refusal(challenge, challenger)
+        refused = self.refusal(challenge, sent_to)
         if refused is not None:
             raise ChallengeRefused(refused)  # the digest made here is dropped, never sent
         return credentials
 
-    def refusal(self, challenge: Challenge, challenger: tuple[str, int]) -> str | None:
-        """Why ``challenger`` must not get a digest of the password for ``challenge``; None when it may.
-        Anyone else (a caller answering our REFER with its own 401) could take the digest offline and
-        guess the password from it."""
-        if challenger != self.registrar:
+    def refusal(self, challenge: Challenge, sent_to: tuple[str, int]) -> str | None:
+        """Why a request sent to ``sent_to`` must not be repeated with a digest of the password for
+        ``challenge``; None when it may. The repeated request goes where the first went, so a request
+        to anyone but the phone system (a REFER to a caller's own contact) would hand its digest to
+        someone who could guess the password from it offline, whoever the 401 claims to come from."""
+        if sent_to != self.registrar:
             return (
-                f"{challenger[0]}:{challenger[1]} asked for the extension's password, but only the phone "
-                f"system at sip.registrar ({self.registrar[0]}:{self.registrar[1]}) is given it"
+                f"a request to {sent_to[0]}:{sent_to[1]} was challenged for the extension's password, but "
+                f"only requests to the phone system at sip.registrar ({self.registrar[0]}:"
+                f"{self.registrar[1]}) carry it"
             )
         if self.realm is not None and challenge.realm != self.realm:
             return (

@@ -128,9 +128,10 @@ class DialogFlow:
         call.refer_progress = progress
         headers = [("Refer-To", f"<{target}>"), ("Referred-By", self.transport.contact_for(call.peer))]
         try:
-            response, source = await self._ask(call, "REFER", headers, timeout_s)
+            request, destination, over_tcp = self._in_dialog(call, "REFER", headers)
+            response, _ = await self.client.ask(request, destination, over_tcp=over_tcp, timeout_s=timeout_s)
             if response.status in (401, 407):
-                answer = self._answer_challenge(response, source, call.dialog.remote_target)
+                answer = self._answer_challenge(response, destination, call.dialog.remote_target)
                 response, _ = await self._ask(call, "REFER", [*headers, answer], timeout_s)
             if response.status >= 300:
                 refused = f"{response.status} {response.reason}"
@@ -153,9 +154,12 @@ class DialogFlow:
         request, destination, over_tcp = self._in_dialog(call, method, headers)
         return await self.client.ask(request, destination, over_tcp=over_tcp, timeout_s=timeout_s)
 
-    def _answer_challenge(self, response: SipResponse, source: Address, uri: str) -> tuple[str, str]:
+    def _answer_challenge(self, response: SipResponse, sent_to: Address, uri: str) -> tuple[str, str]:
         """The Authorization (401) or Proxy-Authorization (407) header answering the REFER's challenge
-        with the extension's credentials. Raises TransferFailed saying why there is none."""
+        with the extension's credentials. Raises TransferFailed saying why there is none.
+
+        Whom the REFER was sent to decides, never where the 401 came from: anyone on the LAN can send a
+        UDP packet claiming the registrar's address, and the answer would go to the caller's contact."""
         secret = self.credentials()
         if secret is None:
             raise TransferFailed(
@@ -163,7 +167,7 @@ class DialogFlow:
                 "sip.register_user and sip.register_password_file"
             )
         try:
-            return secret.answer(response, source, method="REFER", uri=uri)
+            return secret.answer(response, sent_to, method="REFER", uri=uri)
         except ChallengeRefused as err:
             log.warning("SIP: a REFER challenge not answered: %s", err)
             why = f"the transfer was challenged by someone other than the phone system: {err}"

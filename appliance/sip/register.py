@@ -28,6 +28,7 @@ from appliance.sip.client import ClientTransactions, NoAnswer
 from appliance.sip.digest import ChallengeError, answer
 from appliance.sip.message import SipRequest, SipResponse
 from appliance.sip_params import SipParams
+from engines.setting_files import SECRET, read_setting_text
 
 log = logging.getLogger(__name__)
 
@@ -77,7 +78,7 @@ def read_password(path: Path | None) -> str | None:
     """The password in ``path`` (its first line), or None without a file."""
     if path is None:
         return None
-    text = path.read_text(encoding="utf-8")
+    text = read_setting_text(path, SECRET)
     return text.splitlines()[0] if text.strip() else ""
 
 

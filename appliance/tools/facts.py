@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from engines.errors import InputError
+from engines.setting_files import FACTS, SettingFileError, read_setting_text
 
 _WORD = re.compile(r"[a-z0-9]+")
 _HEADING = re.compile(r"^#{1,6}\s+(.*)$")
@@ -64,11 +65,14 @@ def _stem(word: str) -> str:
 
 def read_facts(path: Path) -> list[Fact]:
     try:
-        text = path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as err:
+        text = read_setting_text(path, FACTS)
+    except FileNotFoundError as err:
         raise FactsFileError(
-            f"cannot read the facts file {path}: {err}", fix="provision a UTF-8 text or Markdown file there"
+            f"cannot read the facts file {path}: it does not exist",
+            fix="provision a UTF-8 text or Markdown file there",
         ) from err
+    except SettingFileError as err:
+        raise FactsFileError(str(err)) from err
     facts = _sections(text) if any(_HEADING.match(line) for line in text.splitlines()) else _paragraphs(text)
     if not facts:
         raise FactsFileError(f"the facts file {path} holds no text", fix="write the site's facts into it")

@@ -14,6 +14,7 @@ import threading
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+from appliance.trace.owner import claim, release
 from appliance.trace.record import TurnTrace
 from appliance.trace.stats import StageSummary, summarize
 
@@ -33,17 +34,22 @@ CREATE TABLE IF NOT EXISTS turns (
 
 
 class TraceStore:
-    def __init__(self, db_path: Path, *, max_turns: int) -> None:
+    def __init__(self, db_path: Path, *, max_turns: int, owner: bool = False) -> None:
+        """``owner``: the daemon's store, which holds the database's lock for its life (raises
+        TurnDatabaseInUse when another process holds it)."""
         if max_turns < 1:
             raise ValueError(f"max_turns must be at least 1, got {max_turns}")
         self.db_path = db_path
         self.max_turns = max_turns
+        self._claimed = claim(db_path) if owner else None
         try:
             db_path.parent.mkdir(parents=True, exist_ok=True)
             self._db = sqlite3.connect(str(db_path), check_same_thread=False, isolation_level=None)
             self._db.execute("PRAGMA journal_mode=WAL")
             self._db.execute(_SCHEMA)
         except (sqlite3.Error, OSError) as err:
+            if self._claimed is not None:
+                release(self._claimed)
             raise OSError(
                 f"cannot open the turn trace store {db_path}: {err} "
                 "(fix: point trace.db_path at a writable file)"
@@ -114,3 +120,6 @@ class TraceStore:
         self._executor.shutdown(wait=True)
         with self._lock:
             self._db.close()
+        if self._claimed is not None:
+            release(self._claimed)
+            self._claimed = None

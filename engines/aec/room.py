@@ -13,6 +13,7 @@ learnt under another key is not used.
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import time
@@ -25,6 +26,7 @@ import numpy as np
 
 from engines.aec.linear import BLOCK, PARTITIONS, REFERENCE_FLOOR
 from engines.audio import SAMPLE_RATE_HZ
+from engines.setting_files import ECHO_ROOM, read_setting_file
 
 FORMAT = 1
 # How far the echo may have moved against its reference since the room was kept: each start measures
@@ -41,6 +43,7 @@ SOLVE_AT_S: tuple[float, ...] = ()
 SOLVE_TRIED_AT_S: tuple[float, ...] = (0.5, 1.0)  # what bench aec and bench interruptions measure
 REGULARIZATION = 0.002  # of the reference's power, added to it: speech leaves bands nearly empty
 HOLD_OUT_S = 0.1  # of the record, to judge a solution on echo it was not solved from
+META_MAX_BYTES = 64 * 1024  # the JSON of the kept room's format, shape and key (a few hundred bytes)
 MIN_FIT_DB = 10.0  # the kept filter, placed, must leave the echo this far down to be used
 _FINE_STEPS = np.arange(-0.5, 0.51, 0.1)  # samples around the best whole-sample lag
 GAIN_RANGE = (0.1, 10.0)  # the echo's level against the kept filter's: the volume turned -20..+20 dB
@@ -81,18 +84,20 @@ def save_room(path: Path, room: EchoRoom, key: dict[str, Any]) -> None:
 def load_room(path: Path, key: dict[str, Any]) -> EchoRoom:
     """The room kept in ``path`` when it was learnt under ``key``; else ``RoomNotUsable`` says why."""
     try:
-        with path.open("rb") as file:
-            kept = np.load(file, allow_pickle=False)
-            if not isinstance(kept, np.lib.npyio.NpzFile):
-                raise ValueError("not an .npz archive")
-            with kept:
-                meta = json.loads(str(kept["meta"]))
-                weights = np.array(kept["weights"])
+        data = read_setting_file(path, ECHO_ROOM)
     except FileNotFoundError as err:
         raise RoomNotUsable(
             f"{path} does not exist yet (it is written once the canceller has learnt the room)"
         ) from err
-    except (OSError, EOFError, ValueError, KeyError, zipfile.BadZipFile) as err:
+    except OSError as err:  # SettingFileError too: a pipe, a device, a file far too large
+        raise RoomNotUsable(
+            f"{path} cannot be used ({err}); it is replaced once the room is learnt again"
+        ) from err
+    try:
+        with zipfile.ZipFile(io.BytesIO(data)) as archive:
+            meta = json.loads(str(_member(archive, "meta", shape=(), kind="U", max_bytes=META_MAX_BYTES)))
+            weights = _member(archive, "weights", shape=(PARTITIONS, BLOCK + 1), kind="c", max_bytes=None)
+    except (OSError, EOFError, ValueError, KeyError, zipfile.BadZipFile, MemoryError) as err:
         raise RoomNotUsable(
             f"{path} is not a room the canceller kept ({err}); it is replaced once the room is learnt again"
         ) from err
@@ -112,6 +117,30 @@ def load_room(path: Path, key: dict[str, Any]) -> EchoRoom:
         cancelled_db=float(meta.get("cancelled_db", 0.0)),
         learnt_at=float(meta.get("learnt_at", 0.0)),
     )
+
+
+def _member(
+    archive: zipfile.ZipFile, name: str, *, shape: tuple[int, ...], kind: str, max_bytes: int | None
+) -> np.ndarray:
+    """The array ``name`` of an .npz archive, its shape and type checked from the .npy header before
+    its data is read: a file declaring gigabytes is refused before any of them is made."""
+    info = archive.getinfo(f"{name}.npy")
+    with archive.open(info) as member:
+        version = np.lib.format.read_magic(member)
+        if version == (1, 0):
+            declared, fortran, dtype = np.lib.format.read_array_header_1_0(member)
+        else:
+            declared, fortran, dtype = np.lib.format.read_array_header_2_0(member)
+        if declared != shape or dtype.kind != kind or dtype.hasobject:
+            raise ValueError(f"it holds {name} of shape {declared} {dtype}, not {shape} of kind {kind!r}")
+        size = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
+        if max_bytes is not None and size > max_bytes:
+            raise ValueError(f"{name} declares {size:,} bytes, more than the {max_bytes:,} it may")
+        data = member.read(size)
+    if len(data) != size:
+        raise ValueError(f"{name} holds {len(data):,} of its {size:,} bytes")
+    array = np.frombuffer(data, dtype=dtype).reshape(shape, order="F" if fortran else "C")
+    return array.copy()
 
 
 @dataclass(frozen=True)
