@@ -45,10 +45,21 @@ def offered_tools(agent: AgentParams, *, has_facts: bool) -> list[ToolConfig]:
     return [tool for tool in agent.tools if tool.kind not in skipped]
 
 
-def facts_rule(agent: AgentParams, facts: FactsPlace) -> str:
+# agent.answers = "select": the model names the sentence, the appliance speaks it (tools/site_sentences.py).
+SELECT_RULE = (
+    "These are the site facts, one numbered sentence a line. For a question about the site or what you "
+    "can do, reply with only the number of the sentence that answers it, in brackets, like [3], and "
+    "nothing else; if no sentence answers it, reply [0]. For anything else, such as a greeting, answer in "
+    "one short sentence and state no figure."
+)
+
+
+def facts_rule(agent: AgentParams, facts: FactsPlace, *, select: bool = False) -> str:
     """How the model answers from the site's facts. (Measured with Qwen 1.5B: said next to the facts,
     after the tools, it keeps the model from declining a tool's answer, which a rule inside the
-    abilities made it do.)"""
+    abilities made it do.) ``select``: it chooses the facts' numbered sentences instead."""
+    if select and facts == "prompt":
+        return SELECT_RULE
     where = (
         "These are the site facts" if facts == "prompt" else "A question about the site comes with site facts"
     )
@@ -68,7 +79,12 @@ def _example_call(tool: ToolConfig) -> str:
 
 
 def system_prompt(
-    agent: AgentParams, *, tools_offered: bool = True, facts: FactsPlace = "none", facts_text: str = ""
+    agent: AgentParams,
+    *,
+    tools_offered: bool = True,
+    facts: FactsPlace = "none",
+    facts_text: str = "",
+    select: bool = False,
 ) -> str:
     """The persona with the site filled in (``{site_name}``, ``{device_id}``, ``{abilities}``);
     ``tools_offered``: the model's chat template can show it the tools; ``facts``: where the site's
@@ -81,7 +97,7 @@ def system_prompt(
     )
     if facts == "none":
         return persona
-    rule = facts_rule(agent, facts)
+    rule = facts_rule(agent, facts, select=select)
     return f"{persona}\n\n{rule}\n{facts_text}" if facts == "prompt" else f"{persona}\n\n{rule}"
 
 

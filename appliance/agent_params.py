@@ -109,6 +109,31 @@ class AgentParams(HistoryParams, ReplyParams):
         min_length=1,
         description="said when the facts do not answer a question (the model is told to say it too)",
     )
+    answers: Literal["select", "paraphrase"] = Field(
+        "select",
+        description="select: for a question about the site the model chooses which of the facts' numbered "
+        "sentences answer it and the appliance speaks them as written (a figure always with its own "
+        "subject), after checking that everything the person named is in them; paraphrase: the model "
+        "answers in its own words, checked figure by figure (the grounding check)",
+    )
+    unknown_item: str = Field(
+        "I have nothing on {item} here.",
+        description="select: said when the person named something ({item}: the M6 bolts, hall 3) that no "
+        "chosen sentence of the facts is about",
+    )
+    known_items: str = Field(
+        "I know about {items}.",
+        description="select: said after unknown_item with the facts' items of the same kind ({items})",
+    )
+    offer: str = Field(
+        "I can tell you about {topics}.",
+        description="select: what the appliance offers when asked what it can do ({topics}: the facts' "
+        "section titles)",
+    )
+    offer_transfer: str = Field(
+        "I can also put you through to {targets}.",
+        description="select: said after offer when a transfer tool can reach sip.transfer_targets",
+    )
     not_known_offer: str = Field(
         "I can put you through to {target}.",
         description="said after not_known_reply when a clause was withheld and a transfer tool can reach "
@@ -136,6 +161,26 @@ class AgentParams(HistoryParams, ReplyParams):
     @classmethod
     def _offer(cls, value: str) -> str:
         return check_sentence(value, ("target",))
+
+    @field_validator("unknown_item")
+    @classmethod
+    def _names_item(cls, value: str) -> str:
+        return check_sentence(value, ("item",))
+
+    @field_validator("known_items")
+    @classmethod
+    def _names_items(cls, value: str) -> str:
+        return check_sentence(value, ("items",))
+
+    @field_validator("offer")
+    @classmethod
+    def _names_topics(cls, value: str) -> str:
+        return check_sentence(value, ("topics",))
+
+    @field_validator("offer_transfer")
+    @classmethod
+    def _names_targets(cls, value: str) -> str:
+        return check_sentence(value, ("targets",))
 
     @field_validator("tool_failed_reply")
     @classmethod

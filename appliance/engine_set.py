@@ -317,17 +317,20 @@ def llm_prompt(
     """The system prompt and the tool definitions the LLM is shown: the tools only when the model's
     chat template has a tool format, and the persona's abilities saying so either way; the site's
     facts in the prompt when they fit ``agent.facts_prompt_tokens``."""
-    from appliance.tools.facts import as_text
-
     box = tool_box(settings)
     if box is not None:
         box.load()
     offered = tools and box is not None and model_has_tool_format(bundle, settings.llm.model)
     definitions = box.definitions() if box is not None and offered else []
     place = facts_place(box)
-    facts_text = as_text(box.site_facts) if box is not None and place == "prompt" else ""
+    facts_text = box.facts_prompt_text() if box is not None and place == "prompt" else ""
+    select = box is not None and box.site_sentences is not None
     prompt = system_prompt(
-        settings.agent, tools_offered=offered and bool(definitions), facts=place, facts_text=facts_text
+        settings.agent,
+        tools_offered=offered and bool(definitions),
+        facts=place,
+        facts_text=facts_text,
+        select=select,
     )
     return prompt, definitions
 

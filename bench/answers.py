@@ -1,22 +1,28 @@
-"""Answers grounded in the site's facts, through the real pipeline: a site of 13 sections
-(``bench/sites/riverside/facts.md``), 30 questions its facts answer and 10 they do not, each spoken by
-Piper's voice into the real session (VAD, Whisper, Qwen, Piper), in real time.
+"""Answers from a site's facts, through the real answer path: the repo's site
+(``bench/sites/riverside/facts.md``, 40 questions, which the product was tuned on) or generated sites it
+never saw (``bench/site_generator.py``: 7 sites of 13 sections with sibling items, 319 questions, about
+half about a listed item and half about an unlisted sibling or a thing the facts do not give).
 
-    .venv/bin/python -m bench answers [--model qwen-1.5b] [--configs prompt,as_heard,unchecked,question,call]
+    .venv/bin/python -m bench answers [--sites generated|riverside] [--configs select,paraphrase,select_call]
+                                      [--typed] [--limit N] [--model qwen-1.5b]
 
-Side by side in one run, on the same questions:
-- ``prompt``: the facts in the system prompt and the grounding check (the shipped settings);
-- ``as_heard``: the same with the transcript as Whisper wrote it (``agent.site_words_by_sound = false``:
-  "meeting room L" is not read as "meeting room Elm");
-- ``unchecked``: the same without the check (what the model says on its own);
-- ``question``: the facts matching each question given with it (``agent.facts_prompt_tokens = 0``), checked;
-- ``call``: as ``prompt``, the voice through the 8 kHz call path (band-limited to 8 kHz and back).
+Configurations side by side in one run, on the same questions:
+- ``select``: the shipped settings: the model chooses the facts' numbered sentences, the appliance says
+  them as written after its checks;
+- ``paraphrase``: the rule before (``agent.answers = "paraphrase"``): the model's own words, checked
+  figure by figure by the grounding check;
+- ``unchecked``: paraphrase without the grounding check; ``as_heard``: select without the site's words by
+  sound; ``question``: each question given only its matching sections;
+- ``*_call`` (``select_call``, ``paraphrase_call``): the same, the voice through the 8 kHz call path.
+
+Each question is spoken by Piper into the real session (VAD, Whisper, the LLM, Piper) in real time, or
+with ``--typed`` given as text to the same answer path (no ASR: the answer logic alone, quicker).
 
 Per configuration: answered right (an expected figure or word in what was played, not declined),
-short answers (at most 20 words), declined cleanly (unanswerable: declined, no figure played),
-replies with a figure absent from the sources, before the check (the model's text) and after it
-(what was played), internal text played, and the reply latency (end of speech to first audio) p50/p95.
-Results: bench/results/answers-<time>.json. Figures, not assertions.
+declined (of the unanswerable), figures spoken of the wrong item (misattributed: a figure of the facts
+played for an unanswerable question, or in place of the right one), invented (a figure in no source),
+fragments played before a decline, internal text played, first audio p50/p95 (from the end of speech;
+typed: from the question). Results: bench/results/answers-<time>.json. Figures, not assertions.
 """
 
 from __future__ import annotations
@@ -24,6 +30,8 @@ from __future__ import annotations
 import argparse
 import asyncio
 import logging
+import re
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -31,12 +39,14 @@ from typing import Any
 import numpy as np
 
 from appliance.config import Settings, load_settings, override
-from appliance.engine_set import build_engines, load_engines, open_bundle
+from appliance.engine_set import build_engines, load_engines, open_bundle, session_config
 from appliance.grounding import Sources, figures
+from appliance.pipeline.typed_turn import answer_typed
 from appliance.tools.facts import read_facts
 from bench.machine import write_result
 from bench.sip import _percentiles
 from bench.site import one_turn
+from bench.site_generator import generate_sites
 from engines.audio import resample
 
 log = logging.getLogger("bench.answers")
@@ -56,6 +66,14 @@ INTERNAL = (
 class Question:
     text: str
     expect: tuple[str, ...] = ()  # figures or words, one of which the answer must hold; () = unanswerable
+    kind: str = "listed"
+
+
+@dataclass(frozen=True)
+class SiteSet:
+    name: str
+    facts: Path
+    questions: tuple[Question, ...]
 
 
 QUESTIONS = (
@@ -100,29 +118,41 @@ QUESTIONS = (
     Question("How many lockers are there?"),
     Question("What torque do the M8 bolts on line 5 need?"),
 )
-CONFIGS = ("prompt", "as_heard", "unchecked", "question", "call")
+CONFIGS = ("select", "paraphrase", "unchecked", "as_heard", "question", "select_call", "paraphrase_call")
 
 
-def site_settings(model: str, config: str) -> Settings:
+def site_settings(
+    model: str, config: str, facts: Path = FACTS, site_name: str = "the Riverside plant"
+) -> Settings:
+    base = config.removesuffix("_call")
     agent: dict[str, Any] = {
-        "site_name": "the Riverside plant",
+        "site_name": site_name,
         "tools": [
-            {
-                "name": "site_facts",
-                "kind": "facts",
-                "description": "the site's facts",
-                "file": str(FACTS),
-            },
+            {"name": "site_facts", "kind": "facts", "description": "the site's facts", "file": str(facts)},
             {"name": "device_status", "kind": "device", "description": "the current time and today's date"},
         ],
-        "grounding": config != "unchecked",
-        "site_words_by_sound": config != "as_heard",
+        "grounding": base != "unchecked",
+        "site_words_by_sound": base != "as_heard",
+        "answers": "paraphrase" if base in ("paraphrase", "unchecked") else "select",
     }
-    if config == "question":
+    if base == "question":
         agent["facts_prompt_tokens"] = 0
     # As the site's technician would: the facts' titles are the words Whisper is told to expect.
-    vocabulary = [fact.title for fact in read_facts(FACTS)]
+    vocabulary = [fact.title for fact in read_facts(facts)]
     return override(load_settings(None), agent=agent, llm={"model": model}, asr={"vocabulary": vocabulary})
+
+
+def site_sets(which: str, folder: Path) -> list[SiteSet]:
+    """The repo's site, or the generated ones written into ``folder``."""
+    if which == "riverside":
+        return [SiteSet("the Riverside plant", FACTS, QUESTIONS)]
+    sets = []
+    for index, site in enumerate(generate_sites()):
+        path = folder / f"site-{index + 1}.md"
+        path.write_text(site.facts, encoding="utf-8")
+        questions = tuple(Question(q.text, q.expect, q.kind) for q in site.questions)
+        sets.append(SiteSet(site.name, path, questions))
+    return sets
 
 
 def _spoken(voice: Any, text: str, *, call: bool) -> np.ndarray:
@@ -136,9 +166,9 @@ def _spoken(voice: Any, text: str, *, call: bool) -> np.ndarray:
     ).astype(np.float32)
 
 
-def _all_sources(question: str) -> Sources:
+def _all_sources(question: str, facts: Path) -> Sources:
     sources = Sources()
-    for fact in read_facts(FACTS):
+    for fact in read_facts(facts):
         sources.add(fact.text, title=fact.title)
     sources.add(question)
     return sources
@@ -159,33 +189,62 @@ def _holds(text: str, expected: str) -> bool:
     return all(any(w.values & s.values for s in said) for w in wanted)
 
 
-async def _ask(engines: Any, settings: Settings, question: Question, audio: np.ndarray) -> dict[str, Any]:
-    trace = await one_turn(engines, settings, audio)
+async def _ask(
+    engines: Any, settings: Settings, question: Question, audio: np.ndarray | None, facts: Path
+) -> dict[str, Any]:
+    if audio is None:
+        trace = await answer_typed(engines, session_config(settings).turn, question.text)
+        started = trace.asr_done
+    else:
+        trace = await one_turn(engines, settings, audio)
+        started = trace.speech_end if trace is not None else None
     if trace is None:
         return {"question": question.text, "heard": "", "error": "no turn"}
     played, reply = trace.played_reply, trace.reply
-    sources = _all_sources(trace.transcript)
+    sources = _all_sources(trace.transcript, facts)
     answerable = bool(question.expect)
     right = answerable and not trace.declined and any(_holds(played, e) for e in question.expect)
+    stated = [] if trace.declined else _values(played, question.text)
+    invented = _invented(played, sources)
+    # A figure of the facts said for a question they do not answer, or instead of the right one.
+    misattributed = [v for v in stated if v not in invented] if not right else []
+    decline_at = min((played.find(s) for s in _DECLINES if played.find(s) >= 0), default=-1)
     return {
         "question": question.text,
+        "kind": question.kind,
         "heard": trace.transcript,
         "heard_as": trace.heard_as,
         "answerable": answerable,
         "reply": reply,
         "played": played,
+        "chosen": trace.chosen,
+        "answer_check": trace.answer_check,
         "tool_calls": trace.tool_calls,
         "withheld": trace.withheld,
         "declined": trace.declined,
         "right": right,
         "short": len(played.split()) <= 20,
-        "declined_cleanly": (not answerable) and trace.declined and not figures(played),
+        "declined_cleanly": (not answerable) and trace.declined and not misattributed,
+        "misattributed": misattributed,
         "invented_before": _invented(reply, sources),
-        "invented_played": _invented(played, sources),
+        "invented_played": invented,
+        "fragment_before_decline": trace.declined and decline_at > 0 and bool(played[:decline_at].strip()),
         "internal_played": [word for word in INTERNAL if word in played.lower()],
         "preamble": trace.preamble_audio,
-        "first_audio_ms": _ms(trace.speech_end, trace.playback_start),
+        "first_audio_ms": _ms(started, trace.playback_start),
     }
+
+
+# The starts of the sentences the product declines with (agent.not_known_reply, agent.unknown_item).
+_DECLINES = ("Sorry, I don't have", "I have nothing on")
+
+
+def _values(text: str, question: str) -> list[str]:
+    """The figures ``text`` states as values: not the person's own (M8, hall 3), not codes."""
+    asked = {v for f in figures(question) for v in f.values}
+    return [
+        f.text for f in figures(text) if not (f.values & asked) and not re.fullmatch(r"[A-Za-z]+\d+", f.text)
+    ]
 
 
 def _ms(start: float | None, end: float | None) -> float | None:
@@ -196,47 +255,53 @@ def _summary(rows: list[dict[str, Any]]) -> dict[str, Any]:
     answerable = [r for r in rows if r.get("answerable")]
     other = [r for r in rows if "answerable" in r and not r["answerable"]]
     latency = [r["first_audio_ms"] / 1000.0 for r in rows if r.get("first_audio_ms")]
+    replies = [r for r in rows if "reply" in r]
     return {
         "answered_right": f"{sum(r['right'] for r in answerable)}/{len(answerable)}",
-        "right_and_short": f"{sum(r['right'] and r['short'] for r in answerable)}/{len(answerable)}",
-        "declined_cleanly": f"{sum(r['declined_cleanly'] for r in other)}/{len(other)}",
-        "replies_inventing_a_figure_model": sum(bool(r["invented_before"]) for r in rows if "reply" in r),
-        "replies_inventing_a_figure_played": sum(bool(r["invented_played"]) for r in rows if "reply" in r),
-        "clauses_withheld": sum(len(r["withheld"]) for r in rows if "withheld" in r),
-        "internal_played": sum(bool(r["internal_played"]) for r in rows if "reply" in r),
-        "tool_calls": sum(bool(r["tool_calls"]) for r in rows if "reply" in r),
-        "preambles": sum(bool(r["preamble"]) for r in rows if "reply" in r),
+        "declined": f"{sum(r['declined_cleanly'] for r in other)}/{len(other)}",
+        "misattributed": sum(bool(r["misattributed"]) for r in replies),
+        "invented_played": sum(bool(r["invented_played"]) for r in replies),
+        "invented_model": sum(bool(r["invented_before"]) for r in replies),
+        "fragments_before_decline": sum(r["fragment_before_decline"] for r in replies),
+        "clauses_withheld": sum(len(r["withheld"]) for r in replies),
+        "internal_played": sum(bool(r["internal_played"]) for r in replies),
+        "tool_calls": sum(bool(r["tool_calls"]) for r in replies),
         "not_heard": sum(1 for r in rows if r.get("error")),
         "first_audio_ms": _percentiles(latency),
     }
 
 
-async def _run_config(model: str, config: str) -> dict[str, Any]:
-    settings = site_settings(model, config)
-    bundle = open_bundle(settings)
-    engines = build_engines(settings, bundle)
-    await load_engines(engines)
-    try:
-        rows = []
-        for question in QUESTIONS:
-            audio = _spoken(engines.tts, question.text, call=config == "call")
-            rows.append(await _ask(engines, settings, question, audio))
-            row = rows[-1]
-            print(
-                f"  {config:<9} {'ok ' if row.get('right') or row.get('declined_cleanly') else 'BAD'} "
-                f"{question.text[:48]:<48} heard {row.get('heard', '')[:48]!r:<50} -> "
-                f"{row.get('played', row.get('error', ''))[:90]!r}",
-                flush=True,
-            )
-    finally:
-        await engines.close()
+async def _run_config(args: argparse.Namespace, config: str, sets: list[SiteSet]) -> dict[str, Any]:
+    rows = []
+    for site in sets:
+        settings = site_settings(args.model, config, site.facts, site.name)
+        engines = build_engines(settings, open_bundle(settings))
+        await load_engines(engines)
+        try:
+            for question in site.questions[: args.limit or None]:
+                audio = (
+                    None if args.typed else _spoken(engines.tts, question.text, call=config.endswith("_call"))
+                )
+                rows.append(await _ask(engines, settings, question, audio, site.facts))
+                row = rows[-1]
+                good = row.get("right") or row.get("declined_cleanly")
+                print(
+                    f"  {config:<10} {'ok ' if good else 'BAD'} {question.text[:46]:<46} heard "
+                    f"{row.get('heard', '')[:40]!r:<42} {row.get('chosen', '')!s:<5} -> "
+                    f"{row.get('played', row.get('error', ''))[:80]!r}",
+                    flush=True,
+                )
+        finally:
+            await engines.close()
     return {"summary": _summary(rows), "questions": rows}
 
 
 async def main_async(args: argparse.Namespace) -> dict[str, Any]:
-    results: dict[str, Any] = {}
-    for config in args.configs.split(","):
-        results[config] = await _run_config(args.model, config)
+    with tempfile.TemporaryDirectory(prefix="bench-sites-") as folder:  # drawn again from the seed
+        sets = site_sets(args.sites, Path(folder))
+        results: dict[str, Any] = {}
+        for config in args.configs.split(","):
+            results[config] = await _run_config(args, config, sets)
     return results
 
 
@@ -245,7 +310,10 @@ def main() -> None:
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument("--model", default="qwen-1.5b")
-    parser.add_argument("--configs", default=",".join(CONFIGS), help=f"some of {', '.join(CONFIGS)}")
+    parser.add_argument("--sites", choices=("generated", "riverside"), default="generated")
+    parser.add_argument("--configs", default="select,paraphrase", help=f"some of {', '.join(CONFIGS)}")
+    parser.add_argument("--typed", action="store_true", help="questions as text (no voice, no ASR)")
+    parser.add_argument("--limit", type=int, default=0, help="questions per site (0: all)")
     args = parser.parse_args()
     unknown = set(args.configs.split(",")) - set(CONFIGS)
     if unknown:
@@ -257,11 +325,10 @@ def main() -> None:
         s = result["summary"]
         p = s["first_audio_ms"]
         print(
-            f"{config:<9} right {s['answered_right']} (short {s['right_and_short']}), declined "
-            f"{s['declined_cleanly']}, inventing: model {s['replies_inventing_a_figure_model']} played "
-            f"{s['replies_inventing_a_figure_played']}, withheld {s['clauses_withheld']}, internal "
-            f"{s['internal_played']}, tool calls {s['tool_calls']}, preambles {s['preambles']}, "
-            f"first audio p50 {p['p50']:.0f} p95 {p['p95']:.0f} ms (n={p['n']})"
+            f"{config:<10} right {s['answered_right']}, declined {s['declined']}, misattributed "
+            f"{s['misattributed']}, invented {s['invented_played']} (model {s['invented_model']}), fragments "
+            f"before a decline {s['fragments_before_decline']}, withheld {s['clauses_withheld']}, internal "
+            f"{s['internal_played']}, first audio p50 {p['p50']:.0f} p95 {p['p95']:.0f} ms (n={p['n']})"
         )
 
 

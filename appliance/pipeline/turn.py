@@ -26,7 +26,7 @@ from appliance.pipeline.playback import Player
 from appliance.pipeline.played import played_text
 from appliance.pipeline.tool_round import run_tool_calls
 from appliance.tools import ToolBox, ToolCall, as_template_text, starts_a_call
-from appliance.tools.facts import as_text
+from appliance.tools.site_sentences import selection_in
 from appliance.trace.labels import Stage
 from appliance.trace.record import TurnTrace
 from engines.asr.text import normalize_text
@@ -106,6 +106,11 @@ class Turn:
         self._withheld = False  # a clause was not spoken: the reply ended with agent.not_known_reply
         self._preamble: asyncio.Task[None] | None = None
         self._preamble_from = 0  # clauses said before the tool call began
+        # agent.answers = "select": the model names one of the facts' sentences, which is said as written
+        self._selects = tools is not None and tools.site_sentences is not None
+        self._picked: int | None = None  # the sentence it named (0: none)
+        self._declined = False  # the product declined (nothing chosen, or not what the person named)
+        self._sentence: list[str] = []  # free text's clauses held until their sentence is checked whole
 
     @property
     def confirmed(self) -> bool:
@@ -150,8 +155,10 @@ class Turn:
             self.trace.prefill_reused = self.stats.prefilled_tokens
             self.trace.llm_backend = self.stats.backend
             if self.tools is not None:
-                self.trace.declined = self._withheld or _says(
-                    self.trace.reply, self.tools.agent.not_known_reply
+                self.trace.declined = (
+                    self._withheld
+                    or self._declined
+                    or _says(self.trace.reply, self.tools.agent.not_known_reply)
                 )
             self.trace.mark("turn_done")
 
@@ -196,7 +203,9 @@ class Turn:
         for text in tools.instructions():
             sources.add_internal(text)
         if sources.check_figures:
-            for fact in facts:
+            # Selecting, a figure of the facts is said only in the facts' own sentence (a chosen one):
+            # the model's free text may not state one.
+            for fact in [] if self._selects else facts:
                 sources.add(fact.text, title=fact.title)
             sources.add_all((message.content for message in messages), said=True)  # before the facts
             for message in messages:
@@ -211,7 +220,7 @@ class Turn:
         """The system prompt without the site's facts (a reply may repeat those)."""
         system = self.engines.llm.system_prompt
         if self.tools is not None and self.tools.facts_in_prompt:
-            system = system.replace(as_text(self.tools.site_facts), "")
+            system = system.replace(self.tools.facts_prompt_text(), "")
         return system
 
     async def _say_only(self, text: str) -> None:
@@ -280,6 +289,9 @@ class Turn:
         stats = self.stats
         while True:
             call_text = await self._reply_or_call(messages, stats, splitter, clauses, tools is not None)
+            if self._picked is not None:
+                await self._say_site_answer(self._picked, clauses)
+                break
             if call_text is None or tools is None:
                 break
             called = await self._call_tools(tools, call_text, calls_left, clauses)
@@ -291,8 +303,26 @@ class Turn:
             stats = GenerationStats()  # the first round's stays the turn's (its prompt, its cache)
         for clause in splitter.flush():
             await self._put_checked(clause, clauses)
+        if self._sentence:  # the reply ended inside a sentence
+            await self._check_and_put(self._sentence, clauses)
         self._no_preamble()
         await clauses.put(None)
+
+    async def _say_site_answer(self, number: int, clauses: asyncio.Queue[str | None]) -> None:
+        """Say the facts' sentence the model chose, as written, or the product's decline."""
+        from engines.tts.clauses import ClauseSplitter
+
+        assert self.tools is not None
+        answer = self.tools.site_answer(number, self.transcript)
+        self.trace.chosen = [number]
+        self.trace.answer_check = answer.why
+        self._declined = answer.declined
+        if answer.why:
+            log.info("turn %s: chose [%d], declined: %s", self.trace.turn_id, number, answer.why)
+        self._reply_parts.append(answer.text)
+        splitter = ClauseSplitter(first_clause_words=self.config.speech.first_clause_words)
+        for clause in [*splitter.push(answer.text), *splitter.flush()]:
+            await self._put_clause(clause, clauses)
 
     async def _reply_or_call(
         self,
@@ -307,6 +337,7 @@ class Turn:
         engines = self.engines
         conversation = self.trace.session_id
         decided: bool | None = None if tools_offered else False
+        selecting: bool | None = None if self._selects else False  # None: cannot tell yet
         held: list[str] = []
         if self._llm_cancel.is_set():  # the round before ended (its stream sets it): a new one
             self._llm_cancel = threading.Event()
@@ -323,15 +354,25 @@ class Turn:
                 async for piece in pieces:
                     self._tell_words(None)  # the verdict comes before the first token, or not at all
                     self.trace.mark("llm_first_token")
-                    if decided is not False:
+                    if decided is not False or selecting is not False:
                         held.append(piece)
+                        text = "".join(held)
+                        if selecting is None:
+                            picked = selection_in(text)
+                            if picked is None:
+                                continue
+                            if picked is not False:  # a few tokens decided the answer: stop the model
+                                self._picked = int(picked)
+                                cancel.set()
+                                break
+                            selecting = False
                         if decided is None:
-                            decided = starts_a_call("".join(held))
+                            decided = starts_a_call(text)
                             if decided:
                                 self._preamble_later(clauses)
                         if decided is not False:
                             continue
-                        piece, held = "".join(held), []
+                        piece, held = text, []
                     await self._speak_piece(piece, splitter, clauses)
                     if self._withheld:
                         break
@@ -340,9 +381,9 @@ class Turn:
         finally:
             if stats is not self.stats:
                 self.trace.llm_tokens += stats.generated_tokens
-        if decided:
+        if decided and self._picked is None:
             return "".join(held)
-        if held:  # the reply ended before it could tell: it was text
+        if held and self._picked is None:  # the reply ended before it could tell: it was text
             await self._speak_piece("".join(held), splitter, clauses)
         return None
 
@@ -368,15 +409,27 @@ class Turn:
 
     async def _put_checked(self, clause: str, clauses: asyncio.Queue[str | None]) -> None:
         """A clause of the model's reply, spoken only if its figures come from the sources; else the
-        reply ends here with ``agent.not_known_reply`` (the model is stopped)."""
+        reply ends here with ``agent.not_known_reply`` (the model is stopped). Selecting, free text
+        is checked a whole sentence at a time before any of it plays: no fragment before a decline."""
+        if not self._selects:
+            await self._check_and_put([clause], clauses)
+            return
+        self._sentence.append(clause)
+        if clause.rstrip().rstrip("\"')").endswith((".", "!", "?")):
+            await self._check_and_put(self._sentence, clauses)
+
+    async def _check_and_put(self, pieces: list[str], clauses: asyncio.Queue[str | None]) -> None:
+        text, self._sentence = " ".join(piece.strip() for piece in pieces), []
         if self._withheld:
             return
         verdict = (
-            self._sources.check(clause, after=" ".join(self.clauses)) if self._sources is not None else None
+            self._sources.check(text, after=" ".join(self.clauses)) if self._sources is not None else None
         )
         if verdict is None or verdict.ok:
-            await self._put_clause(clause, clauses)
+            for clause in pieces:
+                await self._put_clause(clause, clauses)
             return
+        clause = text
         assert verdict.why is not None
         self._withheld = True
         self._llm_cancel.set()

@@ -31,6 +31,7 @@ from appliance.tools.calls import (
 from appliance.tools.facts import Fact, FactsFileError, FactsIndex, as_text, estimated_tokens
 from appliance.tools.lan import ToolFailed, build_url, call_service
 from appliance.tools.put_through import asked_to_be_put_through
+from appliance.tools.site_sentences import SiteAnswer, SiteSentences
 from appliance.tools.site_words import SiteWords
 from engines.llm import Message
 
@@ -98,6 +99,8 @@ class ToolBox:
         self._site: FactsIndex | None = None  # every facts file's sections, for the prompt
         self._in_prompt = False  # ... and they fit agent.facts_prompt_tokens (set by load)
         self.site_words: SiteWords | None = None  # the facts' words, for transcripts (by sound)
+        # agent.answers = "select" with the facts in the prompt: their numbered sentences (set by load)
+        self.site_sentences: SiteSentences | None = None
         self._started = time.monotonic()
 
     def load(self) -> None:
@@ -110,6 +113,40 @@ class ToolBox:
         self._in_prompt = bool(every) and estimated_tokens(every) <= self.agent.facts_prompt_tokens
         if every and self.agent.site_words_by_sound:
             self.site_words = SiteWords([f"{fact.title}. {fact.text}" for fact in every])
+        if self._in_prompt and self.agent.answers == "select":
+            self.site_sentences = SiteSentences(every, offer=self.offer_sentence())
+
+    def offer_sentence(self) -> str:
+        """What the appliance can do, from its facts' titles and its transfer targets (never the model's
+        idea of an assistant: "setting reminders, booking appointments")."""
+        titles = [_lowered(fact.title) for fact in self.site_facts if fact.title]
+        if not titles:
+            return ""
+        text = self.agent.offer.replace("{topics}", _listed(list(dict.fromkeys(titles))))
+        transfer = any(tool.kind == "transfer" for tool in self.tools.values())
+        if transfer and self.transfer_targets:
+            text += " " + self.agent.offer_transfer.replace("{targets}", _listed(list(self.transfer_targets)))
+        return text
+
+    def facts_prompt_text(self) -> str:
+        """The site's facts as the system prompt holds them: numbered sentences when the model selects
+        them, else each section under its title."""
+        if self.site_sentences is not None:
+            return self.site_sentences.numbered()
+        return as_text(self.site_facts) if self._in_prompt else ""
+
+    def site_answer(self, number: int, question: str) -> SiteAnswer:
+        """What to say for the model's choice of the facts' sentence ``number`` (0: none)."""
+        assert self.site_sentences is not None
+        agent = self.agent
+        answer = self.site_sentences.answer(
+            number,
+            question,
+            not_known=self.decline_sentence(),
+            unknown_item=agent.unknown_item,
+            known_items=agent.known_items,
+        )
+        return answer
 
     @property
     def site_facts(self) -> list[Fact]:
@@ -376,3 +413,12 @@ def _kept(answer: Any, keep: tuple[str, ...]) -> str:
                 f"{path}: {json.dumps(value, ensure_ascii=False) if isinstance(value, (dict, list)) else value}"
             )
     return "; ".join(parts) or "(the answer had none of the expected fields)"
+
+
+def _lowered(title: str) -> str:
+    """A section title inside a sentence: "Canteen" -> "canteen", "IT help desk" kept."""
+    return title[:1].lower() + title[1:] if title[1:2].islower() else title
+
+
+def _listed(items: list[str]) -> str:
+    return items[0] if len(items) == 1 else f"{', '.join(items[:-1])} and {items[-1]}"

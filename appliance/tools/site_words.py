@@ -5,7 +5,8 @@ Whisper writes a name it does not know as the nearest thing it does know ("Elm" 
 (docs/answers.md). A word of a transcript is read as a word of the site's facts when all of these hold:
 
 - the heard word is not in the facts itself (a word the facts use is never replaced), and neither it
-  nor the facts word is a function word or a number ("where" is never "there", "four" never "floor");
+  nor the facts word is a function word, a number or a code ("where" is never "there", "four" never
+  "floor", "M8" never "late" nor "N6" "M6");
 - its neighbour in the transcript is that facts word's neighbour in the facts ("room L" and
   "room Elm"), so a word is only ever replaced in a place where the facts say it goes;
 - they sound alike: the edit distance between their phonemes (espeak's, through the Piper voice) is
@@ -153,4 +154,6 @@ def closest_by_sound(
 def _replaceable(word: str) -> bool:
     """A word that may be heard as another, or taken for one: a name or a thing, not "the" or "four"."""
     lower = word.lower()
-    return lower not in _FUNCTION_WORDS and not lower.isdigit()
+    # A code or figure (M8, B12, 4711, line 2) is never replaced nor put in: "M8" heard right was once
+    # read as "late", and the kiosk answered with another bolt's torque.
+    return lower not in _FUNCTION_WORDS and not any(c.isdigit() for c in lower)

@@ -100,6 +100,11 @@ class TurnTrace:
     facts_given: list[str] = field(default_factory=list)
     # Words of the transcript read as the site's by their sound ("L -> Elm"): the transcript holds them.
     heard_as: list[str] = field(default_factory=list)
+    heard: str = ""  # the transcript as Whisper wrote it, when heard_as changed it
+    # agent.answers = "select": the facts' sentences the model chose (their numbers; [0]: none), and
+    # why the product declined its choice ("none chosen", "not named: M6", ...), when it did.
+    chosen: list[int] = field(default_factory=list)
+    answer_check: str = ""
     withheld: list[dict[str, Any]] = field(default_factory=list)
     declined: bool = False
     # speech over the reply ({"kind": OverlapKind, "heard", "heard_logprob", "at_s", "voiced_ms", "silenced_ms",
@@ -181,6 +186,10 @@ class TurnTrace:
         }
         if self.withheld:
             payload["withheld"] = self.withheld
+        if self.chosen:
+            payload["chosen"] = self.chosen
+        if self.answer_check:
+            payload["answer_check"] = self.answer_check
         if self.overlaps:
             payload["overlaps"] = self.overlaps
         if self.opened_by not in ("", "always"):
