@@ -15,6 +15,12 @@ def turn_summary(
     return {
         "turn_id": trace.turn_id,
         "transcript": trace.transcript,
+        "heard": trace.heard or trace.transcript,  # as Whisper wrote it, before the site's words
+        "heard_as": trace.heard_as,
+        "chosen": trace.chosen,  # the facts' sentences the model chose (agent.answers = select)
+        "answer_check": trace.answer_check,
+        "declined": trace.declined,
+        "withheld": trace.withheld,
         "reply": trace.reply,
         "played_reply": trace.played_reply,
         "error": trace.error,

@@ -5,7 +5,20 @@ from __future__ import annotations
 
 from types import ModuleType
 
-from appliance.commands import admin, bundle, calibrate, chat, config, doctor, run, say, talk, transcribe, vad
+from appliance.commands import (
+    admin,
+    bundle,
+    calibrate,
+    chat,
+    config,
+    doctor,
+    facts,
+    run,
+    say,
+    talk,
+    transcribe,
+    vad,
+)
 
 COMMANDS: tuple[ModuleType, ...] = (
     run,
@@ -15,6 +28,7 @@ COMMANDS: tuple[ModuleType, ...] = (
     vad,
     chat,
     config,
+    facts,
     bundle,
     doctor,
     admin,

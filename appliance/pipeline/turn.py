@@ -26,7 +26,7 @@ from appliance.pipeline.playback import Player
 from appliance.pipeline.played import played_text
 from appliance.pipeline.tool_round import run_tool_calls
 from appliance.tools import ToolBox, ToolCall, as_template_text, starts_a_call
-from appliance.tools.site_sentences import selection_in
+from appliance.tools.site_sentences import SiteAnswer, selection_in
 from appliance.trace.labels import Stage
 from appliance.trace.record import TurnTrace
 from engines.asr.text import normalize_text
@@ -267,6 +267,7 @@ class Turn:
                 return heard
         text, corrections = words.correct(heard)
         if corrections:
+            self.trace.heard = heard
             self.trace.heard_as = [str(c) for c in corrections]
             log.info(
                 "turn %s: heard %r as the site's words: %s",
@@ -290,7 +291,8 @@ class Turn:
         while True:
             call_text = await self._reply_or_call(messages, stats, splitter, clauses, tools is not None)
             if self._picked is not None:
-                await self._say_site_answer(self._picked, clauses)
+                answer = self._site_answer(self._picked)
+                await self._say_site_answer(answer, clauses)
                 break
             if call_text is None or tools is None:
                 break
@@ -308,17 +310,20 @@ class Turn:
         self._no_preamble()
         await clauses.put(None)
 
-    async def _say_site_answer(self, number: int, clauses: asyncio.Queue[str | None]) -> None:
+    def _site_answer(self, number: int) -> SiteAnswer:
+        assert self.tools is not None
+        answer = self.tools.site_answer(number, self.transcript)
+        self.trace.chosen.append(number)
+        self.trace.answer_check = answer.why
+        if answer.why:
+            log.info("turn %s: chose [%d]: %s", self.trace.turn_id, number, answer.why)
+        return answer
+
+    async def _say_site_answer(self, answer: SiteAnswer, clauses: asyncio.Queue[str | None]) -> None:
         """Say the facts' sentence the model chose, as written, or the product's decline."""
         from engines.tts.clauses import ClauseSplitter
 
-        assert self.tools is not None
-        answer = self.tools.site_answer(number, self.transcript)
-        self.trace.chosen = [number]
-        self.trace.answer_check = answer.why
         self._declined = answer.declined
-        if answer.why:
-            log.info("turn %s: chose [%d], declined: %s", self.trace.turn_id, number, answer.why)
         self._reply_parts.append(answer.text)
         splitter = ClauseSplitter(first_clause_words=self.config.speech.first_clause_words)
         for clause in [*splitter.push(answer.text), *splitter.flush()]:
@@ -369,7 +374,7 @@ class Turn:
                         if decided is None:
                             decided = starts_a_call(text)
                             if decided:
-                                self._preamble_later(clauses)
+                                await self._preamble_later(clauses)
                         if decided is not False:
                             continue
                         piece, held = text, []
@@ -447,13 +452,17 @@ class Turn:
         )
         await self._put_clause(ending, clauses)
 
-    def _preamble_later(self, clauses: asyncio.Queue[str | None]) -> None:
+    async def _preamble_later(self, clauses: asyncio.Queue[str | None]) -> None:
         """A tool call has started: say the preamble if nothing else is said within
-        ``agent.tool_preamble_after_ms`` (a quick tool and answer need none)."""
+        ``agent.tool_preamble_after_ms`` (a quick tool and answer need none); at once when it is 0
+        (a task started then could lose the race to the tool's own sentence on a busy machine)."""
         if self.trace.preamble_audio or self.tools is None or self._preamble is not None:
             return  # once per turn
         delay_s = self.tools.agent.tool_preamble_after_ms / 1000.0
         self._preamble_from = len(self.clauses)
+        if delay_s <= 0:
+            await self._say_preamble(0.0, clauses)
+            return
         self._preamble = asyncio.create_task(self._say_preamble(delay_s, clauses), name="tool-preamble")
 
     async def _say_preamble(self, delay_s: float, clauses: asyncio.Queue[str | None]) -> None:

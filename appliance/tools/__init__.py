@@ -113,8 +113,15 @@ class ToolBox:
         self._in_prompt = bool(every) and estimated_tokens(every) <= self.agent.facts_prompt_tokens
         if every and self.agent.site_words_by_sound:
             self.site_words = SiteWords([f"{fact.title}. {fact.text}" for fact in every])
-        if self._in_prompt and self.agent.answers == "select":
+        # Beside tools that know what the facts do not (a line's status), a small model that selects
+        # sentences stops calling them (Qwen 1.5B: 0 of 4 line questions), so it answers in its words.
+        if self._in_prompt and self.agent.answers == "select" and not self.has_live_tools:
             self.site_sentences = SiteSentences(every, offer=self.offer_sentence())
+
+    @property
+    def has_live_tools(self) -> bool:
+        """Tools that know what the facts do not (a line's status on the LAN)."""
+        return any(tool.kind == "http" for tool in self.tools.values())
 
     def offer_sentence(self) -> str:
         """What the appliance can do, from its facts' titles and its transfer targets (never the model's

@@ -288,6 +288,8 @@ class SiteSentences:
     def _best_unit(self, question: str, named: list[Named]) -> Unit | None:
         """The one unit that answers ``question`` by ``_problem``'s rules (a small model's choice is
         often its neighbour), when there is exactly one."""
+        if not _content(question) <= self._stems:  # "is line 3 running?": the facts never say
+            return None
         fitting = [u for u in self.units if self._problem(u, question, named) is None]
         return fitting[0] if len(fitting) == 1 else None
 
@@ -300,8 +302,10 @@ class SiteSentences:
         known_items: str,
         why: str,
     ) -> SiteAnswer:
-        if missing is None:  # nothing chosen: say what the facts know of a thing named that none holds
-            missing = next((item for item in named if not any(self.holds(u, item) for u in self.units)), None)
+        # "I have nothing on the M6 bolts" only of a thing no sentence holds (line 3 may be in one
+        # that does not answer this question).
+        unheld = [item for item in named if not any(self.holds(u, item) for u in self.units)]
+        missing = missing if missing in unheld else next(iter(unheld), None)
         if missing is None or not unknown_item:
             return SiteAnswer(not_known, declined=True, why=why)
         thing = f"{missing.said} {missing.head}".strip()
@@ -344,12 +348,12 @@ def _unknown_things(question: str, stems: set[str]) -> list[str]:
 
 def _code_phrase(raw: list[str], i: int) -> str:
     """A code as the facts say it: the words naming it before ("car park P2") and after ("M8 bolts")."""
-    before = []
+    before: list[str] = []
     for word in reversed(raw[max(0, i - 2) : i]):
         if word.lower() in _FUNCTION or not word.isalpha():
             break
         before.insert(0, word.lower() if word[:1].isupper() and word[1:].islower() else word)
-    after = []
+    after: list[str] = []
     for word in raw[i + 1 : i + 4]:
         if word.lower() in _FUNCTION or not word.isalpha():
             break
