@@ -12,8 +12,9 @@ Configurations side by side in one run, on the same questions:
 - ``paraphrase``: the rule before (``agent.answers = "paraphrase"``): the model's own words, checked
   figure by figure by the grounding check;
 - ``unchecked``: paraphrase without the grounding check; ``as_heard``: select without the site's words by
-  sound; ``question``: each question given only its matching sections;
-- ``*_call`` (``select_call``, ``paraphrase_call``): the same, the voice through the 8 kHz call path.
+  sound; ``nouns``: select with Whisper told to expect the facts' own words (``asr.vocabulary``) instead
+  of the site's words put back by sound; ``question``: each question given only its matching sections;
+- ``*_call`` (``select_call``, ``paraphrase_call``, ``nouns_call``): the same, the voice through the 8 kHz call path.
 
 Each question is spoken by Piper into the real session (VAD, Whisper, the LLM, Piper) in real time, or
 with ``--typed`` given as text to the same answer path (no ASR: the answer logic alone, quicker).
@@ -118,7 +119,17 @@ QUESTIONS = (
     Question("How many lockers are there?"),
     Question("What torque do the M8 bolts on line 5 need?"),
 )
-CONFIGS = ("select", "paraphrase", "unchecked", "as_heard", "question", "select_call", "paraphrase_call")
+CONFIGS = (
+    "select",
+    "paraphrase",
+    "unchecked",
+    "as_heard",
+    "nouns",
+    "question",
+    "select_call",
+    "paraphrase_call",
+    "nouns_call",
+)
 
 
 def site_settings(
@@ -132,14 +143,27 @@ def site_settings(
             {"name": "device_status", "kind": "device", "description": "the current time and today's date"},
         ],
         "grounding": base != "unchecked",
-        "site_words_by_sound": base != "as_heard",
+        "site_words_by_sound": base not in ("as_heard", "nouns"),
         "answers": "paraphrase" if base in ("paraphrase", "unchecked") else "select",
     }
     if base == "question":
         agent["facts_prompt_tokens"] = 0
-    # As the site's technician would: the facts' titles are the words Whisper is told to expect.
-    vocabulary = [fact.title for fact in read_facts(facts)]
+    # As the site's technician would: the facts' titles are the words Whisper is told to expect;
+    # ``nouns``: Whisper biased towards the facts' own words instead of the matcher putting them back.
+    vocabulary = [fact.title for fact in read_facts(facts)] if base != "nouns" else _facts_words(facts)
     return override(load_settings(None), agent=agent, llm={"model": model}, asr={"vocabulary": vocabulary})
+
+
+def _facts_words(facts: Path, limit: int = 60) -> list[str]:
+    """The facts' distinct words that name things (capitalised, codes, or not a common word), in order."""
+    from appliance.tools.site_words import _FUNCTION_WORDS
+
+    seen: dict[str, str] = {}
+    for fact in read_facts(facts):
+        for word in re.findall(r"[A-Za-z][A-Za-z0-9]+", f"{fact.title} {fact.text}"):
+            if word.lower() not in _FUNCTION_WORDS and len(word) > 2:
+                seen.setdefault(word.lower(), word)
+    return list(seen.values())[:limit]
 
 
 def site_sets(which: str, folder: Path) -> list[SiteSet]:
@@ -205,10 +229,11 @@ async def _ask(
     answerable = bool(question.expect)
     right = answerable and not trace.declined and any(_holds(played, e) for e in question.expect)
     stated = [] if trace.declined else _values(played, question.text)
-    invented = _invented(played, sources)
+    decline_at = min((played.find(s) for s in _DECLINES if played.find(s) >= 0), default=-1)
+    # A decline names the person's item and the facts' siblings: not figures stated as values.
+    invented = _invented(played[:decline_at] if decline_at >= 0 else played, sources)
     # A figure of the facts said for a question they do not answer, or instead of the right one.
     misattributed = [v for v in stated if v not in invented] if not right else []
-    decline_at = min((played.find(s) for s in _DECLINES if played.find(s) >= 0), default=-1)
     return {
         "question": question.text,
         "kind": question.kind,
@@ -278,7 +303,8 @@ async def _run_config(args: argparse.Namespace, config: str, sets: list[SiteSet]
         engines = build_engines(settings, open_bundle(settings))
         await load_engines(engines)
         try:
-            for question in site.questions[: args.limit or None]:
+            step = max(1, len(site.questions) // args.limit) if args.limit else 1
+            for question in site.questions[::step][: args.limit or None]:
                 audio = (
                     None if args.typed else _spoken(engines.tts, question.text, call=config.endswith("_call"))
                 )
@@ -313,7 +339,9 @@ def main() -> None:
     parser.add_argument("--sites", choices=("generated", "riverside"), default="generated")
     parser.add_argument("--configs", default="select,paraphrase", help=f"some of {', '.join(CONFIGS)}")
     parser.add_argument("--typed", action="store_true", help="questions as text (no voice, no ASR)")
-    parser.add_argument("--limit", type=int, default=0, help="questions per site (0: all)")
+    parser.add_argument(
+        "--limit", type=int, default=0, help="questions per site, evenly spread over it (0: all)"
+    )
     args = parser.parse_args()
     unknown = set(args.configs.split(",")) - set(CONFIGS)
     if unknown:

@@ -253,3 +253,12 @@ def test_a_second_daemon_on_a_turn_database_is_told_which_process_holds_it(tmp_p
     again = TraceStore(db, max_turns=10, owner=True)  # ... and the same process may hold it twice
     again.close()
     store.close()
+
+
+def test_calibration_keeps_only_chirps_that_agree() -> None:
+    """A busy machine measured 55.3, 55.3 and 78.7 ms: one late write is an outlier, not the answer."""
+    from appliance.audio.calibrate import AGREE_MS, _agreeing
+
+    assert _agreeing([55.3, 78.7, 55.3], 3) == []  # two agree: play more chirps
+    assert _agreeing([55.3, 78.7, 55.3, 56.1, 90.2, 55.9], 3) == [55.3, 55.3, 55.9]
+    assert _agreeing([40.0, 40.0 + AGREE_MS, 41.0], 3) == [40.0, 41.0, 42.0]

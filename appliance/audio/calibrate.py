@@ -24,6 +24,8 @@ GAP_S = 0.7
 MAX_DELAY_S = 1.0
 MIN_SNR = 8.0  # correlation peak over its median: below it the chirp was not heard
 MAX_SPREAD_MS = 10.0
+AGREE_MS = 2.0  # chirps that agree this closely measured the device, not a late write on a busy machine
+MAX_BATCHES = 5  # of ``repeats`` chirps each, before "the machine is too busy"
 
 
 class CalibrationError(RuntimeError):
@@ -78,11 +80,18 @@ def find_delays(captured: np.ndarray, reference: np.ndarray, starts: list[int]) 
 
 
 async def measure_echo_delay(
-    source: AudioSource, sink: AudioSink, *, repeats: int = 3, first_frame_timeout_s: float = 3.0
+    source: AudioSource,
+    sink: AudioSink,
+    *,
+    repeats: int = 3,
+    first_frame_timeout_s: float = 3.0,
+    max_batches: int = MAX_BATCHES,
 ) -> Calibration:
-    """Play ``repeats`` chirps on ``sink`` while listening on ``source``; raises CalibrationError when
-    the microphone gives nothing or does not hear them."""
-    timeline = PlaybackTimeline(keep_s=60.0)  # the whole run is read back at the end
+    """Play chirps on ``sink`` while listening on ``source``, ``repeats`` at a time, until ``repeats``
+    of them agree within ``AGREE_MS`` (a busy machine delays a write now and then: one such chirp is
+    an outlier, never the answer) or ``max_batches`` have been played. Raises CalibrationError when
+    the microphone gives nothing, does not hear them, or they never agree."""
+    timeline = PlaybackTimeline(keep_s=120.0)  # the whole run is read back after each batch
     player = Player(TappedSink(sink, timeline))
     clock = CaptureClock()
     frames: list[np.ndarray] = []
@@ -96,30 +105,53 @@ async def measure_echo_delay(
             got_frame.set()
 
     listener = asyncio.create_task(listen(), name="calibrate-listen")
+    delays: list[float] = []
     try:
         await _wait_for_microphone(listener, got_frame, first_frame_timeout_s)
         sweep = chirp()
         gap = np.zeros(round(GAP_S * SAMPLE_RATE_HZ), dtype=np.float32)
         lead = np.zeros(SAMPLE_RATE_HZ // 2, dtype=np.float32)
         tail = np.zeros(round((MAX_DELAY_S + 0.5) * SAMPLE_RATE_HZ), dtype=np.float32)
-        signal = np.concatenate([lead, *([sweep, gap] * repeats), tail])
-        await player.play(resample(signal, SAMPLE_RATE_HZ, sink.sample_rate_hz), 0)
-        await player.drain()
-        await asyncio.sleep(0.2)
-        if listener.done():
-            listener.result()  # the microphone failed: its error, not a measurement
+        for batch in range(max_batches):
+            signal = np.concatenate([lead, *([sweep, gap] * repeats), tail])
+            await player.play(resample(signal, SAMPLE_RATE_HZ, sink.sample_rate_hz), batch)
+            await player.drain()
+            await asyncio.sleep(0.2)
+            if listener.done():
+                listener.result()  # the microphone failed: its error, not a measurement
+            delays, snr = _measured(frames, timeline, clock, repeats * (batch + 1))
+            agreeing = _agreeing(delays, repeats)
+            if agreeing:
+                return Calibration(
+                    delay_ms=round(float(np.median(agreeing)), 1),
+                    delays_ms=[round(d, 1) for d in delays],
+                    snr=round(snr, 1),
+                    spread_ms=round(max(agreeing) - min(agreeing), 1),
+                )
     finally:
         listener.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await listener
+    heard = ", ".join(f"{d:.1f}" for d in delays)
+    raise CalibrationError(
+        f"the machine is too busy to measure: no {repeats} of {len(delays)} chirps agreed within "
+        f"{AGREE_MS:g} ms ({heard} ms) (fix: try again when the machine is quieter: stop the daemon "
+        "and any other heavy program)"
+    )
+
+
+def _measured(
+    frames: list[np.ndarray], timeline: PlaybackTimeline, clock: CaptureClock, expected: int
+) -> tuple[list[float], float]:
+    """The delay of every chirp played so far, and the weakest one's correlation over its median."""
     captured = np.concatenate(frames)
     # What was playing, sample for sample with the microphone's, by the capture clock's best estimate
     # (the earliest arrival of the whole run) of when its first sample was heard.
     reference = timeline.take(clock.time_of(0), len(captured))
     chirp_starts = _chirp_starts(reference)
-    if len(chirp_starts) != repeats:
+    if len(chirp_starts) != expected:
         raise CalibrationError(
-            f"found {len(chirp_starts)} of {repeats} chirps on the playback timeline "
+            f"found {len(chirp_starts)} of {expected} chirps on the playback timeline "
             "(fix: retry; the speaker's writes were late)"
         )
     delays, snr = find_delays(captured, reference, chirp_starts)
@@ -129,12 +161,15 @@ async def measure_echo_delay(
             f"{MIN_SNR:.0f}) (fix: turn the speaker up, check audio.input_device / audio.output_device "
             "are the microphone and speaker of this kiosk, keep the room quiet)"
         )
-    return Calibration(
-        delay_ms=round(float(np.median(delays)), 1),
-        delays_ms=[round(d, 1) for d in delays],
-        snr=round(snr, 1),
-        spread_ms=round(max(delays) - min(delays), 1),
-    )
+    return delays, snr
+
+
+def _agreeing(delays: list[float], count: int) -> list[float]:
+    """The tightest ``count`` delays when they lie within ``AGREE_MS``; else none."""
+    ordered = sorted(delays)
+    windows = [ordered[i : i + count] for i in range(len(ordered) - count + 1)]
+    best = min(windows, key=lambda w: w[-1] - w[0], default=[])
+    return best if best and best[-1] - best[0] <= AGREE_MS else []
 
 
 async def _wait_for_microphone(

@@ -291,9 +291,7 @@ class Turn:
         while True:
             call_text = await self._reply_or_call(messages, stats, splitter, clauses, tools is not None)
             if self._picked is not None:
-                answer = self._site_answer(self._picked)
-                await self._say_site_answer(answer, clauses)
-                break
+                break  # the facts' sentence (or the decline) is said already
             if call_text is None or tools is None:
                 break
             called = await self._call_tools(tools, call_text, calls_left, clauses)
@@ -369,6 +367,7 @@ class Turn:
                             if picked is not False:  # a few tokens decided the answer: stop the model
                                 self._picked = int(picked)
                                 cancel.set()
+                                await self._say_site_answer(self._site_answer(self._picked), clauses)
                                 break
                             selecting = False
                         if decided is None:
