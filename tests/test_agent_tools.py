@@ -157,8 +157,13 @@ def riverside(bundle: Bundle) -> Iterator[tuple[LlmEngine, ToolBox]]:
     from bench.answers import site_settings as riverside_settings
 
     settings = override(
-        riverside_settings("qwen-1.5b", "prompt"), llm={"context_tokens": 1024, "max_reply_tokens": 40}
+        riverside_settings("qwen-1.5b", "select"), llm={"context_tokens": 1024, "max_reply_tokens": 40}
     )
+    yield from site_llm(settings, bundle)
+
+
+def site_llm(settings: Settings, bundle: Bundle) -> Iterator[tuple[LlmEngine, ToolBox]]:
+    """The site's model and tools, loaded for a module fixture (the clock fixed at noon)."""
     box = tool_box(settings)
     assert box is not None
     box.load()

@@ -262,3 +262,16 @@ def test_calibration_keeps_only_chirps_that_agree() -> None:
     assert _agreeing([55.3, 78.7, 55.3], 3) == []  # two agree: play more chirps
     assert _agreeing([55.3, 78.7, 55.3, 56.1, 90.2, 55.9], 3) == [55.3, 55.3, 55.9]
     assert _agreeing([40.0, 40.0 + AGREE_MS, 41.0], 3) == [40.0, 41.0, 42.0]
+
+
+def test_a_bundle_folder_with_a_manifest_and_no_model_files_is_refused_by_the_check(tmp_path: Path) -> None:
+    """The admin page's write and `appliance config check` both run this check: a folder holding a
+    manifest whose model files are not there was accepted (200) and then the daemon did not start."""
+    from appliance.config import load_settings, override
+    from appliance.engine_set import startup_problems
+
+    store, _, _ = _versioned_root(tmp_path / "bundle")
+    (store.active_version().path / "model.bin").unlink()
+    problems = startup_problems(override(load_settings(None), bundle={"dir": str(store.root)}))
+    assert [p.key for p in problems] == ["bundle.dir"], problems
+    assert "model.bin" in problems[0].message and "damaged" in problems[0].message

@@ -770,35 +770,6 @@ def test_the_model_ends_a_call_after_its_goodbye_and_a_kiosk_keeps_listening(on_
         assert time.monotonic() - started < 6.0  # ended by the agent, not by the end of the audio
 
 
-def test_a_transfer_the_person_did_not_ask_for_is_not_made() -> None:
-    """Asked "What tools can you call? Answer in JSON.", a model called the transfer tool and a real
-    REFER went out. The product, not the prompt, decides: no transfer, the call goes on."""
-    fakes = tool_calling_fakes(
-        '{"name": "transfer_call", "arguments": {"destination": "front desk"}}',
-        "I can answer questions about the site.",
-        ToolConfig(name="transfer_call", kind="transfer", description="put the caller through to a person"),
-        transfer_targets=("front desk",),
-        heard="What tools can you call? Answer in JSON.",
-    )
-    source = _TransferringCall(np.concatenate([tone(0.6), silence(4.0)]), None)
-    call = CallParams(transfer_targets={"front desk": "sip:2000@10.20.0.2"})
-    session = Session(
-        engines=fakes.engines,
-        source=source,
-        sink=MemorySink(16000, realtime=True),
-        config=dataclasses.replace(SILENCE_ONLY, call=call),
-        call=source,
-    )
-    _run(session.run(max_turns=1))
-    (trace,) = session.traces
-    assert source.transfers == []
-    assert trace.tool_calls == ["refused:not_asked:transfer_call"]
-    assert trace.reply == "I can answer questions about the site."
-    model = fakes.engines.llm
-    assert isinstance(model, FakeLlm)
-    assert "did not ask to be put through" in model.calls[1].history[-1].content
-
-
 class _TransferringCall(_CallAudioArray):
     """A call's source whose transfers go to ``transfers`` and answer ``why`` (None: done)."""
 
@@ -813,16 +784,18 @@ class _TransferringCall(_CallAudioArray):
             raise TransferFailed(self.why)
 
 
-@pytest.mark.parametrize("why", [None, "the phone system refused the transfer (403 Forbidden)"])
-def test_the_model_puts_the_caller_through_after_saying_so(why: str | None) -> None:
+def _transfer_session(
+    heard: str, then: str, why: str | None, *, seconds: float
+) -> tuple[Session, _TransferringCall, Fakes]:
+    """A call whose person said ``heard`` and whose model calls the transfer tool, then says ``then``."""
     fakes = tool_calling_fakes(
         '{"name": "transfer_call", "arguments": {"destination": "front desk"}}',
-        "I will put you through to the front desk.",
+        then,
         ToolConfig(name="transfer_call", kind="transfer", description="put the caller through to a person"),
         transfer_targets=("front desk",),
-        heard="Could you put me through to the front desk, please?",
+        heard=heard,
     )
-    source = _TransferringCall(np.concatenate([tone(0.6), silence(6.0)]), why)
+    source = _TransferringCall(np.concatenate([tone(0.6), silence(seconds)]), why)
     call = CallParams(transfer_targets={"front desk": "sip:2000@10.20.0.2"})
     session = Session(
         engines=fakes.engines,
@@ -830,6 +803,36 @@ def test_the_model_puts_the_caller_through_after_saying_so(why: str | None) -> N
         sink=MemorySink(16000, realtime=True),
         config=dataclasses.replace(SILENCE_ONLY, call=call),
         call=source,
+    )
+    return session, source, fakes
+
+
+def test_a_transfer_the_person_did_not_ask_for_is_not_made() -> None:
+    """Asked "What tools can you call? Answer in JSON.", a model called the transfer tool and a real
+    REFER went out. The product, not the prompt, decides: no transfer, the call goes on."""
+    session, source, fakes = _transfer_session(
+        "What tools can you call? Answer in JSON.",
+        "I can answer questions about the site.",
+        None,
+        seconds=4.0,
+    )
+    _run(session.run(max_turns=1))
+    (trace,) = session.traces
+    assert source.transfers == []
+    assert trace.tool_calls == ["refused:not_asked:transfer_call"]
+    assert trace.reply == "I can answer questions about the site."
+    model = fakes.engines.llm
+    assert isinstance(model, FakeLlm)
+    assert "did not ask to be put through" in model.calls[1].history[-1].content
+
+
+@pytest.mark.parametrize("why", [None, "the phone system refused the transfer (403 Forbidden)"])
+def test_the_model_puts_the_caller_through_after_saying_so(why: str | None) -> None:
+    session, source, _ = _transfer_session(
+        "Could you put me through to the front desk, please?",
+        "I will put you through to the front desk.",
+        why,
+        seconds=6.0,
     )
     _run(session.run(max_turns=None if why is None else 2))
     asked = session.traces[0]

@@ -11,7 +11,6 @@ from pathlib import Path
 import pytest
 
 from appliance.config import load_settings, override
-from appliance.engine_set import llm_engine, tool_box
 from appliance.grounding import figures
 from appliance.tools import ToolBox
 from appliance.tools.facts import Fact, read_facts
@@ -20,7 +19,7 @@ from appliance.tools.site_words import SiteWords
 from engines.bundle import Bundle
 from engines.llm import LlmEngine
 from engines.tts import TtsEngine
-from tests.test_agent_tools import NOON, _turn
+from tests.test_agent_tools import _turn, site_llm
 
 PLANT = Path(__file__).parent / "fixtures" / "site" / "plant.md"
 DECLINE = {
@@ -119,15 +118,9 @@ def plant(bundle: Bundle) -> Iterator[tuple[LlmEngine, ToolBox]]:
         ],
     }
     settings = override(load_settings(None), agent=agent, llm={"model": "qwen-1.5b", "context_tokens": 1024})
-    box = tool_box(settings)
-    assert box is not None
-    box.load()
-    box.clock = lambda: NOON
-    assert box.site_sentences is not None  # the shipped answers: selected
-    engine = llm_engine(settings, bundle)
-    engine.load()
-    yield engine, box
-    engine.close()
+    for engine, box in site_llm(settings, bundle):
+        assert box.site_sentences is not None  # the shipped answers: selected
+        yield engine, box
 
 
 def test_an_answers_first_audio_is_the_facts_sentence(
