@@ -4,12 +4,25 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
 from appliance.cli import build_parser, main
 
-DOCUMENTED = ["run", "talk", "transcribe", "say", "vad", "chat", "config", "bundle", "doctor", "admin"]
+DOCUMENTED = [
+    "run",
+    "talk",
+    "transcribe",
+    "say",
+    "vad",
+    "chat",
+    "config",
+    "bundle",
+    "doctor",
+    "admin",
+    "facts",
+]
 
 
 def test_help_lists_every_subcommand() -> None:
@@ -29,6 +42,7 @@ def test_help_lists_every_subcommand() -> None:
         ["say", "hi", "-o", "x.wav"],
         ["vad", "x.wav"],
         ["chat", "hi"],
+        ["facts", "test", "facts.md", "questions.tsv", "--spoken"],
     ],
 )
 def test_subcommands_parse(argv: list[str]) -> None:
@@ -40,3 +54,15 @@ def test_unknown_subcommand_is_a_usage_error() -> None:
     with pytest.raises(SystemExit) as info:
         main(["frobnicate"])
     assert info.value.code == 2
+
+
+def test_doctor_says_what_config_check_refuses(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A technician trusts doctor: it ran none of the configuration's start checks ("ok config" for a
+    facts file that is not there)."""
+    config = tmp_path / "site.toml"
+    config.write_text(
+        '[[agent.tools]]\nname = "site"\nkind = "facts"\nfile = "/nonexistent/facts.md"\ndescription = "x"\n'
+    )
+    assert main(["doctor", "--config", str(config)]) == 1
+    out = capsys.readouterr().out
+    assert "FAIL  config:" in out and "agent.tools[0].file" in out and "does not exist" in out

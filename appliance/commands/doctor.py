@@ -30,7 +30,18 @@ def diagnose(args: argparse.Namespace) -> list[Finding]:
         settings = load_settings(args.config)
     except ConfigError as err:
         return [Finding("config", False, str(err), "correct the file: appliance config check FILE")]
-    findings = [Finding("config", True, str(args.config or "the default configuration"))]
+    from appliance.start_check import check_start
+
+    # Everything `appliance config check` checks (the bundle's models, the facts files, the trace
+    # database, ports, accounts, audio devices): a technician trusts doctor.
+    source = str(args.config or "the default configuration")
+    problems = check_start(settings, config_path=args.config, ports_free=False).all
+    if problems:
+        listed = "; ".join(f"{p.key}: {p.message}" for p in problems)
+        fix = f"appliance config check {args.config or ''} names each with its fix".replace("  ", " ")
+        findings = [Finding("config", False, f"{source}: {listed}", fix)]
+    else:
+        findings = [Finding("config", True, f"{source}: every check of appliance config check passes")]
     if settings.sip.enabled and settings.sip.registrar:
         findings.append(_registration(settings.sip))
 
