@@ -161,3 +161,11 @@ def test_what_it_offers_comes_from_its_facts(plant: tuple[LlmEngine, ToolBox], p
     assert box.offer_sentence().startswith(
         "I can tell you about torque specifications, parking, phone extensions"
     )
+
+
+def test_a_number_said_as_a_word_is_the_same_item() -> None:
+    """Whisper writes "hall four" as often as "hall 4"; the kiosk said hall 2's sentence for it."""
+    text, why, declined = _answer(4, "Which car park is next to hall three?")  # [4]: car park P1
+    assert not declined and text == "Car park P2 has 40 spaces and is next to hall 3.", why
+    text, _, declined = _answer(5, "Which car park is next to hall four?")
+    assert declined and text.startswith("I have nothing on hall 4 here."), text

@@ -175,7 +175,7 @@ class SiteSentences:
     def named(self, question: str) -> list[Named]:
         """What ``question`` names that an answer must be about (Whisper may write it twice: once)."""
         found: list[Named] = []
-        for sentence in re.split(r"[.!?,;]+", question):
+        for sentence in re.split(r"[.!?,;]+", _digits(question)):
             found += [item for item in self._named_in(sentence) if item not in found]
         return found
 
@@ -245,6 +245,7 @@ class SiteSentences:
         self, number: int, question: str, *, not_known: str, unknown_item: str, known_items: str
     ) -> SiteAnswer:
         """What to say for the model's choice of unit ``number`` (0: none) for ``question``."""
+        question = _digits(question)
         named = self.named(question)
         if number < 0 or number > len(self.units):
             return self._decline(
@@ -334,6 +335,23 @@ _ASKING = frozenset((  # noqa: SIM905 (a word list reads better as text)
 def _content(text: str) -> set[str]:
     """The words of ``text`` that say what it is about, stemmed as the facts' search stems them."""
     return {_facts_stem(w) for w in _WORD.findall(text.lower()) if w not in _ASKING and len(w) > 2}
+
+
+# fmt: off
+_NUMBER_WORDS = {
+    word: str(value) for value, word in enumerate((  # noqa: SIM905 (a word list reads better as text)
+        "zero one two three four five six seven eight nine ten eleven twelve thirteen fourteen fifteen "
+        "sixteen seventeen eighteen nineteen twenty"
+    ).split())
+}
+# fmt: on
+
+
+def _digits(question: str) -> str:
+    """Whisper writes "hall four" as often as "hall 4": the number is the same item."""
+    return re.sub(
+        r"\b(" + "|".join(_NUMBER_WORDS) + r")\b", lambda m: _NUMBER_WORDS[m[1].lower()], question, flags=re.I
+    )
 
 
 def _unknown_things(question: str, stems: set[str]) -> list[str]:
