@@ -169,3 +169,16 @@ def test_a_number_said_as_a_word_is_the_same_item() -> None:
     assert not declined and text == "Car park P2 has 40 spaces and is next to hall 3.", why
     text, _, declined = _answer(5, "Which car park is next to hall four?")
     assert declined and text.startswith("I have nothing on hall 4 here."), text
+
+
+def test_a_question_that_names_none_of_several_is_not_answered_with_one() -> None:
+    """Whisper dropped "Ash" of "How many people does meeting room Ash seat?"; the kiosk said Rowan's."""
+    sentences = SiteSentences(
+        [Fact("Meeting rooms", "Meeting room Pine seats 14 people. Meeting room Rowan seats 12 people.")]
+    )
+    answer = sentences.answer(2, "How many people does meeting room seat?", known_items=KNOWN, **DECLINE)
+    assert answer.declined and answer.why.startswith("which one"), answer
+    answer = sentences.answer(
+        2, "How many people does meeting room Rowan seat?", known_items=KNOWN, **DECLINE
+    )
+    assert not answer.declined and answer.text == "Meeting room Rowan seats 12 people."

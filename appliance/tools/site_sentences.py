@@ -254,7 +254,7 @@ class SiteSentences:
         if number == 0:
             return self._decline(named, None, not_known, unknown_item, known_items, "none chosen")
         unit = self.units[number - 1]
-        problem = self._problem(unit, question, named)
+        problem = self._problem(unit, question, named) or self._which_one(unit, question, named)
         if problem is None:
             return SiteAnswer(unit.text, chosen=(number,))
         better = self._best_unit(question, named) if problem != "no figure" else None
@@ -262,6 +262,31 @@ class SiteSentences:
             return SiteAnswer(better.text, chosen=(better.number,), why=f"{problem}; [{better.number}] fits")
         missing = next((item for item in named if not self.holds(unit, item)), None)
         return self._decline(named, missing, not_known, unknown_item, known_items, problem)
+
+    def _which_one(self, unit: Unit, question: str, named: list[Named]) -> str | None:
+        """The question asks about one of several things the facts name apart (Whisper lost "Ash" of
+        "meeting room Ash"), and the sentence names one of them: not an answer to it."""
+        asked = set(_words(question))
+        own = {(word, name) for word, name in self._pairs(unit) if word in asked and name not in asked}
+        if not own:
+            return None
+        others = [
+            u
+            for u in self.units
+            if u.number != unit.number
+            and self._problem(u, question, named) is None
+            and any(word in {w for w, _ in own} for word, _ in self._pairs(u))
+        ]
+        return "which one: the question names none of them" if others else None
+
+    def _pairs(self, unit: Unit) -> set[tuple[str, str]]:
+        """The (word, name) pairs of ``unit``: ("room", "oak") of "Meeting room Oak"."""
+        tokens = self._tokens[unit.number - 1]
+        return {
+            (left, right)
+            for left, right in itertools.pairwise(tokens)
+            if right in self._names.get(left, {}) and len(self._names[left]) >= 2
+        }
 
     def _problem(self, unit: Unit, question: str, named: list[Named]) -> str | None:
         """Why ``unit`` does not answer ``question``; None when it may: it must hold everything the
