@@ -259,8 +259,10 @@ def test_calibration_keeps_only_chirps_that_agree() -> None:
     """A busy machine measured 55.3, 55.3 and 78.7 ms: one late write is an outlier, not the answer."""
     from appliance.audio.calibrate import AGREE_MS, _agreeing
 
-    assert _agreeing([55.3, 78.7, 55.3], 3) == []  # two agree: play more chirps
-    assert _agreeing([55.3, 78.7, 55.3, 56.1, 90.2, 55.9], 3) == [55.3, 55.3, 55.9]
+    assert _agreeing([55.3, 78.7, 55.3], 2) == [55.3, 55.3]
+    assert _agreeing([49.6, 55.2, 58.0, 114.1, 114.1, 114.1], 2) == [114.1, 114.1]
+    assert _agreeing([150.4, 150.4, 153.7, 213.2, 213.2, 213.2], 2) == [150.4, 150.4]  # lowest, not most
+    assert _agreeing([40.0, 43.0, 47.0], 2) == []  # none agree: play more chirps
     assert _agreeing([40.0, 40.0 + AGREE_MS, 41.0], 3) == [40.0, 41.0, 42.0]
 
 

@@ -25,6 +25,7 @@ MAX_DELAY_S = 1.0
 MIN_SNR = 8.0  # correlation peak over its median: below it the chirp was not heard
 MAX_SPREAD_MS = 10.0
 AGREE_MS = 2.0  # chirps that agree this closely measured the device, not a late write on a busy machine
+AGREEING = 2  # ... this many of them: the lowest such pair is the device's delay
 MAX_BATCHES = 5  # of ``repeats`` chirps each, before "the machine is too busy"
 
 
@@ -87,9 +88,9 @@ async def measure_echo_delay(
     first_frame_timeout_s: float = 3.0,
     max_batches: int = MAX_BATCHES,
 ) -> Calibration:
-    """Play chirps on ``sink`` while listening on ``source``, ``repeats`` at a time, until ``repeats``
-    of them agree within ``AGREE_MS`` (a busy machine delays a write now and then: one such chirp is
-    an outlier, never the answer) or ``max_batches`` have been played. Raises CalibrationError when
+    """Play chirps on ``sink`` while listening on ``source``, ``repeats`` at a time, until ``AGREEING``
+    of them agree within ``AGREE_MS`` (a busy machine delays a write now and then: such a chirp is
+    later than the device, never the answer) or ``max_batches`` have been played. Raises CalibrationError when
     the microphone gives nothing, does not hear them, or they never agree."""
     timeline = PlaybackTimeline(keep_s=120.0)  # the whole run is read back after each batch
     player = Player(TappedSink(sink, timeline))
@@ -120,7 +121,7 @@ async def measure_echo_delay(
             if listener.done():
                 listener.result()  # the microphone failed: its error, not a measurement
             delays, snr = _measured(frames, timeline, clock, repeats * (batch + 1))
-            agreeing = _agreeing(delays, repeats)
+            agreeing = _agreeing(delays, AGREEING)
             if agreeing:
                 return Calibration(
                     delay_ms=round(float(np.median(agreeing)), 1),
@@ -134,7 +135,7 @@ async def measure_echo_delay(
             await listener
     heard = ", ".join(f"{d:.1f}" for d in delays)
     raise CalibrationError(
-        f"the machine is too busy to measure: no {repeats} of {len(delays)} chirps agreed within "
+        f"the machine is too busy to measure: no {AGREEING} of {len(delays)} chirps agreed within "
         f"{AGREE_MS:g} ms ({heard} ms) (fix: try again when the machine is quieter: stop the daemon "
         "and any other heavy program)"
     )
@@ -165,11 +166,12 @@ def _measured(
 
 
 def _agreeing(delays: list[float], count: int) -> list[float]:
-    """The tightest ``count`` delays when they lie within ``AGREE_MS``; else none."""
+    """The lowest ``count`` delays that lie within ``AGREE_MS`` of each other; else none. Lowest: a
+    late write or read on a busy machine only ever adds delay (a loopback measured 49, 55, 55 and then
+    114 ms three times, its buffer one period fuller after a late write), never takes any away."""
     ordered = sorted(delays)
     windows = [ordered[i : i + count] for i in range(len(ordered) - count + 1)]
-    best = min(windows, key=lambda w: w[-1] - w[0], default=[])
-    return best if best and best[-1] - best[0] <= AGREE_MS else []
+    return next((w for w in windows if w[-1] - w[0] <= AGREE_MS), [])
 
 
 async def _wait_for_microphone(
