@@ -35,9 +35,9 @@ def diagnose(args: argparse.Namespace) -> list[Finding]:
     # Everything `appliance config check` checks (the bundle's models, the facts files, the trace
     # database, ports, accounts, audio devices): a technician trusts doctor.
     source = str(args.config or "the default configuration")
-    problems = check_start(settings, config_path=args.config, ports_free=False).all
-    if problems:
-        listed = "; ".join(f"{p.key}: {p.message}" for p in problems)
+    refused = check_start(settings, config_path=args.config, ports_free=False).all
+    if refused:
+        listed = "; ".join(f"{p.key}: {p.message}" for p in refused)
         fix = f"appliance config check {args.config or ''} names each with its fix".replace("  ", " ")
         findings = [Finding("config", False, f"{source}: {listed}", fix)]
     else:
