@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Literal
 
-from pydantic import Field, field_validator, model_validator
+from pydantic import Field, ValidationInfo, field_validator, model_validator
 
 from appliance.pipeline.params import HistoryParams, ReplyParams
 from engines.params import Params, check_sentence
@@ -50,6 +50,17 @@ class ToolConfig(Params):
     @classmethod
     def _expand_file(cls, value: Path | None) -> Path | None:
         return None if value is None else value.expanduser()
+
+
+# The placeholders each sentence the agent says may use (none for the others).
+_PLACEHOLDERS: dict[str, tuple[str, ...]] = {
+    "not_known_offer": ("target",),
+    "unknown_item": ("item",),
+    "known_items": ("items",),
+    "offer": ("topics",),
+    "offer_transfer": ("targets",),
+    "tool_failed_reply": ("tool",),
+}
 
 
 class AgentParams(HistoryParams, ReplyParams):
@@ -152,42 +163,18 @@ class AgentParams(HistoryParams, ReplyParams):
         description="said when the model's tool call is malformed, unknown or over agent.max_tool_calls",
     )
 
-    @field_validator("not_known_reply", "goodbye_reply", "tool_preamble")
+    @field_validator(
+        "not_known_reply",
+        "goodbye_reply",
+        "tool_preamble",
+        "tool_misunderstood_reply",
+        "not_known_offer",
+        "unknown_item",
+        "known_items",
+        "offer",
+        "offer_transfer",
+        "tool_failed_reply",
+    )
     @classmethod
-    def _sentence(cls, value: str) -> str:
-        return check_sentence(value)
-
-    @field_validator("not_known_offer")
-    @classmethod
-    def _offer(cls, value: str) -> str:
-        return check_sentence(value, ("target",))
-
-    @field_validator("unknown_item")
-    @classmethod
-    def _names_item(cls, value: str) -> str:
-        return check_sentence(value, ("item",))
-
-    @field_validator("known_items")
-    @classmethod
-    def _names_items(cls, value: str) -> str:
-        return check_sentence(value, ("items",))
-
-    @field_validator("offer")
-    @classmethod
-    def _names_topics(cls, value: str) -> str:
-        return check_sentence(value, ("topics",))
-
-    @field_validator("offer_transfer")
-    @classmethod
-    def _names_targets(cls, value: str) -> str:
-        return check_sentence(value, ("targets",))
-
-    @field_validator("tool_failed_reply")
-    @classmethod
-    def _names_tool(cls, value: str) -> str:
-        return check_sentence(value, ("tool",))
-
-    @field_validator("tool_misunderstood_reply")
-    @classmethod
-    def _plain(cls, value: str) -> str:
-        return check_sentence(value)
+    def _sentence(cls, value: str, info: ValidationInfo) -> str:
+        return check_sentence(value, _PLACEHOLDERS.get(info.field_name or "", ()))
