@@ -433,12 +433,11 @@ class Turn:
             for clause in pieces:
                 await self._put_clause(clause, clauses)
             return
-        clause = text
         assert verdict.why is not None
         self._withheld = True
         self._llm_cancel.set()
         self.trace.withheld.append(
-            {"clause": clause[:200], "why": verdict.why.value, "figures": verdict.ungrounded}
+            {"clause": text[:200], "why": verdict.why.value, "figures": verdict.ungrounded}
         )
         log.warning(
             "turn %s: a clause was not spoken (%s%s)",

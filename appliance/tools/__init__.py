@@ -31,7 +31,7 @@ from appliance.tools.calls import (
 from appliance.tools.facts import Fact, FactsFileError, FactsIndex, as_text, estimated_tokens
 from appliance.tools.lan import ToolFailed, build_url, call_service
 from appliance.tools.put_through import asked_to_be_put_through
-from appliance.tools.site_sentences import SiteAnswer, SiteSentences
+from appliance.tools.site_sentences import SiteAnswer, SiteSentences, listed
 from appliance.tools.site_words import SiteWords
 from engines.llm import Message
 
@@ -129,11 +129,15 @@ class ToolBox:
         titles = [_lowered(fact.title) for fact in self.site_facts if fact.title]
         if not titles:
             return ""
-        text = self.agent.offer.replace("{topics}", _listed(list(dict.fromkeys(titles))))
-        transfer = any(tool.kind == "transfer" for tool in self.tools.values())
-        if transfer and self.transfer_targets:
-            text += " " + self.agent.offer_transfer.replace("{targets}", _listed(list(self.transfer_targets)))
+        text = self.agent.offer.replace("{topics}", listed(list(dict.fromkeys(titles))))
+        if self.can_transfer:
+            text += " " + self.agent.offer_transfer.replace("{targets}", listed(list(self.transfer_targets)))
         return text
+
+    @property
+    def can_transfer(self) -> bool:
+        """A transfer tool can reach someone (sip.transfer_targets)."""
+        return bool(self.transfer_targets) and any(tool.kind == "transfer" for tool in self.tools.values())
 
     def facts_prompt_text(self) -> str:
         """The site's facts as the system prompt holds them: numbered sentences when the model selects
@@ -145,15 +149,13 @@ class ToolBox:
     def site_answer(self, number: int, question: str) -> SiteAnswer:
         """What to say for the model's choice of the facts' sentence ``number`` (0: none)."""
         assert self.site_sentences is not None
-        agent = self.agent
-        answer = self.site_sentences.answer(
+        return self.site_sentences.answer(
             number,
             question,
             not_known=self.decline_sentence(),
-            unknown_item=agent.unknown_item,
-            known_items=agent.known_items,
+            unknown_item=self.agent.unknown_item,
+            known_items=self.agent.known_items,
         )
-        return answer
 
     @property
     def site_facts(self) -> list[Fact]:
@@ -264,8 +266,7 @@ class ToolBox:
     def decline_sentence(self) -> str:
         """What a reply cut by the grounding check ends with: ``agent.not_known_reply``, and the offer
         of a person when a transfer tool can reach one."""
-        transfer = any(tool.kind == "transfer" for tool in self.tools.values())
-        if not transfer or not self.transfer_targets:
+        if not self.can_transfer:
             return self.agent.not_known_reply
         return f"{self.agent.not_known_reply} {self.agent.not_known_offer.format(target=self.transfer_targets[0])}"
 
@@ -425,7 +426,3 @@ def _kept(answer: Any, keep: tuple[str, ...]) -> str:
 def _lowered(title: str) -> str:
     """A section title inside a sentence: "Canteen" -> "canteen", "IT help desk" kept."""
     return title[:1].lower() + title[1:] if title[1:2].islower() else title
-
-
-def _listed(items: list[str]) -> str:
-    return items[0] if len(items) == 1 else f"{', '.join(items[:-1])} and {items[-1]}"

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import itertools
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from appliance.tools.facts import _WORD, Fact
 from appliance.tools.facts import _stem as _facts_stem
@@ -73,7 +73,6 @@ class SiteAnswer:
     chosen: tuple[int, ...] = ()
     declined: bool = False
     why: str = ""  # for the trace: "none chosen", "not named: M6", "unknown number 41"
-    missing: tuple[str, ...] = field(default=())
 
 
 def _words(text: str) -> list[str]:
@@ -108,11 +107,6 @@ def units_of(facts: list[Fact]) -> list[Unit]:
                 grouped.append(sentence)
         units += [Unit(len(units) + i + 1, fact.title, text) for i, text in enumerate(grouped)]
     return units
-
-
-def numbered(units: list[Unit]) -> str:
-    """The units as the model reads them: one a line, ``[n] Title: text``."""
-    return "\n".join(f"[{u.number}] {u.title + ': ' if u.title else ''}{u.text}" for u in units)
 
 
 def selection_in(text: str) -> int | bool | None:
@@ -170,7 +164,8 @@ class SiteSentences:
         self._siblings = {head: found for head, found in modifiers.items() if len(found) >= 2}
 
     def numbered(self) -> str:
-        return numbered(self.units)
+        """The units as the model reads them: one a line, ``[n] Title: text``."""
+        return "\n".join(f"[{u.number}] {u.title + ': ' if u.title else ''}{u.text}" for u in self.units)
 
     def named(self, question: str) -> list[Named]:
         """What ``question`` names that an answer must be about (Whisper may write it twice: once)."""
@@ -229,9 +224,6 @@ class SiteSentences:
         before = [w for w in raw[max(0, i - 2) : i] if w.isalpha() and w.lower() not in _FUNCTION]
         said = " ".join([*before[-2:], raw[i]]) if len(before) == len(raw[max(0, i - 2) : i]) else raw[i]
         return Named((token,), said, same, head)
-
-    def _sibling_names(self, head: str, besides: str) -> tuple[str, ...]:
-        return tuple(f"{m} {head}" for m in sorted(self._siblings.get(head, set()) - {besides}))
 
     def holds(self, unit: Unit, item: Named) -> bool:
         """Whether ``unit`` (its section's title too) is about ``item``."""
@@ -341,7 +333,7 @@ class SiteSentences:
         text = unknown_item.replace("{item}", _with_article(thing))
         if missing.siblings and known_items:
             text += " " + known_items.replace("{items}", _listed([*missing.siblings]))
-        return SiteAnswer(text, declined=True, why=why, missing=(missing.said,))
+        return SiteAnswer(text, declined=True, why=why)
 
 
 # How a question asks, not what it is about (a sentence of the facts need not hold these).
@@ -416,9 +408,13 @@ def _with_article(thing: str) -> str:
     return f"the {thing}"
 
 
-def _listed(items: list[str]) -> str:
-    items = [_with_article(item) for item in items[:6]]
+def listed(items: list[str]) -> str:
+    """``items`` as said in a sentence: "a", "a and b", "a, b and c"."""
     return items[0] if len(items) == 1 else f"{', '.join(items[:-1])} and {items[-1]}"
+
+
+def _listed(items: list[str]) -> str:
+    return listed([_with_article(item) for item in items[:6]])
 
 
 def _prefix(code: str) -> str:
