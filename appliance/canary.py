@@ -29,7 +29,7 @@ from typing import Any
 
 import numpy as np
 
-from appliance.config import Settings
+from appliance.config import Settings, override
 from engines.bundle_store import BundleStore, BundleVersion
 from engines.errors import BundleError
 from engines.files import atomic_write
@@ -116,22 +116,25 @@ def _cell(value: object, unit: str) -> str:
     return f"{value}{unit}"
 
 
-def evaluate(settings: Settings, version: str, *, set_dir: Path | None = None) -> Evaluation:
-    """The candidate ``version`` against the active one, kept as ``evaluation.json`` in its folder."""
+def evaluate(
+    settings: Settings, version: str, *, set_dir: Path | None = None, model: str | None = None
+) -> Evaluation:
+    """The candidate ``version`` against the active one, kept as ``evaluation.json`` in its folder;
+    with ``model``, the candidate answers with that language model (``llm.model``) of its own."""
     store = BundleStore(settings.bundle.dir)
     candidate, active = store.get(version), store.active_version()
     if candidate.id == active.id:
         raise BundleError(f"version {candidate.id} is the active one", fix="evaluate another version")
+    sides = {"active": settings, "candidate": override(settings, llm={"model": model}) if model else settings}
     with tempfile.TemporaryDirectory(prefix="canary-") as scratch:
         items, synthetic = evaluation_set(settings, active, set_dir, Path(scratch))
         set_file = Path(scratch) / "set.json"
         set_file.write_text(json.dumps(items), encoding="utf-8")
-        settings_file = Path(scratch) / "settings.json"
-        settings_file.write_text(settings.model_dump_json(), encoding="utf-8")
-        measured = {
-            side: summarize(run_worker(v, set_file, settings_file))
-            for side, v in (("active", active), ("candidate", candidate))
-        }
+        measured = {}
+        for side, v in (("active", active), ("candidate", candidate)):
+            settings_file = Path(scratch) / f"settings-{side}.json"
+            settings_file.write_text(sides[side].model_dump_json(), encoding="utf-8")
+            measured[side] = summarize(run_worker(v, set_file, settings_file))
     failures = judge(settings, measured["active"], measured["candidate"])
     evaluation = Evaluation(candidate.id, active.id, not failures, failures, synthetic, len(items), measured)
     atomic_write(candidate.path / EVALUATION, json.dumps(asdict(evaluation), indent=2) + "\n")

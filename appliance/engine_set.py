@@ -81,7 +81,7 @@ def startup_problems(settings: Settings) -> list[ConfigProblem]:
         ]
     models = available_models(bundle)
     choices = (
-        ("llm.model", settings.llm.model, models, "python -m build_scripts quantize"),
+        ("llm.model", settings.llm.model, models, "appliance bundle add-model GGUF --name NAME"),
         (
             "asr.model",
             settings.asr.model,

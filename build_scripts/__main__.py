@@ -47,7 +47,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.versioned or BundleStore(out).versioned:
             return _build_version(out, args, pip_args)
         manifest = build_bundle(out, force=args.force, pip_args=pip_args, only=args.only)
-    except EngineError as err:
+    except (EngineError, OSError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 1
     total = sum(a.size_bytes for a in manifest.artifacts.values())
@@ -56,13 +56,12 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _build_version(root: Path, args: argparse.Namespace, pip_args: list[str]) -> int:
-    if (root / MANIFEST_NAME).is_file():
+    store = BundleStore(root)
+    store.check_layout()
+    if (root / MANIFEST_NAME).is_file():  # a bundle from before versions: it becomes the first one
         print(
-            f"error: {root} holds an unversioned bundle; make it the first version: "
-            f"appliance bundle adopt --dir {root}",
-            file=sys.stderr,
+            f"{root}: the bundle there is now version {store.adopt(label='adopted by the build').id}, active"
         )
-        return 1
     built = build_version(
         root, label=args.label, keep=args.keep, force=args.force, pip_args=pip_args, only=args.only
     )

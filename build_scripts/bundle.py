@@ -152,7 +152,7 @@ def build_version(
     _check_space(root, active.size_bytes if (active is not None and force) else 0)
     staging = root / BUILDING
     if not staging.is_dir() and active is not None:
-        _link_bundle(active.path, staging)
+        link_bundle(active.path, staging)
     manifest = build_bundle(staging, force=force, pip_args=pip_args, only=only)
     if active is not None and manifest.artifacts == Manifest.read(active.path).artifacts:
         shutil.rmtree(staging)
@@ -167,7 +167,7 @@ def build_version(
     return BuiltVersion(version, new=True, activated=activated, pruned=pruned)
 
 
-def _link_bundle(source: Path, target: Path) -> None:
+def link_bundle(source: Path, target: Path) -> None:
     """``target`` with ``source``'s manifest and the files it lists, as hard links where the file
     system allows (copies where not); built into a hidden folder and renamed, so it is whole or absent."""
     partial = target.with_name(target.name + ".partial")

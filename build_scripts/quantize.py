@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from build_scripts.context import BuildContext
+from engines.bundle_store import BundleStore
 from engines.errors import BackendUnavailable, BundleError, EngineError, ModelFileError
 from engines.llm import GGUF_KIND
 from engines.llm.chat_template import fallback_template_for
@@ -280,6 +281,13 @@ def _handle(args: argparse.Namespace) -> int:
         print("error: --bundle needs --name NAME (the model becomes llm/NAME)", file=sys.stderr)
         return 2
     bundle_dir = args.bundle.expanduser()
+    if BundleStore(bundle_dir).versioned:  # a manifest written into the root would shadow its versions
+        print(
+            f"error: {bundle_dir} keeps bundle versions side by side, so a model is added as a new version:\n"
+            f"  appliance bundle add-model {source} --name {args.name} --quantize {args.type} --dir {bundle_dir}",
+            file=sys.stderr,
+        )
+        return 1
     name = f"llm/{args.name.removeprefix('llm/')}"
     file_type = _check_file_type(args.type)
     if not args.force and is_recorded(bundle_dir, name, source, file_type):

@@ -43,6 +43,7 @@ LAST_GOOD_STATE = "bundles.last-good.json"
 VERSION_INFO = "version.json"
 _PARTIAL_PREFIX = ".adding-"
 BUNDLE_STATE = FileKind("bundle selection", 64 * KIB)
+MADE_ON_DEVICE = "device"  # a version's source when appliance bundle add-model made it on the device
 DEFAULT_KEEP = 3  # versions kept on disk: the active one, the previous one and one more
 
 
@@ -55,7 +56,7 @@ class BundleVersion:
     id: str
     path: Path
     label: str
-    source: str  # "build", "import", "adopted"
+    source: str  # "build", "import", "adopted", "device" (appliance bundle add-model)
     added: str  # ISO 8601, UTC
     size_bytes: int
     artifacts: int
@@ -75,6 +76,7 @@ def version_of(folder: Path) -> str | None:
 def resolve_bundle_dir(root: Path) -> Path:
     """The folder of the bundle to use: ``root`` itself when it is an unversioned bundle, else its
     active version's (a root with versions and none active names the problem)."""
+    BundleStore(root).check_layout()
     if (root / MANIFEST_NAME).is_file() or not (root / STATE).is_file():
         return root
     return BundleStore(root).active_version().path
@@ -87,6 +89,25 @@ class BundleStore:
     @property
     def versioned(self) -> bool:
         return (self.root / STATE).is_file() or (self.root / VERSIONS).is_dir()
+
+    def check_layout(self) -> None:
+        """A root is either one bundle or versions side by side, never both: a ``manifest.json`` beside
+        ``versions/`` (a model written straight into the root) would open as a bundle holding only
+        what that manifest lists."""
+        manifest = self.root / MANIFEST_NAME
+        if not (manifest.is_file() and self.versioned):
+            return
+        if (self.root / VERSIONS / f"{_PARTIAL_PREFIX}{version_id(manifest.read_bytes())}").is_dir():
+            raise BundleError(
+                f"making the bundle at {self.root} its first version was interrupted",
+                fix=f"finish it: appliance bundle adopt --dir {self.root}",
+            )
+        raise BundleError(
+            f"{self.root} holds both versions ({VERSIONS}/) and a {MANIFEST_NAME} of its own, "
+            "written into the root after it held versions",
+            fix=f"move {self.root / MANIFEST_NAME} and the files it lists out of the root, then add a "
+            "model as a version: appliance bundle add-model GGUF --name NAME",
+        )
 
     # --- what is there ---------------------------------------------------------------------------
 
@@ -187,14 +208,22 @@ class BundleStore:
     # --- changes ---------------------------------------------------------------------------------
 
     def add(
-        self, bundle_dir: Path, *, label: str = "", source: str = "build", move: bool = False
+        self,
+        bundle_dir: Path,
+        *,
+        label: str = "",
+        source: str = "build",
+        move: bool = False,
+        replace: bool = False,
     ) -> BundleVersion:
         """The bundle at ``bundle_dir`` as a version of its own (moved when ``move``, else copied);
-        the same bundle already there is that version. The active version is not touched."""
+        the same bundle already there is that version, unless ``replace`` (a damaged copy of it:
+        swapped for this one). Any other version is not touched."""
         manifest_bytes = (bundle_dir / MANIFEST_NAME).read_bytes()
         version = version_id(manifest_bytes)
         target = self.root / VERSIONS / version
-        if target.is_dir() and (target / MANIFEST_NAME).read_bytes() == manifest_bytes:
+        there = target.is_dir() and (target / MANIFEST_NAME).read_bytes() == manifest_bytes
+        if there and not replace:
             return self.get(version)
         (self.root / VERSIONS).mkdir(parents=True, exist_ok=True)
         self.discard_partial()
@@ -206,7 +235,13 @@ class BundleStore:
         note = {"label": label, "source": source, "added": _now()}
         atomic_write(partial / VERSION_INFO, json.dumps(note, indent=2) + "\n")
         fsync_dir(partial)
-        partial.rename(target)
+        if target.exists():
+            doomed = target.with_name(f".removing-{version}")
+            target.rename(doomed)
+            partial.rename(target)
+            shutil.rmtree(doomed)
+        else:
+            partial.rename(target)
         fsync_dir(target.parent)
         return self.get(version)
 

@@ -223,6 +223,9 @@ def import_bundle(
     ignored = len(_listed_files(media_dir, manifest))
 
     store = BundleStore(bundle_dir)
+    # A first bundle is installed as the root's first version, active, so that there is something
+    # to roll back to after the next one; a bundle folder from before versions stays as it is.
+    first = not store.versioned and not (bundle_dir / MANIFEST_NAME).exists()
 
     def result(
         copied: bool, where: Path = bundle_dir, activated: bool = False, pruned: tuple[str, ...] = ()
@@ -259,8 +262,14 @@ def import_bundle(
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
         raise
-    if store.versioned:  # a version beside the others; the active one is not touched
-        added = store.add(staging, label=f"imported from {media_dir}", source="import", move=True)
+    if store.versioned or first:  # a version beside the others; the active one is not touched
+        added = store.add(
+            staging,
+            label=f"imported from {media_dir}",
+            source="import",
+            move=True,
+            replace=installed.is_dir(),
+        )
         activated = _activate_if_none(store, added.id)
         pruned = tuple(v.id for v in store.prune(keep))
         return result(copied=True, where=added.path, activated=activated, pruned=pruned)

@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 from appliance.config import ConfigError, load_settings
-from engines.bundle_store import DEFAULT_KEEP, resolve_bundle_dir
+from engines.bundle_store import DEFAULT_KEEP, MADE_ON_DEVICE, BundleStore, resolve_bundle_dir
 from engines.errors import BundleError
-from engines.manifest import Manifest
+from engines.manifest import MANIFEST_NAME, Manifest
 from provisioning.admin_password import password_still_valid, run_admin_password
 from provisioning.bundle_import import (
     ImportRefused,
@@ -92,12 +92,16 @@ def _keep_installed_bundle(ctx: ProvisioningContext) -> StepOutcome:
     fix = "insert the media with the signed bundle and pass its folder with --media"
     try:
         installed = resolve_bundle_dir(ctx.bundle_dir)  # a versioned root: its active version
-        manifest_bytes = signed_manifest_bytes(installed)
-        verify_manifest_bytes(
-            manifest_bytes,
-            read_signature(ctx.signature_file or installed / SIGNATURE_NAME),
-            load_public_key(ctx.trusted_key_file),
+        made_here = _made_on_this_device(ctx)
+        manifest_bytes = (
+            (installed / MANIFEST_NAME).read_bytes() if made_here else signed_manifest_bytes(installed)
         )
+        if not made_here:
+            verify_manifest_bytes(
+                manifest_bytes,
+                read_signature(ctx.signature_file or installed / SIGNATURE_NAME),
+                load_public_key(ctx.trusted_key_file),
+            )
         manifest = manifest_from_bytes(manifest_bytes, installed)
     except FileNotFoundError as err:
         raise StepFailed(f"no engine bundle installed at {ctx.bundle_dir}", fix=fix) from err
@@ -106,18 +110,27 @@ def _keep_installed_bundle(ctx: ProvisioningContext) -> StepOutcome:
     problems = manifest.verify(installed, full=True)
     if problems:
         raise StepFailed(f"the installed bundle is damaged: {'; '.join(map(str, problems))}", fix=fix)
+    how = "made on this device from a signed one" if made_here else "signed"
     return StepOutcome(
-        f"no --media: kept the installed bundle ({len(manifest.artifacts)} artifacts, signed and intact)",
+        f"no --media: kept the installed bundle ({len(manifest.artifacts)} artifacts, {how} and intact)",
         {"bundle_dir": str(ctx.bundle_dir), "artifacts": len(manifest.artifacts), "copied": False},
     )
 
 
+def _made_on_this_device(ctx: ProvisioningContext) -> bool:
+    """The active version was made here (``appliance bundle add-model``): trusted on this device, as
+    its own work; signatures are for bundles brought on media."""
+    store = BundleStore(ctx.bundle_dir)
+    return store.versioned and store.active_version().source == MADE_ON_DEVICE
+
+
 def bundle_still_valid(ctx: ProvisioningContext) -> bool:
     try:
-        manifest = Manifest.read(ctx.bundle_dir)
+        installed = resolve_bundle_dir(ctx.bundle_dir)
+        manifest = Manifest.read(installed)
     except BundleError:
         return False
-    return manifest.verify(ctx.bundle_dir, full=False) == []
+    return manifest.verify(installed, full=False) == []
 
 
 TITLES = {

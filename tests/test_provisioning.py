@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from engines.bundle import Bundle
+from engines.bundle_store import resolve_bundle_dir
 from engines.manifest import MANIFEST_NAME, Artifact, Manifest, sha256_of
 from provisioning.cli import main
 from provisioning.context import ProvisioningContext
@@ -53,8 +54,13 @@ class Site:
         return self.state_json()["steps"]
 
     @property
-    def device_bundle(self) -> Path:
+    def bundle_root(self) -> Path:
         return self.root / "var/lib/appliance/bundle"
+
+    @property
+    def device_bundle(self) -> Path:
+        """The installed bundle: the bundle root's active version, once there is one."""
+        return resolve_bundle_dir(self.bundle_root) if self.bundle_root.exists() else self.bundle_root
 
 
 @pytest.fixture
@@ -384,14 +390,13 @@ def test_keys_and_signatures_from_the_command_line(tmp_path: Path, site: Site) -
     assert main(["sign-bundle", "--key", str(private), str(site.media)]) == 1  # refuses a damaged bundle
 
 
-def test_a_versioned_bundle_root_gets_each_import_as_a_version_and_keeps_its_active_one(
+def test_the_bundle_root_gets_each_import_as_a_version_and_keeps_its_active_one(
     site: Site, bundle: Bundle, tmp_path: Path
 ) -> None:
-    from engines.bundle_store import VERSIONS, BundleStore, resolve_bundle_dir
+    from engines.bundle_store import BundleStore
 
-    (site.device_bundle / VERSIONS).mkdir(parents=True)  # a device whose bundles are kept by version
     assert main(site.args("--only", "preflight", "--only", "bundle")) == 0
-    store = BundleStore(site.device_bundle)
+    store = BundleStore(site.bundle_root)
     (first,) = store.versions()
     assert store.state().active == first.id and site.steps()["bundle"]["outputs"]["activated"]
     assert "now active" in site.steps()["bundle"]["summary"]
@@ -410,9 +415,9 @@ def test_a_versioned_bundle_root_gets_each_import_as_a_version_and_keeps_its_act
     outputs = site.steps()["bundle"]["outputs"]
     assert outputs["copied"] and not outputs["activated"] and outputs["version"] != first.id
     assert store.state().active == first.id and len(store.versions()) == 2
-    assert resolve_bundle_dir(site.device_bundle) == first.path
+    assert resolve_bundle_dir(site.bundle_root) == first.path
     store.activate(outputs["version"])
-    assert Bundle.open(site.device_bundle, full=True).manifest.meta["release"] == "newer"
+    assert Bundle.open(site.bundle_root, full=True).manifest.meta["release"] == "newer"
     # Two more from the factory: bundle.keep (3) versions stay, the oldest spare one goes, never the
     # active one or the previous one.
     for release in ("third", "fourth"):
@@ -432,3 +437,21 @@ def test_a_versioned_bundle_root_gets_each_import_as_a_version_and_keeps_its_act
         and "removed old version" in site.steps()["bundle"]["summary"]
     )
     assert store.state().active in kept and store.state().previous == first.id
+
+
+def test_a_version_made_on_the_device_is_kept_without_a_signature(site: Site, bundle: Bundle) -> None:
+    from build_scripts.add_model import add_model
+    from engines.bundle_store import BundleStore
+
+    assert main(site.args("--only", "preflight", "--only", "bundle")) == 0
+    added = add_model(site.bundle_root, bundle.path("llm/gemma-270m"), "gemma-270m")
+    BundleStore(site.bundle_root).activate(added.version.id)
+    args = site.args("--only", "preflight", "--only", "bundle", "--from", "bundle")
+    at = args.index("--media")
+    without_media = args[:at] + args[at + 2 :]
+    assert main(without_media) == 0
+    assert "made on this device from a signed one and intact" in site.steps()["bundle"]["summary"]
+    # ... and a damaged one is not.
+    (added.version.path / "vad/silero_vad.onnx").unlink()
+    assert main(without_media) == 1
+    assert "damaged" in site.steps()["bundle"]["error"]

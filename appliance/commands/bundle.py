@@ -1,6 +1,6 @@
-"""appliance bundle verify [DIR] | list | activate VERSION | rollback | remove VERSION | adopt: check the
-engine bundle, and choose among the versions kept side by side under ``bundle.dir``
-(``engines.bundle_store``)."""
+"""appliance bundle verify [DIR] | list | add-model GGUF | evaluate VERSION | activate VERSION | rollback |
+remove VERSION | adopt: check the engine bundle, and choose among the versions kept side by side under
+``bundle.dir`` (``engines.bundle_store``)."""
 
 from __future__ import annotations
 
@@ -24,6 +24,20 @@ def register(sub: argparse._SubParsersAction) -> None:
     add_config_option(verify)
     verify.set_defaults(handler=handle_verify)
     register_versions(actions)
+    add = actions.add_parser(
+        "add-model",
+        help="a new language model as a candidate version (the active one plus the model)",
+        description="Makes a candidate version from the active one plus GGUF as llm/NAME, ready for "
+        "appliance bundle evaluate; the active version is not touched.",
+    )
+    add.add_argument("gguf", type=Path, help="the model: a .gguf file (or, with --quantize, an f16 one)")
+    add.add_argument("--name", required=True, help="its name, as llm.model takes it (e.g. qwen-3b)")
+    add.add_argument("--quantize", metavar="TYPE", help="quantize it first (e.g. Q4_K_M, Q4_0)")
+    add.add_argument("--label", default="", help="a note for bundle list")
+    add.add_argument("--threads", type=int, default=2, help="quantizer threads (default: %(default)s)")
+    add.add_argument("--dir", type=Path, default=None, help="bundle root (default: bundle.dir)")
+    add_config_option(add)
+    add.set_defaults(handler=handle_add_model)
 
 
 def handle_verify(args: argparse.Namespace) -> int:
@@ -76,6 +90,7 @@ def register_versions(actions: argparse._SubParsersAction) -> None:
         parser.set_defaults(handler=handler)
         if name == "evaluate":
             parser.add_argument("--set", type=Path, default=None, help="recordings and transcripts.json")
+            parser.add_argument("--model", help="the candidate answers with this llm.model (a model it adds)")
         if name == "activate":
             parser.add_argument("--force", action="store_true", help="even when its evaluation failed")
 
@@ -93,6 +108,11 @@ def _describe(version: BundleVersion, marks: str = "") -> str:
 
 def handle_list(args: argparse.Namespace) -> int:
     store = _store(args)
+    try:
+        store.check_layout()
+    except BundleError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return EXIT_FAILED
     if not store.versioned:
         print(
             f"{store.root}: one unversioned bundle (appliance bundle adopt --dir {store.root} makes it a version)"
@@ -134,7 +154,7 @@ def handle_evaluate(args: argparse.Namespace) -> int:
     if args.dir is not None:
         settings = override(settings, bundle={"dir": str(args.dir)})
     try:
-        evaluation = evaluate(settings, args.version, set_dir=args.set)
+        evaluation = evaluate(settings, args.version, set_dir=args.set, model=args.model)
     except (BundleError, OSError) as err:
         print(f"error: {err}", file=sys.stderr)
         return EXIT_FAILED
@@ -174,6 +194,28 @@ def handle_remove(args: argparse.Namespace) -> int:
         return f"removed {removed.id} ({removed.size_bytes / 1e9:.2f} GB freed)"
 
     return _changing(args, remove)
+
+
+def handle_add_model(args: argparse.Namespace) -> int:
+    from build_scripts.add_model import add_model, describe
+    from engines.errors import EngineError
+
+    settings = settings_or_exit(args)
+    root = args.dir if args.dir is not None else settings.bundle.dir
+    try:
+        added = add_model(
+            root.expanduser(),
+            args.gguf.expanduser(),
+            args.name,
+            file_type=args.quantize,
+            label=args.label,
+            threads=args.threads,
+        )
+    except (EngineError, OSError) as err:
+        print(f"error: {err}", file=sys.stderr)
+        return EXIT_FAILED
+    print("\n".join(describe(added, settings.llm.model)))
+    return EXIT_OK
 
 
 def handle_adopt(args: argparse.Namespace) -> int:

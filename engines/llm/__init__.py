@@ -165,7 +165,7 @@ def create_llm(
     if model not in names:
         raise ModelFileError(
             f"unknown LLM model {model!r}; the bundle has: {', '.join(names) or 'none'}",
-            fix="set llm.model to one of those, or add the GGUF with python -m build_scripts quantize",
+            fix="set llm.model to one of those, or add the GGUF: appliance bundle add-model GGUF --name NAME",
         )
     from engines.llm.llamacpp import LlamaCppLlm
 

@@ -15,7 +15,7 @@ class LlmParams(Params):
         "qwen-1.5b",
         min_length=1,
         description="an llm/<model> GGUF in the bundle: gemma-270m | qwen-1.5b | one added with "
-        "build_scripts quantize",
+        "appliance bundle add-model",
     )
     gpu_layers: int = Field(0, ge=-1, description="layers on the GPU; -1 = all of them")
     context_tokens: int = Field(2048, ge=256, le=131072, description="KV cache per conversation")

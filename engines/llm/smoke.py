@@ -85,10 +85,14 @@ def run_smoke(model: Path, *, python: str | None = None, timeout_s: float = TIME
 
 
 def smallest_gguf(bundle_dir: Path) -> Path | None:
-    """The smallest language model in a bundle (read straight from its manifest)."""
+    """The smallest language model in a bundle, or in a versioned root's active version (read
+    straight from the manifest)."""
     try:
         # Plain JSON, not engines.manifest: the set-up imports this module before the project's
         # dependencies are installed (engines.manifest needs tomli on Python 3.10).
+        if not (bundle_dir / "manifest.json").is_file() and (bundle_dir / "bundles.json").is_file():
+            active = json.loads((bundle_dir / "bundles.json").read_text())["active"]
+            bundle_dir = bundle_dir / "versions" / str(active)
         entries = json.loads((bundle_dir / "manifest.json").read_text())["artifacts"]
         models = [a for a in entries if a.get("kind") == "llm-gguf"]
     except (OSError, ValueError, KeyError, TypeError, AttributeError):
