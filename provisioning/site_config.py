@@ -1,6 +1,8 @@
 """Step 4: write the site configuration (/var/lib/appliance/appliance.toml), validated by the schema.
 
 It lives in the daemon's own state folder because the admin page changes it (atomically) at run time.
+The site file's own text is kept (its comments, order and tables), with the flags' keys changed in it;
+a device file it replaces is kept as ``appliance.toml.bak``.
 
 The file starts from ``--site-file`` (any keys of the appliance's configuration), then the flags
 (site name, device id, language, persona, audio devices, SIP), then what provisioning knows best:
@@ -11,37 +13,21 @@ from __future__ import annotations
 
 import hashlib
 import platform
-import sys
 from pathlib import Path
 from typing import Any
 
 from appliance.config import ConfigError, load_settings
-from engines.files import TOMLDecodeError, loads_toml, toml_value
+from appliance.config_writer import edited_toml, write_keeping_backup
+from engines.files import TOMLDecodeError, loads_toml
 from provisioning.context import DEVICE_BUNDLE_DIR, DEVICE_TRACE_DB, ProvisioningContext, SiteOptions
-from provisioning.files import atomic_write_text, give_to_service_user
+from provisioning.files import give_to_service_user
 from provisioning.framework import StepFailed, StepOutcome
-
-if sys.version_info >= (3, 11):
-    pass
-else:  # Python 3.10 (JetPack 6)
-    pass
 
 DEMO_SITE_NAME = "Demo site"
 JETSON_ENGINES: dict[str, dict[str, Any]] = {
     "asr": {"backend": "tensorrt", "device": "cuda", "precision": "fp16"},
     "llm": {"gpu_layers": -1},
 }
-
-
-def to_toml(data: dict[str, dict[str, Any]], header: str = "") -> str:
-    """TOML for the configuration's shape: top-level sections of scalars and lists."""
-    lines = [f"# {line}" for line in header.splitlines()]
-    for section, values in data.items():
-        if not isinstance(values, dict):
-            raise ValueError(f"top-level key {section!r} must be a section (a table)")
-        lines += ["", f"[{section}]"]
-        lines += [f"{key} = {toml_value(value)}" for key, value in values.items() if value is not None]
-    return "\n".join(lines).lstrip("\n") + "\n"
 
 
 def _read_site_file(path: Path) -> dict[str, dict[str, Any]]:
@@ -115,13 +101,14 @@ def run_site_config(ctx: ProvisioningContext) -> StepOutcome:
             fix='pass --site-name "Plant 3 reception" (or agent.site_name in --site-file)',
         )
     try:
-        text = to_toml(data, header="Site configuration written by `python -m provisioning`.")
+        site_text = ctx.site.site_file.read_text(encoding="utf-8") if ctx.site.site_file else ""
+        text = edited_toml(site_text, data, header="Site configuration written by `python -m provisioning`.")
     except ValueError as err:
         raise StepFailed(
             f"the site file has a value that cannot be used: {err}", fix="correct the site file"
         ) from err
     validate(text, ctx.config_file)
-    atomic_write_text(ctx.config_file, text, mode=0o644)
+    write_keeping_backup(ctx.config_file, text, mode=0o644)
     give_to_service_user(ctx.config_file, ctx.system_root)  # the admin page edits it
     sip = data.get("sip", {})
     audio = data.get("audio", {})

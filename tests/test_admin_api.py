@@ -229,6 +229,37 @@ def test_config_write_is_validated_atomic_and_says_what_applies_now(admin_env: A
     assert client.get("/api/config").json()["settings"]["llm"]["temperature"] == 0.0  # not until restart
 
 
+def test_a_saved_change_keeps_the_file_as_the_technician_wrote_it(
+    admin_env: AdminEnv, tmp_path: Path
+) -> None:
+    facts = tmp_path / "facts.md"
+    facts.write_text("# Canteen\nThe canteen opens at 7.\n")
+    written_by_hand = (
+        "# Plant 3 kiosk, set up by J. Doe\n"
+        "[agent]\n"
+        'site_name = "Test site"  # as on the sign at the gate\n'
+        "\n"
+        "[[agent.tools]]\n"
+        'name = "site_facts"\n'
+        'kind = "facts"\n'
+        'description = "the site\'s facts"\n'
+        f'file = "{facts}"\n'
+        "\n"
+        "[trace]\n"
+        "budget_ms = 700  # agreed with site IT\n"
+    )
+    admin_env.config_path.write_text(written_by_hand)
+    client = admin_env.client()
+    token = admin_env.login(client)
+    response = client.put(
+        "/api/config", json={"changes": {"trace": {"budget_ms": 650}}}, headers={"X-CSRF-Token": token}
+    )
+    assert response.status_code == 200, response.text
+    assert admin_env.config_path.read_text() == written_by_hand.replace("700  #", "650  #")
+    backup = admin_env.config_path.with_name(admin_env.config_path.name + ".bak")
+    assert backup.read_text() == written_by_hand
+
+
 def test_invalid_config_is_refused_with_every_problem_and_nothing_written(admin_env: AdminEnv) -> None:
     client = admin_env.client()
     token = admin_env.login(client)

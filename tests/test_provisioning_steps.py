@@ -12,6 +12,7 @@ import pytest
 import soundfile as sf
 
 from appliance.config import load_settings
+from appliance.config_writer import edited_toml
 from provisioning.admin_password import run_admin_password
 from provisioning.bundle_import import previous_dir, recover_interrupted_swap, staging_dir
 from provisioning.context import ProvisioningContext, SiteOptions
@@ -20,7 +21,7 @@ from provisioning.framework import StateStore, Step, StepFailed, StepOutcome, ru
 from provisioning.preflight import run_preflight
 from provisioning.preflight_audio import RECORD_S, check_audio, record_and_play
 from provisioning.self_test import _last_json, word_overlap
-from provisioning.site_config import compose, run_site_config, to_toml
+from provisioning.site_config import compose, run_site_config
 
 
 def _ctx(tmp_path: Path, target: str = "cpu", **site: object) -> ProvisioningContext:
@@ -236,6 +237,29 @@ def test_site_config_round_trips_awkward_text_and_sets_gpu_engines_on_jetson(tmp
     assert settings.sip.allow_from == ("10.0.0.0/8",)
 
 
+def test_site_config_keeps_the_site_file_as_written_and_the_previous_device_file(tmp_path: Path) -> None:
+    site_file = tmp_path / "site.toml"
+    by_hand = (
+        "# Plant 3, agreed with site IT on 2 May\n"
+        "[admin]\n"
+        "port = 8180  # agreed with site IT\n"
+        "\n"
+        "[llm]\n"
+        'model = "gemma-270m"\n'
+    )
+    site_file.write_text(by_hand)
+    ctx = _ctx(tmp_path, site_file=site_file, site_name="Plant 3", device_id="kiosk-1", no_audio=True)
+    run_site_config(ctx)
+    text = ctx.config_file.read_text()
+    assert text.startswith(by_hand)  # comments and order as written; provisioning's keys after them
+    assert load_settings(ctx.config_file).admin.port == 8180
+    first = text
+    ctx = _ctx(tmp_path, site_file=site_file, site_name="Plant 3 North", device_id="kiosk-1", no_audio=True)
+    run_site_config(ctx)
+    assert ctx.config_file.with_name("appliance.toml.bak").read_text() == first
+    assert load_settings(ctx.config_file).agent.site_name == "Plant 3 North"
+
+
 def test_site_config_needs_a_site_name(tmp_path: Path) -> None:
     with pytest.raises(StepFailed, match="no site name given") as err:
         run_site_config(_ctx(tmp_path))
@@ -244,7 +268,7 @@ def test_site_config_needs_a_site_name(tmp_path: Path) -> None:
 
 def test_toml_writer_refuses_what_it_cannot_write() -> None:
     with pytest.raises(ValueError, match="must be a section"):
-        to_toml({"name": "x"})  # type: ignore[dict-item]
+        edited_toml("", {"name": "x"})  # type: ignore[dict-item]
     assert compose(SiteOptions(site_name="S", no_audio=True), "cpu")["audio"] == {
         "input": "none",
         "output": "none",

@@ -1,7 +1,8 @@
 """Changing the configuration file from the admin page: merge, validate, write atomically.
 
 The file is validated on its own (without environment overrides, which would hide a bad value) by
-the same schema as ``appliance config check``. Comments in the file are not kept when it is rewritten.
+the same schema as ``appliance config check``. The file's own text is edited (``appliance.config_writer``):
+comments, order and tables stay, and the file before the change is kept as ``FILE.bak``.
 """
 
 from __future__ import annotations
@@ -15,7 +16,10 @@ from pydantic import ValidationError
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource
 
 from appliance.config import ENV_PREFIX, ConfigError, ConfigProblem, Settings, _problems
-from engines.files import TOMLDecodeError, atomic_write, loads_toml, toml_string, toml_value
+from appliance.config_writer import edited_toml, write_keeping_backup
+from engines.files import TOMLDecodeError, loads_toml, toml_string, toml_value
+
+HEADER = "Written by the admin page; `appliance config check FILE` validates it."
 
 
 class _FileSettings(Settings):
@@ -116,7 +120,7 @@ def read_file_data(path: Path) -> dict[str, Any]:
 
 def to_toml(data: dict[str, Any]) -> str:
     """TOML for the settings schema's shapes: sections of scalars, strings and lists of strings."""
-    lines = ["# Written by the admin page; `appliance config check FILE` validates it.", ""]
+    lines = [f"# {HEADER}", ""]
     for section, values in data.items():
         if not isinstance(values, dict):
             raise ValueError(f"top-level key {section!r} must be a section")
@@ -149,10 +153,11 @@ def apply_changes(
     problems = (machine_check or startup_problems)(file_settings)
     if problems:
         raise ConfigError("changes", problems)
-    text = to_toml(merged)
+    if not changed:
+        return file_settings, changed
+    text = edited_toml(path.read_text(encoding="utf-8") if path.exists() else "", changes, header=HEADER)
     # What is written must read back as the same settings (the schema alone: the rest was checked).
     if _schema_checked(loads_toml(text), str(path)) != file_settings:
         raise ValueError("the configuration did not survive a TOML round trip; nothing was written")
-    if changed:
-        atomic_write(path, text)
+    write_keeping_backup(path, text)
     return file_settings, changed
