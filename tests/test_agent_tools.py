@@ -337,11 +337,43 @@ def test_a_transfer_says_the_configured_sentence_and_nothing_the_model_was_told(
         '<tool_call> {"name": "transfer_call", "arguments": {"destination": "front desk"}} </tool_call>'
     )
     spoken, trace, _ = _turn("Can I talk to someone at the front desk?", model, piper_tts, box)
-    assert spoken == ["Putting you through to front desk now."] and len(model.calls) == 1
+    assert spoken == ["Putting you through to the front desk now."] and len(model.calls) == 1
     assert trace.tool_calls == ["transfer_call"] and not trace.preamble_audio
     inventing = FakeLlm("Parking costs 5 euros.", token_delay_s=0.0, offers_tools=True)
     spoken, trace, _ = _turn("How much is parking?", inventing, piper_tts, box)
-    assert spoken == [f"{box.agent.not_known_reply} I can put you through to front desk."], spoken
+    assert spoken == [f"{box.agent.not_known_reply} I can put you through to the front desk."], spoken
+
+
+@pytest.mark.parametrize(
+    ("call", "said"),
+    [
+        (
+            '{"name": "transfer_call", "arguments": {"destination": "shift supervisor"}}',
+            "I'll put you through to the shift supervisor.",
+        ),
+        ('{"name": "end_call", "arguments": {}}', "Thank you for calling. Goodbye."),
+    ],
+    ids=["transfer", "goodbye"],
+)
+def test_a_goodbye_or_a_transfer_says_no_preamble_before_its_own_sentence(
+    piper_tts: TtsEngine, call: str, said: str
+) -> None:
+    """Even with the preamble due at once and a model slow to write the call."""
+    box = ToolBox(
+        AgentConfig(
+            tool_preamble_after_ms=0,
+            tools=(
+                ToolConfig(name="transfer_call", kind="transfer", description="a person"),
+                ToolConfig(name="end_call", kind="end_call", description="end the call"),
+            ),
+        ),
+        transfer_targets=("shift supervisor",),
+    )
+    model = FakeLlm(f"<tool_call> {call} </tool_call>", token_delay_s=0.05, offers_tools=True)
+    spoken, trace, _ = _turn(
+        "Put me through to the shift supervisor please, thanks, bye.", model, piper_tts, box
+    )
+    assert spoken == [said] and not trace.preamble_audio, spoken
 
 
 @pytest.mark.parametrize(("answer_delay_s", "preamble"), [(0.0, False), (1.0, True)])

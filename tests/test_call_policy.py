@@ -71,7 +71,7 @@ def test_keys_past_the_longest_number_are_ignored_and_counted() -> None:
 def test_the_operator_key_says_so_then_puts_the_caller_through_after_the_sentence() -> None:
     policy = CallPolicy(PARAMS, now=0.0)
     assert policy.handle(KeyPressed("0", 1.0, replying=True)) == [
-        Say("I'll put you through to front desk.", EndedBy.OPERATOR_KEY)
+        Say("I'll put you through to the front desk.", EndedBy.OPERATOR_KEY)
     ]
     assert policy.handle(TurnFinished(3.0, ends_call=False, transfer_to=None)) == [
         Transfer("front desk", DESK)
@@ -94,7 +94,9 @@ def test_a_refused_transfer_is_said_and_the_call_goes_on() -> None:
     (said,) = policy.handle(
         TransferOver("front desk", "the phone system refused the transfer (403 Forbidden)")
     )
-    assert said == Say("Sorry, I could not put you through to front desk just now.", EndedBy.TRANSFER_FAILED)
+    assert said == Say(
+        "Sorry, I could not put you through to the front desk just now.", EndedBy.TRANSFER_FAILED
+    )
 
 
 def test_a_target_the_site_does_not_have_is_never_dialled() -> None:
@@ -140,3 +142,26 @@ def test_keys_count_as_a_sign_of_life_and_no_prompt_interrupts_a_number() -> Non
 def test_no_silence_prompt_when_the_site_turns_it_off() -> None:
     policy = CallPolicy(CallParams(silence_prompt_s=0.0), now=0.0)
     assert policy.handle(Tick(1000.0, busy=False)) == []
+
+
+def test_the_greeting_is_said_once_on_the_first_tick_and_only_when_set() -> None:
+    greeting = "Plant 3 reception, how can I help?"
+    policy = CallPolicy(CallParams(greeting=greeting), now=0.0)
+    assert policy.handle(Tick(0.02, busy=False)) == [Say(greeting, EndedBy.GREETING)]
+    assert policy.handle(Tick(0.04, busy=True)) == []
+    assert CallPolicy(CallParams(), now=0.0).handle(Tick(0.02, busy=False)) == []
+
+
+def test_a_role_is_named_with_the_and_a_department_or_a_person_as_they_are() -> None:
+    from appliance.transfer import spoken_target
+
+    named = {
+        t: spoken_target(t) for t in ("shift supervisor", "reception", "Anna Berg", "the front desk", "IT")
+    }
+    assert named == {
+        "shift supervisor": "the shift supervisor",
+        "reception": "reception",
+        "Anna Berg": "Anna Berg",
+        "the front desk": "the front desk",
+        "IT": "IT",
+    }

@@ -837,10 +837,10 @@ def test_the_model_puts_the_caller_through_after_saying_so(why: str | None) -> N
     _run(session.run(max_turns=None if why is None else 2))
     asked = session.traces[0]
     assert (
-        asked.tool_calls == ["transfer_call"] and asked.reply == "I'll put you through to front desk."
+        asked.tool_calls == ["transfer_call"] and asked.reply == "I'll put you through to the front desk."
     )  # sip.transfer_preamble, not the model
     assert source.transfers == ["sip:2000@10.20.0.2"]
     if why is None:
         assert len(session.traces) == 1  # put through: the session ended the call
     else:
-        assert session.traces[1].reply == "Sorry, I could not put you through to front desk just now."
+        assert session.traces[1].reply == "Sorry, I could not put you through to the front desk just now."

@@ -48,10 +48,14 @@ def _call(
     pause_ms: int = 0,
     server: dict[str, object] | None = None,
     sipp_port: int | None = None,
+    greeting: str = "",
+    key_at_s: float = 1.0,
 ) -> tuple[int, str, list[Session]]:
     """SIPp calls, presses 0 one second in; the session runs on the fake engines with the operator key."""
-    pcap = write_rtp_pcap(tmp_path / "key.pcap", np.zeros(8000 * 12, np.float32), keys=((1.0, "0"),))
-    call_params = CallParams(transfer_targets=TARGETS, operator_digit="0", operator_target="operator")
+    pcap = write_rtp_pcap(tmp_path / "key.pcap", np.zeros(8000 * 12, np.float32), keys=((key_at_s, "0"),))
+    call_params = CallParams(
+        transfer_targets=TARGETS, operator_digit="0", operator_target="operator", greeting=greeting
+    )
     config = SILENCE_ONLY.__class__(**{**SILENCE_ONLY.__dict__, "call": call_params})
     sessions: list[Session] = []
     fakes = make_fakes("unused")
@@ -78,13 +82,23 @@ def _call(
     return returncode, output, sessions
 
 
+def test_a_call_is_answered_with_the_sites_greeting(tmp_path: Path) -> None:
+    greeting = "Plant 3 reception, how can I help?"
+    returncode, output, sessions = _call(tmp_path, "transfer.xml", greeting=greeting, key_at_s=6.0)
+    assert returncode == 0, output
+    (session,) = sessions
+    greeted, said = session.traces
+    assert greeted.endpoint_by == "greeting" and greeted.reply == greeting and greeted.reply_audio_s > 1.0
+    assert said.endpoint_by == "operator_key"
+
+
 def test_the_operator_key_puts_the_caller_through_and_the_appliance_hangs_up(tmp_path: Path) -> None:
     returncode, output, sessions = _call(tmp_path, "transfer.xml")
     # SIPp checked the Refer-To, answered 202, reported 100 then 200, and got the appliance's BYE.
     assert returncode == 0, output
     (session,) = sessions
     (said,) = session.traces
-    assert said.endpoint_by == "operator_key" and said.reply == "I'll put you through to operator."
+    assert said.endpoint_by == "operator_key" and said.reply == "I'll put you through to the operator."
     assert said.reply_audio_s > 0
 
 
@@ -138,7 +152,7 @@ def test_a_refused_transfer_is_said_and_the_call_goes_on(tmp_path: Path) -> None
     preamble, failed = session.traces
     assert preamble.endpoint_by == "operator_key"
     assert failed.endpoint_by == "transfer_failed"
-    assert failed.reply == "Sorry, I could not put you through to operator just now."
+    assert failed.reply == "Sorry, I could not put you through to the operator just now."
 
 
 def test_transfer_targets_are_checked_with_the_fix() -> None:
@@ -267,7 +281,7 @@ def test_the_model_puts_the_caller_through_to_a_desk_phone_that_rings(tmp_path: 
     (session,) = sessions
     (asked,) = session.traces  # one turn: the call ended with the transfer
     assert (
-        asked.tool_calls == ["transfer_call"] and asked.reply == "I'll put you through to front desk."
+        asked.tool_calls == ["transfer_call"] and asked.reply == "I'll put you through to the front desk."
     )  # sip.transfer_preamble, not the model
     assert re.search(rf"Call established: sip:desk@{LOOPBACK}:{desk_port}", phone), phone[-3000:]
     rang_after_s = _received_at(desk_messages, "INVITE") - timed.asked_at[0]

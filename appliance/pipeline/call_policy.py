@@ -7,7 +7,7 @@ clock of its own (every event carries its time). The session feeds it and carrie
     KeyPressed     a key: the number being typed grows (Typing), or ends with # (AnswerTyped); the
                    first key over a reply cuts it (CutReply); the operator key says the transfer
                    preamble (Say) and puts the caller through after it
-    Tick           between frames: a number paused for keypad_timeout_ms is answered; a caller silent
+    Tick           between frames: the first says sip.greeting (Say); a number paused for keypad_timeout_ms is answered; a caller silent
                    for silence_prompt_s is asked whether they are there (Say), later hung up on (HangUp)
     Heard          the caller spoke: the silence is counted afresh
     TurnFinished   a reply is over: a goodbye hangs up; a transfer the reply promised starts (Transfer)
@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from appliance.pipeline.params import CallParams
+from appliance.transfer import spoken_target
 from engines.vad.ended_by import EndedBy
 
 
@@ -119,6 +120,7 @@ class CallPolicy:
         self._prompted = False  # ... and they were asked whether they are still there
         self._transfer_after_reply: str | None = None  # the operator key's target
         self._transferring = False
+        self._greeted = not params.greeting  # sip.greeting is said on the first tick of the call
 
     @property
     def typing(self) -> bool:
@@ -140,7 +142,8 @@ class CallPolicy:
         params = self.params
         if event.key == params.operator_digit and not self._keys:
             self._transfer_after_reply = params.operator_target
-            return [Say(params.transfer_preamble.format(target=params.operator_target), EndedBy.OPERATOR_KEY)]
+            sentence = params.transfer_preamble.format(target=spoken_target(params.operator_target))
+            return [Say(sentence, EndedBy.OPERATOR_KEY)]
         if event.key == "#":
             return self._typed()
         actions: list[CallAction] = [CutReply()] if event.replying and not self._keys else []
@@ -161,6 +164,9 @@ class CallPolicy:
 
     def _tick(self, event: Tick) -> list[CallAction]:
         params = self.params
+        if not self._greeted:
+            self._greeted = True
+            return [Say(params.greeting, EndedBy.GREETING)]
         if self._keys and event.at - self._last_key_at >= params.keypad_timeout_s:
             return self._typed()
         if params.silence_prompt_s <= 0 or event.busy or self._keys:
@@ -201,4 +207,5 @@ class CallPolicy:
         self._transferring = False
         if event.failed is None:
             return [HangUp(f"put through to {event.target}")]
-        return [Say(self.params.transfer_failed_reply.format(target=event.target), EndedBy.TRANSFER_FAILED)]
+        sentence = self.params.transfer_failed_reply.format(target=spoken_target(event.target))
+        return [Say(sentence, EndedBy.TRANSFER_FAILED)]

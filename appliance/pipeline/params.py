@@ -74,6 +74,12 @@ class HistoryParams(Params):
 class CallParams(Params):
     """In ``[sip]``: how a session on a phone call takes keys typed on the keypad, and silence."""
 
+    greeting: str = Field(
+        "",
+        description='said when a call is answered, before the caller speaks ("Plant 3 reception, how can I '
+        'help?"); empty: the call is answered in silence',
+    )
+
     keypad_timeout_ms: int = Field(
         3000,
         ge=500,
@@ -109,7 +115,10 @@ class CallParams(Params):
         "", description="... the transfer_targets name it puts the caller through to"
     )
     transfer_preamble: str = Field(
-        "I'll put you through to {target}.", min_length=1, description="said before a keypad transfer"
+        "I'll put you through to {target}.",
+        min_length=1,
+        description="said before a transfer; {target} is the name as said (spoken_target: 'the shift "
+        "supervisor', 'reception')",
     )
     transfer_failed_reply: str = Field(
         "Sorry, I could not put you through to {target} just now.",
@@ -126,6 +135,11 @@ class CallParams(Params):
     @classmethod
     def _one_line(cls, value: str) -> str:
         return check_sentence(value)
+
+    @field_validator("greeting")
+    @classmethod
+    def _greeting(cls, value: str) -> str:
+        return check_sentence(value) if value else value
 
     @field_validator("transfer_targets")
     @classmethod

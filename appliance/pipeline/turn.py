@@ -13,6 +13,7 @@ import asyncio
 import contextlib
 import logging
 import threading
+import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
@@ -26,6 +27,7 @@ from appliance.pipeline.playback import Player
 from appliance.pipeline.played import played_text
 from appliance.pipeline.tool_round import run_tool_calls
 from appliance.tools import ToolBox, ToolCall, as_template_text, starts_a_call
+from appliance.tools.calls import called_name
 from appliance.tools.site_sentences import SiteAnswer, selection_in
 from appliance.trace.labels import Stage
 from appliance.trace.record import TurnTrace
@@ -340,6 +342,7 @@ class Turn:
         engines = self.engines
         conversation = self.trace.session_id
         decided: bool | None = None if tools_offered else False
+        naming, call_began = True, 0.0
         selecting: bool | None = None if self._selects else False  # None: cannot tell yet
         held: list[str] = []
         if self._llm_cancel.is_set():  # the round before ended (its stream sets it): a new one
@@ -372,8 +375,12 @@ class Turn:
                             selecting = False
                         if decided is None:
                             decided = starts_a_call(text)
-                            if decided:
-                                await self._preamble_later(clauses)
+                            call_began = time.monotonic()
+                        if decided and naming:  # the preamble waits for the tool's name
+                            name = called_name(text)
+                            if name is not None:
+                                naming = False
+                                await self._preamble_for(name, call_began, clauses)
                         if decided is not False:
                             continue
                         piece, held = text, []
@@ -386,6 +393,8 @@ class Turn:
             if stats is not self.stats:
                 self.trace.llm_tokens += stats.generated_tokens
         if decided and self._picked is None:
+            if naming:  # no name could be read: the call may still take a while
+                await self._preamble_later(clauses, since=call_began)
             return "".join(held)
         if held and self._picked is None:  # the reply ended before it could tell: it was text
             await self._speak_piece("".join(held), splitter, clauses)
@@ -450,13 +459,19 @@ class Turn:
         )
         await self._put_clause(ending, clauses)
 
-    async def _preamble_later(self, clauses: asyncio.Queue[str | None]) -> None:
-        """A tool call has started: say the preamble if nothing else is said within
-        ``agent.tool_preamble_after_ms`` (a quick tool and answer need none); at once when it is 0
-        (a task started then could lose the race to the tool's own sentence on a busy machine)."""
+    async def _preamble_for(self, name: str, call_began: float, clauses: asyncio.Queue[str | None]) -> None:
+        """The model is calling ``name``: a goodbye or a transfer says its own sentence and needs no
+        "Let me check that." before it; any other tool gets the preamble (``_preamble_later``)."""
+        if self.tools is not None and not self.tools.speaks_for_itself(name):
+            await self._preamble_later(clauses, since=call_began)
+
+    async def _preamble_later(self, clauses: asyncio.Queue[str | None], *, since: float) -> None:
+        """A tool call began at ``since``: say the preamble if nothing else is said within
+        ``agent.tool_preamble_after_ms`` of it (a quick tool and answer need none); at once when it
+        is 0 (a task started then could lose the race to the tool's own sentence on a busy machine)."""
         if self.trace.preamble_audio or self.tools is None or self._preamble is not None:
             return  # once per turn
-        delay_s = self.tools.agent.tool_preamble_after_ms / 1000.0
+        delay_s = self.tools.agent.tool_preamble_after_ms / 1000.0 - (time.monotonic() - since)
         self._preamble_from = len(self.clauses)
         if delay_s <= 0:
             await self._say_preamble(0.0, clauses)

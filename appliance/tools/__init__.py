@@ -33,6 +33,7 @@ from appliance.tools.lan import ToolFailed, build_url, call_service
 from appliance.tools.put_through import asked_to_be_put_through
 from appliance.tools.site_sentences import SiteAnswer, SiteSentences, listed
 from appliance.tools.site_words import SiteWords
+from appliance.transfer import spoken_target
 from engines.llm import Message
 
 __all__ = [
@@ -131,7 +132,9 @@ class ToolBox:
             return ""
         text = self.agent.offer.replace("{topics}", listed(list(dict.fromkeys(titles))))
         if self.can_transfer:
-            text += " " + self.agent.offer_transfer.replace("{targets}", listed(list(self.transfer_targets)))
+            text += " " + self.agent.offer_transfer.replace(
+                "{targets}", listed([spoken_target(t) for t in self.transfer_targets])
+            )
         return text
 
     @property
@@ -232,6 +235,12 @@ class ToolBox:
         name = next((name for name, tool in self.tools.items() if tool.kind == "facts"), None)
         return None if name is None else ToolCall(name, {"question": question[:200]})
 
+    def speaks_for_itself(self, name: str) -> bool:
+        """A call of ``name`` answers with a sentence of its own at once (a goodbye, a transfer):
+        no "Let me check that." before it."""
+        tool = self.tools.get(name)
+        return tool is not None and tool.kind in ("end_call", "transfer")
+
     def ends_call(self, name: str) -> bool:
         """``name`` (as a trace records a call that worked) is a tool of kind end_call."""
         tool = self.tools.get(name)
@@ -268,7 +277,7 @@ class ToolBox:
         of a person when a transfer tool can reach one."""
         if not self.can_transfer:
             return self.agent.not_known_reply
-        return f"{self.agent.not_known_reply} {self.agent.not_known_offer.format(target=self.transfer_targets[0])}"
+        return f"{self.agent.not_known_reply} {self.agent.not_known_offer.format(target=spoken_target(self.transfer_targets[0]))}"
 
     def instructions(self) -> tuple[str, ...]:
         """What the product tells the model around tools' answers: no reply may repeat it."""
@@ -316,7 +325,7 @@ class ToolBox:
         return ToolOutcome(
             call.name,
             True,
-            self.transfer_sentence.format(target=destination),
+            self.transfer_sentence.format(target=spoken_target(destination)),
             time.monotonic() - started,
             transfer_to=destination,
             final=True,

@@ -57,6 +57,15 @@ def starts_a_call(text: str) -> bool | None:
     return None if any(start.startswith(stripped) for start in STARTS) else False
 
 
+_NAME_VALUE = re.compile(r'"name"\s*:\s*"([^"\\]{1,64})"')
+
+
+def called_name(text: str) -> str | None:
+    """The tool's name in the beginning of a call, once it is written out whole; None before."""
+    match = _NAME_VALUE.search(text)
+    return match.group(1) if match else None
+
+
 def parse_calls(text: str, tools: Mapping[str, Mapping[str, ToolParameter]]) -> list[ToolCall]:
     """Every call in the model's output, with its arguments checked and coerced to their types."""
     body = text.replace("{{", "{")  # the doubled braces copied from the template's example
