@@ -18,7 +18,6 @@ import shutil
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
-from cryptography.hazmat.primitives import serialization
 from tqdm import tqdm
 
 from engines.bundle_store import DEFAULT_KEEP, VERSIONS, BundleStore, version_id
@@ -30,6 +29,7 @@ from provisioning.signing import (
     SIGNED_MANIFEST_NAME,
     SignatureError,
     load_public_key,
+    public_key_fingerprint,
     read_signature,
     signed_manifest_bytes,
     verify_manifest_bytes,
@@ -102,10 +102,7 @@ def recover_interrupted_swap(bundle_dir: Path) -> str | None:
 
 
 def key_fingerprint(public_key_path: Path) -> str:
-    raw = load_public_key(public_key_path).public_bytes(
-        serialization.Encoding.Raw, serialization.PublicFormat.Raw
-    )
-    return "sha256:" + hashlib.sha256(raw).hexdigest()[:32]
+    return public_key_fingerprint(load_public_key(public_key_path))
 
 
 def _safe_relative(art: Artifact) -> PurePosixPath:

@@ -42,6 +42,15 @@ def _add_run_parser(sub: argparse._SubParsersAction) -> None:
     )
     site = run.add_argument_group("site configuration")
     site.add_argument("--site-file", type=Path, help="TOML with any appliance configuration keys")
+    site.add_argument(
+        "--clone",
+        type=Path,
+        metavar="EXPORT",
+        help="set up like the first device: its export folder (python -m provisioning export)",
+    )
+    site.add_argument(
+        "--site-key", type=Path, help="the site's public key (default: /etc/appliance/site-signing.pub)"
+    )
     site.add_argument("--site-name")
     site.add_argument("--device-id")
     site.add_argument("--language")
@@ -81,6 +90,14 @@ def build_parser() -> argparse.ArgumentParser:
     keygen.add_argument("--private", type=Path, required=True, help="private key to write (keep it secret)")
     keygen.add_argument("--public", type=Path, required=True, help="public key to install on the devices")
     keygen.set_defaults(handler=_keygen)
+
+    export = sub.add_parser(
+        "export", help="this device's site configuration and facts files, signed, to set up another"
+    )
+    export.add_argument("--out", type=Path, required=True, help="folder to write (removable media)")
+    export.add_argument("--key", type=Path, required=True, help="the site's private key (from keygen)")
+    export.add_argument("--system-root", type=Path, default=Path("/"), help="the device's root (tests)")
+    export.set_defaults(handler=_export)
 
     sign = sub.add_parser("sign-bundle", help="factory: sign a bundle's manifest.json")
     sign.add_argument("--key", type=Path, required=True, help="private key (from keygen)")
@@ -124,6 +141,8 @@ def _context(args: argparse.Namespace) -> ProvisioningContext:
         signature_file=args.signature,
         trusted_key=args.trusted_key,
         site=site,
+        clone_dir=args.clone,
+        site_key=args.site_key,
         password_file_in=args.admin_password_file,
         password_stdin=args.admin_password_stdin,
         progress=not args.no_progress,
@@ -245,6 +264,34 @@ def _keygen(args: argparse.Namespace) -> int:
         return EXIT_FAILED
     print(f"private key: {args.private} (mode 0600; keep it at the factory)")
     print(f"public key:  {args.public} (install on each device as /etc/appliance/bundle-signing.pub)")
+    return EXIT_OK
+
+
+def _export(args: argparse.Namespace) -> int:
+    from provisioning.clone import SECRETS_NOTE, ExportError, export_site
+    from provisioning.context import DEVICE_CONFIG_FILE
+    from provisioning.files import under_root
+    from provisioning.signing import SignatureError
+
+    try:
+        done = export_site(
+            under_root(args.system_root, DEVICE_CONFIG_FILE), args.out, args.key, system_root=args.system_root
+        )
+    except ExportError as err:
+        print(f"error: {err.message} (fix: {err.fix})", file=sys.stderr)
+        return EXIT_FAILED
+    except SignatureError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return EXIT_FAILED
+    facts = [rel for rel in done.files if rel != "appliance.toml"]
+    print(
+        f"exported to {done.folder}: the site configuration, {len(facts)} facts file(s), signed ({done.signer})"
+    )
+    print(f"bundle version: {done.bundle_version or 'unversioned (say which bundle the media holds)'}")
+    print(
+        f"on the new device: python -m provisioning run --clone {done.folder} --site-key SITE.pub --media BUNDLE ..."
+    )
+    print(SECRETS_NOTE)
     return EXIT_OK
 
 

@@ -18,6 +18,7 @@ DEVICE_BUNDLE_DIR = "/var/lib/appliance/bundle"
 DEVICE_CONFIG_FILE = "/var/lib/appliance/appliance.toml"
 DEVICE_PASSWORD_FILE = "/var/lib/appliance/admin-password"
 DEVICE_TRUSTED_KEY = "/etc/appliance/bundle-signing.pub"
+DEVICE_SITE_KEY = "/etc/appliance/site-signing.pub"
 DEVICE_TRACE_DB = "/var/lib/appliance/turns.sqlite3"
 DEVICE_UNIT_DIR = "/etc/systemd/system"
 DEVICE_SYSUSERS_DIR = "/etc/sysusers.d"
@@ -51,6 +52,8 @@ class ProvisioningContext:
     signature_file: Path | None = None  # default: <media>/manifest.json.sig
     trusted_key: Path | None = None  # default: the device's installed key
     site: SiteOptions = field(default_factory=SiteOptions)
+    clone_dir: Path | None = None  # a first device's export (provisioning.clone)
+    site_key: Path | None = None  # ... checked with the site's public key (default: the device's)
     password_file_in: Path | None = None  # read the new admin password from this file
     password_stdin: bool = False
     interactive: bool = True
@@ -75,6 +78,10 @@ class ProvisioningContext:
     @property
     def trusted_key_file(self) -> Path:
         return self.trusted_key or under_root(self.system_root, DEVICE_TRUSTED_KEY)
+
+    @property
+    def site_key_file(self) -> Path:
+        return self.site_key or under_root(self.system_root, DEVICE_SITE_KEY)
 
     @property
     def unit_dir(self) -> Path:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import hashlib
 from pathlib import Path
 
 from cryptography.exceptions import InvalidSignature
@@ -74,6 +75,12 @@ def load_public_key(path: Path) -> Ed25519PublicKey:
     if not isinstance(key, Ed25519PublicKey):
         raise SignatureError(f"{path} is not an Ed25519 public key")
     return key
+
+
+def public_key_fingerprint(key: Ed25519PublicKey) -> str:
+    """How a technician compares keys: the sha256 of the raw public key, shortened."""
+    raw = key.public_bytes(serialization.Encoding.Raw, serialization.PublicFormat.Raw)
+    return "sha256:" + hashlib.sha256(raw).hexdigest()[:32]
 
 
 def sign_bundle(bundle_dir: Path, private_key: Path, *, out: Path | None = None) -> Path:

@@ -19,9 +19,17 @@ from typing import Any
 from appliance.config import ConfigError, load_settings
 from appliance.config_writer import edited_toml, write_keeping_backup
 from engines.files import TOMLDecodeError, loads_toml
+from provisioning.clone import (
+    DEVICE_SITE_DIR,
+    ExportError,
+    installed_config_text,
+    read_export,
+    with_facts_installed,
+)
 from provisioning.context import DEVICE_BUNDLE_DIR, DEVICE_TRACE_DB, ProvisioningContext, SiteOptions
-from provisioning.files import give_to_service_user
+from provisioning.files import give_to_service_user, under_root
 from provisioning.framework import StepFailed, StepOutcome
+from provisioning.signing import SignatureError
 
 DEMO_SITE_NAME = "Demo site"
 JETSON_ENGINES: dict[str, dict[str, Any]] = {
@@ -32,12 +40,45 @@ JETSON_ENGINES: dict[str, dict[str, Any]] = {
 
 def _read_site_file(path: Path) -> dict[str, dict[str, Any]]:
     try:
-        data = loads_toml(path.read_text(encoding="utf-8"))
+        text = path.read_text(encoding="utf-8")
     except FileNotFoundError as err:
         raise StepFailed(f"site file {path} not found", fix="pass the path of the site's TOML file") from err
-    except (OSError, UnicodeDecodeError, TOMLDecodeError) as err:
-        raise StepFailed(f"site file {path} is not readable TOML: {err}", fix="correct the file") from err
+    except (OSError, UnicodeDecodeError) as err:
+        raise StepFailed(f"site file {path} is not readable: {err}", fix="correct the file") from err
+    return _site_data(text, f"site file {path}")
+
+
+def _site_data(text: str, what: str) -> dict[str, dict[str, Any]]:
+    try:
+        data = loads_toml(text)
+    except TOMLDecodeError as err:
+        raise StepFailed(f"{what} is not readable TOML: {err}", fix="correct the file") from err
     return {k: dict(v) if isinstance(v, dict) else v for k, v in data.items()}
+
+
+def _site_text(ctx: ProvisioningContext) -> tuple[str, dict[str, Any]]:
+    """The text the device's file starts from (a first device's export, the site file, or nothing),
+    and what the report says of where it came from."""
+    if ctx.clone_dir is None:
+        return _site_file_text(ctx), {}
+    if ctx.site.site_file is not None:
+        raise StepFailed("both --clone and --site-file were given", fix="pass one of them")
+    try:
+        export = read_export(ctx.clone_dir, ctx.site_key_file)
+        text = installed_config_text(export, ctx.system_root)
+    except ExportError as err:
+        raise StepFailed(err.message, fix=err.fix) from err
+    except SignatureError as err:
+        raise StepFailed(
+            f"the export cannot be checked: {err}", fix="pass the site's public key with --site-key FILE"
+        ) from err
+    give_to_service_user(under_root(ctx.system_root, DEVICE_SITE_DIR), ctx.system_root)
+    cloned = {
+        "from_device": export.from_device,
+        "signed_by": export.signer,
+        "bundle_version": export.bundle_version,
+    }
+    return text, {"cloned": cloned}
 
 
 def _set(data: dict[str, dict[str, Any]], section: str, key: str, value: Any) -> None:
@@ -45,8 +86,12 @@ def _set(data: dict[str, dict[str, Any]], section: str, key: str, value: Any) ->
         data.setdefault(section, {})[key] = value
 
 
-def compose(site: SiteOptions, target: str) -> dict[str, dict[str, Any]]:
-    data = _read_site_file(site.site_file) if site.site_file else {}
+def compose(site: SiteOptions, target: str, site_text: str | None = None) -> dict[str, dict[str, Any]]:
+    """The device's settings: ``site_text`` (else the site file), then the flags, then the device's paths."""
+    if site_text is not None:
+        data = _site_data(site_text, "the exported configuration")
+    else:
+        data = _read_site_file(site.site_file) if site.site_file else {}
     _set(data, "agent", "site_name", site.site_name)
     _set(
         data,
@@ -92,8 +137,36 @@ def validate(text: str, where: Path) -> None:
         probe.unlink(missing_ok=True)
 
 
+def _site_file_text(ctx: ProvisioningContext) -> str:
+    """The site file's text, its facts files copied onto the device (a relative path is from the
+    site file's folder)."""
+    site_file = ctx.site.site_file
+    if site_file is None:
+        return ""
+    try:
+        text = site_file.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError):
+        return ""  # compose names the problem
+
+    def source(named: str) -> Path:
+        path = Path(named).expanduser()
+        return path if path.is_absolute() else site_file.parent / path
+
+    try:
+        installed = with_facts_installed(text, source, ctx.system_root)
+    except ExportError as err:
+        raise StepFailed(
+            f"the site file names a facts file that cannot be used: {err.message}", fix=err.fix
+        ) from err
+    except ValueError:  # not TOML: compose names the problem
+        return text
+    give_to_service_user(under_root(ctx.system_root, DEVICE_SITE_DIR), ctx.system_root)
+    return installed
+
+
 def run_site_config(ctx: ProvisioningContext) -> StepOutcome:
-    data = compose(ctx.site, ctx.target)
+    site_text, origin = _site_text(ctx)
+    data = compose(ctx.site, ctx.target, site_text if site_text else None)
     agent = data.get("agent", {})
     if agent.get("site_name") in (None, "", DEMO_SITE_NAME):
         raise StepFailed(
@@ -101,7 +174,6 @@ def run_site_config(ctx: ProvisioningContext) -> StepOutcome:
             fix='pass --site-name "Plant 3 reception" (or agent.site_name in --site-file)',
         )
     try:
-        site_text = ctx.site.site_file.read_text(encoding="utf-8") if ctx.site.site_file else ""
         text = edited_toml(site_text, data, header="Site configuration written by `python -m provisioning`.")
     except ValueError as err:
         raise StepFailed(
@@ -126,7 +198,11 @@ def run_site_config(ctx: ProvisioningContext) -> StepOutcome:
             "port": sip.get("port"),
         },
     }
-    return StepOutcome(f"{ctx.config_file} for {agent['site_name']!r} ({agent['device_id']})", outputs)
+    summary = f"{ctx.config_file} for {agent['site_name']!r} ({agent['device_id']})"
+    if origin:
+        cloned = origin["cloned"]
+        summary += f"; set up like {cloned['from_device'] or 'the first device'} (export signed {cloned['signed_by']})"
+    return StepOutcome(summary, outputs | origin)
 
 
 def config_still_valid(ctx: ProvisioningContext) -> bool:

@@ -455,3 +455,66 @@ def test_a_version_made_on_the_device_is_kept_without_a_signature(site: Site, bu
     (added.version.path / "vad/silero_vad.onnx").unlink()
     assert main(without_media) == 1
     assert "damaged" in site.steps()["bundle"]["error"]
+
+
+def test_a_second_device_is_set_up_from_the_first_ones_signed_export(site: Site, tmp_path: Path) -> None:
+    facts = tmp_path / "facts.md"
+    facts.write_text("# Canteen\nThe canteen opens at 7.\n")
+    site_file = tmp_path / "site.toml"
+    site_file.write_text(
+        "# Plant 3, agreed with site IT\n"
+        "[audio]\n"
+        "echo_delay_ms = 42\n"
+        "\n"
+        "[[agent.tools]]\n"
+        'name = "site_facts"\n'
+        'kind = "facts"\n'
+        'description = "the site\'s facts"  # canteen, parking\n'
+        f'file = "{facts}"\n'
+    )
+    first = ("--only", "preflight", "--only", "bundle", "--only", "site-config")
+    assert main(site.args(*first, "--site-file", str(site_file))) == 0
+    site_private, site_public = tmp_path / "site.pem", tmp_path / "site.pub"
+    generate_keypair(site_private, site_public)
+    export = tmp_path / "usb" / "plant3"
+    code = main(["export", "--out", str(export), "--key", str(site_private), "--system-root", str(site.root)])
+    assert code == 0
+
+    second_root, second_state = tmp_path / "second", tmp_path / "second-state"
+
+    def second(*extra: str) -> int:
+        return main(
+            [
+                "run", "--target", "cpu", "--no-progress", "--state-dir", str(second_state),
+                "--system-root", str(second_root), "--media", str(site.media),
+                "--trusted-key", str(site.public_key), "--device-id", "kiosk-08",
+                "--admin-password-file", str(site.password_file), *first, *extra,
+            ]
+        )  # fmt: skip
+
+    assert second("--clone", str(export), "--site-key", str(site_public)) == 0
+    text = (second_root / "var/lib/appliance/appliance.toml").read_text()
+    assert text.startswith("# Plant 3, agreed with site IT\n") and "# canteen, parking" in text
+    assert 'file = "/var/lib/appliance/site/facts.md"' in text
+    assert (second_root / "var/lib/appliance/site/facts.md").read_text() == facts.read_text()
+    from appliance.config import load_settings
+
+    settings = load_settings(second_root / "var/lib/appliance/appliance.toml")
+    assert settings.agent.site_name == "Plant 3 reception" and settings.agent.device_id == "kiosk-08"
+    assert settings.audio.echo_delay_ms != 42  # measured per room, not copied
+    step = json.loads((second_state / "state.json").read_text())["steps"]["site-config"]
+    cloned = step["outputs"]["cloned"]
+    assert cloned["from_device"] == "kiosk-07" and cloned["signed_by"].startswith("sha256:")
+    assert cloned["bundle_version"] == resolve_bundle_dir(site.bundle_root).name
+
+    # An export changed on the way, or checked with another site's key, is refused; nothing changes.
+    (export / "files/facts.md").write_text("# Canteen\nThe canteen opens at 5.\n")
+    assert second("--clone", str(export), "--site-key", str(site_public), "--from", "site-config") == 1
+    step = json.loads((second_state / "state.json").read_text())["steps"]["site-config"]
+    assert "changed after the export was signed" in step["error"]
+    other_private, other_public = tmp_path / "other.pem", tmp_path / "other.pub"
+    generate_keypair(other_private, other_public)
+    assert second("--clone", str(export), "--site-key", str(other_public), "--from", "site-config") == 1
+    step = json.loads((second_state / "state.json").read_text())["steps"]["site-config"]
+    assert "not signed by the site's key" in step["error"]
+    assert (second_root / "var/lib/appliance/site/facts.md").read_text() == facts.read_text()
