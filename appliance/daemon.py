@@ -152,7 +152,7 @@ async def serve(daemon: Daemon, control: ServiceControl) -> None:
     if daemon.notice is not None:
         control.status(f"degraded: {daemon.notice}")
     config = session_config(settings)
-    registry, background, listening = _start_listeners(daemon, config)
+    registry, background, listening = _start_listeners(daemon, config, control)
     switching = _watch_bundle(daemon, registry, control)
     try:
         await _remember_if_whole(daemon, listening, control)
@@ -226,7 +226,7 @@ async def _remember_if_whole(
 
 
 def _start_listeners(
-    daemon: Daemon, config: SessionConfig
+    daemon: Daemon, config: SessionConfig, control: ServiceControl
 ) -> tuple[SessionRegistry, list[asyncio.Task[None]], dict[str, asyncio.Event]]:
     """The admin page and the SIP listener, as tasks beside the local session, and for each listener
     asked for an event set once it accepts. A listener that fails (say, its port is taken) is logged
@@ -240,6 +240,7 @@ def _start_listeners(
     if settings.admin.enabled and daemon.store is not None:
         from appliance.admin import engine_states, llm_load, run_admin_page
         from appliance.admin.backend import LiveRegistry
+        from appliance.daemon_panel import panel_hooks
 
         live = LiveRegistry()
         for state in engine_states(settings, daemon.load_seconds):
@@ -254,6 +255,7 @@ def _start_listeners(
             config_path=daemon.config_path,
             notice=daemon.notice,
             started=listening["the admin page"],
+            hooks=panel_hooks(daemon, config, control),
         )
         tasks.append(asyncio.create_task(_logged(page, "admin page"), name="admin-page"))
     elif settings.admin.enabled:

@@ -44,6 +44,11 @@ PROTECTED = [
     ("GET", "/api/latency", None),
     ("GET", "/api/config", None),
     ("PUT", "/api/config", {"changes": {"trace": {"budget_ms": 700}}}),
+    ("GET", "/api/config/schema", None),
+    ("GET", "/api/facts", None),
+    ("PUT", "/api/facts/site_facts", {"text": "# Canteen\nOpens at 7.\n"}),
+    ("POST", "/api/facts/try", {"question": "When does the canteen open?"}),
+    ("POST", "/api/restart", None),
     ("GET", "/api/session", None),
     ("POST", "/api/logout", None),
     ("GET", "/metrics", None),
@@ -55,7 +60,9 @@ def test_every_api_route_of_the_schema_is_listed_as_protected_or_public(admin_en
     client = admin_env.client()
     admin_env.login(client)
     paths = client.get("/openapi.json").json()["paths"]
-    listed = {path.replace("/abc", "/{turn_id}") for _, path, _ in PROTECTED}
+    listed = {
+        path.replace("/abc", "/{turn_id}").replace("/site_facts", "/{tool}") for _, path, _ in PROTECTED
+    }
     public = {"/healthz", "/readyz", "/api/login"}
     assert set(paths) <= listed | public, set(paths) - listed - public
 
@@ -258,6 +265,60 @@ def test_a_saved_change_keeps_the_file_as_the_technician_wrote_it(
     assert admin_env.config_path.read_text() == written_by_hand.replace("700  #", "650  #")
     backup = admin_env.config_path.with_name(admin_env.config_path.name + ".bak")
     assert backup.read_text() == written_by_hand
+
+
+def test_the_facts_api_checks_text_as_the_answer_path_reads_it(admin_env: AdminEnv, tmp_path: Path) -> None:
+    from appliance.config import override
+
+    facts = tmp_path / "facts.md"
+    facts.write_text("# Canteen\nThe canteen opens at 7.\n")
+    tool = {"name": "site_facts", "kind": "facts", "description": "the site's facts", "file": str(facts)}
+    admin_env.backend._settings = override(admin_env.settings, agent={"tools": [tool]})
+    client = admin_env.client()
+    token = admin_env.login(client)
+    (shown,) = client.get("/api/facts").json()
+    assert shown["tool"] == "site_facts" and shown["sections"] == 1 and "opens at 7" in shown["text"]
+    empty = client.put("/api/facts/site_facts", json={"text": "  \n"}, headers={"X-CSRF-Token": token})
+    assert empty.status_code == 422 and "holds no text" in empty.json()["message"]
+    assert "nothing was written" in empty.json()["message"] and "opens at 7" in facts.read_text()
+    assert (
+        client.put("/api/facts/other", json={"text": "x"}, headers={"X-CSRF-Token": token}).status_code == 404
+    )
+    saved = client.put(
+        "/api/facts/site_facts",
+        json={"text": "# Canteen\nOpens at 8.\n# Parking\nP1."},
+        headers={"X-CSRF-Token": token},
+    )
+    assert saved.status_code == 200 and saved.json()["sections"] == 2 and saved.json()["restart_required"]
+    assert facts.read_text() == "# Canteen\nOpens at 8.\n# Parking\nP1.\n"
+    assert "opens at 7" in facts.with_name("facts.md.bak").read_text()
+    # Without the daemon's pipeline there is nothing to answer or restart with: said so.
+    tried = client.post("/api/facts/try", json={"question": "When?"}, headers={"X-CSRF-Token": token})
+    assert tried.status_code == 409 and tried.json()["error"] == "not_available"
+    viewer = admin_env.client()
+    viewer_token = admin_env.login(viewer, VIEWER_USER, VIEWER_PASSWORD)
+    for method, path, body in (
+        ("PUT", "/api/facts/site_facts", {"text": "x"}),
+        ("POST", "/api/facts/try", {"question": "x"}),
+        ("POST", "/api/restart", None),
+    ):
+        answer = viewer.request(method, path, json=body, headers={"X-CSRF-Token": viewer_token})
+        assert answer.status_code == 403, (path, answer.text)
+
+
+def test_a_refused_setting_names_its_key_for_the_form(admin_env: AdminEnv) -> None:
+    client = admin_env.client()
+    token = admin_env.login(client)
+    response = client.put(
+        "/api/config", json={"changes": {"llm": {"temperature": 5}}}, headers={"X-CSRF-Token": token}
+    )
+    assert response.status_code == 422
+    (problem,) = response.json()["problems"]
+    assert problem["key"] == "llm.temperature" and "less than or equal to 2" in problem["message"]
+    schema = {f["key"]: f for section in client.get("/api/config/schema").json() for f in section["fields"]}
+    assert schema["llm.temperature"]["maximum"] == 2 and schema["llm.temperature"]["kind"] == "number"
+    assert schema["trace.budget_ms"]["unit"] == "ms" and schema["trace.budget_ms"]["live"]
+    assert schema["llm.backend"]["kind"] == "choice" and "openai" in schema["llm.backend"]["choices"]
 
 
 def test_invalid_config_is_refused_with_every_problem_and_nothing_written(admin_env: AdminEnv) -> None:

@@ -205,16 +205,18 @@ def test_dashboard_logs_in_and_plots_a_real_turn_from_the_device_only(
     assert page.inner_text("#session-count") == "1"
     slots = real_engines.llm.occupancy().slots
     assert page.inner_text("#llm-load").startswith(f"0 of {slots} answering · 0 waiting")
-    assert not page.locator("#config-form").is_hidden()  # the admin may change settings
+    save = page.locator("form[data-section='trace'] button[type=submit]")
+    assert save.get_attribute("hidden") is None  # the admin may change settings
 
     page.screenshot(path=str(ARTIFACTS / "admin-dashboard.png"), full_page=True)
     assert (ARTIFACTS / "admin-dashboard.png").stat().st_size > 10_000
 
     # The admin raises the budget from the page: written to the file, in effect at the next refresh.
-    page.fill("#config-key", "trace.budget_ms")
-    page.fill("#config-value", "60000")
-    page.click("#config-form button[type=submit]")
-    page.wait_for_selector("#config-result:has-text('In effect now: trace.budget_ms')")
+    page.click("details[data-section='trace'] summary")
+    page.fill(".setting[data-key='trace.budget_ms'] input", "60000")
+    assert "ms" in page.inner_text(".setting[data-key='trace.budget_ms'] .about")
+    page.click("form[data-section='trace'] button[type=submit]")
+    page.wait_for_selector("form[data-section='trace'] .result:has-text('In effect now: trace.budget_ms')")
     assert "budget_ms = 60000" in admin_env.config_path.read_text()
     page.wait_for_selector("#latency-plot text:has-text('budget 60000 ms')")
     still_over = (turn.stage_s("turn_latency") or 0.0) * 1000 > 60000
@@ -257,7 +259,10 @@ def test_dashboard_logs_in_and_plots_a_real_turn_from_the_device_only(
     viewer_page.click("#login-button")
     viewer_page.wait_for_selector("#turns-table tbody tr[data-turn-id]")
     assert viewer_page.inner_text("#whoami") == f"{VIEWER_USER} (viewer)"
-    assert viewer_page.locator("#config-form").is_hidden()
+    assert (
+        viewer_page.locator("form[data-section='trace'] button[type=submit]").get_attribute("hidden")
+        is not None
+    )
     viewer_page.wait_for_selector("#turns-table td:has-text('not said: 5 (a figure no source gave)')")
     assert "facts: Parking" in viewer_page.inner_text("#turns-table")
     assert 'over it at 2.4 s: "wait" (stopped, heard through the echo)' in viewer_page.inner_text(

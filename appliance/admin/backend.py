@@ -18,12 +18,17 @@ from appliance.admin.schemas import (
     ConfigUpdate,
     ConfigView,
     EngineState,
+    FactsFileView,
+    FactsSaved,
     Health,
     LiveSession,
     LlmLoad,
     Readiness,
+    Restarting,
+    SettingsSection,
     SipRegistrationView,
     StatusReport,
+    TriedAnswer,
 )
 from appliance.trace import TurnTrace
 
@@ -63,6 +68,28 @@ class AdminBackend(Protocol):
         Raises ``appliance.config.ConfigError`` (bad values) or ``ConfigNotWritable``.
         """
         ...
+
+    def config_schema(self) -> list[SettingsSection]:
+        """Every setting with its description, unit, bounds, choices and default (the control panel)."""
+        ...
+
+    def facts(self) -> list[FactsFileView]: ...
+
+    def save_facts(self, tool: str, text: str) -> FactsSaved:
+        """Replace a facts tool's file (FactsFileError: not readable as facts, nothing written)."""
+        ...
+
+    def try_question(self, question: str) -> TriedAnswer:
+        """The answer the daemon gives now, through its own answer path (NotAvailable without one)."""
+        ...
+
+    def restart(self) -> Restarting:
+        """Start again once no call is in progress (NotAvailable when the daemon cannot)."""
+        ...
+
+
+class NotAvailable(Exception):
+    """The daemon cannot do that here (no engines to answer with, not run as a service)."""
 
 
 class ConfigNotWritable(Exception):

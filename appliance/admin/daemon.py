@@ -21,7 +21,7 @@ from typing import Protocol
 
 from appliance.admin.app import create_app
 from appliance.admin.backend import LiveRegistry
-from appliance.admin.local import ApplyHook, LocalBackend
+from appliance.admin.local import ApplyHook, LocalBackend, PanelHooks
 from appliance.admin.protocol import ConnectionLimits
 from appliance.admin.schemas import BundleSummary, EngineState, LlmLoad
 from appliance.admin.server import serve
@@ -140,6 +140,7 @@ async def run_admin_page(
     on_apply: ApplyHook | None = None,
     notice: str | None = None,
     started: asyncio.Event | None = None,
+    hooks: PanelHooks | None = None,
 ) -> None:
     """Serve the admin page on ``admin.bind_host:admin.port`` until cancelled; returns at once when
     ``admin.enabled`` is false. Raises OSError naming the fix when the address cannot be used.
@@ -156,6 +157,7 @@ async def run_admin_page(
         live_keys=live_keys,
         on_apply=on_apply,
         notice=notice,
+        hooks=hooks,
     )
     admin = settings.admin
     await serve(

@@ -13,12 +13,21 @@ log = logging.getLogger(__name__)
 
 
 class ApiError(Exception):
-    def __init__(self, status: int, code: str, message: str, headers: dict[str, str] | None = None) -> None:
+    def __init__(
+        self,
+        status: int,
+        code: str,
+        message: str,
+        headers: dict[str, str] | None = None,
+        *,
+        problems: list[dict[str, str]] | None = None,
+    ) -> None:
         super().__init__(message)
         self.status = status
         self.code = code
         self.message = message
         self.headers = headers
+        self.problems = problems  # each {"key", "message"}: where a form marks them
 
 
 _CODES = {
@@ -36,9 +45,16 @@ _CODES = {
 
 
 def error_response(
-    status: int, code: str, message: str, headers: dict[str, str] | None = None
+    status: int,
+    code: str,
+    message: str,
+    headers: dict[str, str] | None = None,
+    problems: list[dict[str, str]] | None = None,
 ) -> JSONResponse:
-    return JSONResponse({"error": code, "message": message}, status_code=status, headers=headers)
+    body: dict[str, object] = {"error": code, "message": message}
+    if problems is not None:
+        body["problems"] = problems
+    return JSONResponse(body, status_code=status, headers=headers)
 
 
 def _location(loc: tuple[object, ...] | list[object]) -> str:
@@ -48,7 +64,7 @@ def _location(loc: tuple[object, ...] | list[object]) -> str:
 def install_error_handlers(app: FastAPI) -> None:
     @app.exception_handler(ApiError)
     async def _api_error(_request: Request, err: ApiError) -> JSONResponse:
-        return error_response(err.status, err.code, err.message, err.headers)
+        return error_response(err.status, err.code, err.message, err.headers, err.problems)
 
     @app.exception_handler(StarletteHTTPException)
     async def _http_error(request: Request, err: StarletteHTTPException) -> JSONResponse:

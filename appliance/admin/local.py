@@ -7,6 +7,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Iterable
+from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
 from typing import Any
@@ -14,17 +15,24 @@ from typing import Any
 import psutil
 
 from appliance import __version__
-from appliance.admin.backend import ConfigNotWritable, LiveRegistry
+from appliance.admin.backend import ConfigNotWritable, LiveRegistry, NotAvailable
 from appliance.admin.config_file import apply_changes, environment_overrides
+from appliance.admin.config_schema import settings_sections
+from appliance.admin.facts_files import facts_files, save_facts
 from appliance.admin.schemas import (
     BundleSummary,
     ConfigUpdate,
     ConfigView,
+    FactsFileView,
+    FactsSaved,
     Health,
     LiveSession,
     LlmLoad,
     Readiness,
+    Restarting,
+    SettingsSection,
     StatusReport,
+    TriedAnswer,
 )
 from appliance.admin.system import HostProbe
 from appliance.config import Settings, load_settings
@@ -50,6 +58,16 @@ RUNTIME_PACKAGES = (
 ADMIN_LIVE_KEYS = frozenset({"trace.budget_ms"})
 
 ApplyHook = Callable[[Settings, list[str]], None]
+
+
+@dataclass(frozen=True)
+class PanelHooks:
+    """What only the daemon can do for the control panel, called from the page's worker threads:
+    ``ask(question)`` answers through the daemon's own answer path; ``restart()`` starts the daemon
+    again once no call is in progress and says when."""
+
+    ask: Callable[[str], TriedAnswer] | None = None
+    restart: Callable[[], str] | None = None
 
 
 @functools.lru_cache(maxsize=4)
@@ -84,6 +102,7 @@ class LocalBackend:
         on_apply: ApplyHook | None = None,
         started_at: float | None = None,
         notice: str | None = None,
+        hooks: PanelHooks | None = None,
     ) -> None:
         self._settings = settings
         self.store = store
@@ -99,6 +118,7 @@ class LocalBackend:
         self._bundle = bundle  # the daemon's summary of the bundle it opened
         self._notice = notice  # e.g. running on the last configuration that started
         self._config_lock = threading.Lock()
+        self.hooks = hooks or PanelHooks()  # the daemon's own (public: set once the loop runs)
 
     @property
     def settings(self) -> Settings:
@@ -200,6 +220,27 @@ class LocalBackend:
             restart_required=[k for k in changed if k not in live and k not in overridden],
             environment_overrides=[k for k in changed if k in overridden],
         )
+
+    def config_schema(self) -> list[SettingsSection]:
+        return settings_sections(self.live_keys)
+
+    def facts(self) -> list[FactsFileView]:
+        return facts_files(self._settings)
+
+    def save_facts(self, tool: str, text: str) -> FactsSaved:
+        saved = save_facts(self._settings, tool, text)
+        log.info("facts file %s replaced from the admin page (%d entries)", saved.path, saved.sections)
+        return saved
+
+    def try_question(self, question: str) -> TriedAnswer:
+        if self.hooks.ask is None:
+            raise NotAvailable("no engines answer here (the admin page runs without the daemon's pipeline)")
+        return self.hooks.ask(question)
+
+    def restart(self) -> Restarting:
+        if self.hooks.restart is None:
+            raise NotAvailable("this daemon cannot restart itself")
+        return Restarting(restarting=True, message=self.hooks.restart())
 
 
 def _with_keys(running: Settings, source: Settings, keys: list[str]) -> Settings:

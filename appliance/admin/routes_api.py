@@ -13,24 +13,33 @@ from fastapi import APIRouter, Depends, Path, Query, Request
 from fastapi.responses import JSONResponse, Response
 from prometheus_client import CONTENT_TYPE_LATEST
 
-from appliance.admin.backend import AdminBackend, ConfigNotWritable
+from appliance.admin.backend import AdminBackend, ConfigNotWritable, NotAvailable
 from appliance.admin.errors import ApiError
+from appliance.admin.facts_files import FactsNotFound
 from appliance.admin.metrics import TraceMetrics
 from appliance.admin.schemas import (
     ConfigChange,
     ConfigUpdate,
     ConfigView,
     ErrorBody,
+    FactsChange,
+    FactsFileView,
+    FactsSaved,
     Health,
     LatencyReport,
     LiveSession,
     Readiness,
+    Restarting,
+    SettingsSection,
     StatusReport,
+    TriedAnswer,
+    TryQuestion,
     TurnView,
 )
 from appliance.admin.security import current_login, metrics_access, require_admin
 from appliance.admin.views import latency_report, turn_view
 from appliance.config import ConfigError
+from appliance.tools.facts import FactsFileError
 
 MAX_TURNS_LISTED = 1000
 MAX_TURNS_SUMMARIZED = 10_000
@@ -146,10 +155,77 @@ def api_router() -> APIRouter:
             raise ApiError(409, "config_read_only", str(err)) from err
         except ConfigError as err:
             listed = "; ".join(str(p) for p in err.problems)
-            raise ApiError(422, "invalid_config", f"nothing was written: {listed}") from err
+            problems = [{"key": p.key, "message": str(p).removeprefix(f"{p.key}: ")} for p in err.problems]
+            raise ApiError(
+                422, "invalid_config", f"nothing was written: {listed}", problems=problems
+            ) from err
         except ValueError as err:
             raise ApiError(422, "invalid_config", f"nothing was written: {err}") from err
         except OSError as err:
             raise ApiError(409, "config_write_failed", f"cannot write the configuration file: {err}") from err
 
+    panel_routes(router)
     return router
+
+
+def panel_routes(router: APIRouter) -> None:
+    """The control panel: the settings' schema, the facts files, a question tried, a restart."""
+
+    @router.get("/config/schema", response_model=list[SettingsSection], tags=["configuration"])
+    def config_schema(backend: BackendDep) -> list[SettingsSection]:
+        """Every setting by section: description, unit, bounds, choices, default, whether it applies now."""
+        return backend.config_schema()
+
+    @router.get("/facts", response_model=list[FactsFileView], tags=["facts"])
+    def facts(backend: BackendDep) -> list[FactsFileView]:
+        """The site's facts files (one per facts tool) with their text."""
+        return backend.facts()
+
+    @router.put(
+        "/facts/{tool}",
+        response_model=FactsSaved,
+        tags=["facts"],
+        dependencies=[Depends(require_admin)],
+        responses={403: {"model": ErrorBody}, 404: {"model": ErrorBody}},
+    )
+    def save_facts(
+        change: FactsChange, backend: BackendDep, tool: Annotated[str, Path(max_length=64)]
+    ) -> FactsSaved:
+        """Replace a facts tool's file (admin role, CSRF header); checked as the answer path reads it,
+        the file before kept as FILE.bak; in service after a restart."""
+        try:
+            return backend.save_facts(tool, change.text)
+        except FactsNotFound as err:
+            raise ApiError(404, "no_such_facts", str(err)) from err
+        except FactsFileError as err:
+            raise ApiError(422, "invalid_facts", f"nothing was written: {err}") from err
+        except OSError as err:
+            raise ApiError(409, "facts_write_failed", f"cannot write the facts file: {err}") from err
+
+    @router.post(
+        "/facts/try",
+        response_model=TriedAnswer,
+        tags=["facts"],
+        dependencies=[Depends(require_admin)],
+        responses={403: {"model": ErrorBody}, 409: {"model": ErrorBody}},
+    )
+    def try_question(asked: TryQuestion, backend: BackendDep) -> TriedAnswer:
+        """A typed question answered as the kiosk answers it now (the facts in service)."""
+        try:
+            return backend.try_question(asked.question)
+        except NotAvailable as err:
+            raise ApiError(409, "not_available", str(err)) from err
+
+    @router.post(
+        "/restart",
+        response_model=Restarting,
+        tags=["configuration"],
+        dependencies=[Depends(require_admin)],
+        responses={403: {"model": ErrorBody}, 409: {"model": ErrorBody}},
+    )
+    def restart(backend: BackendDep) -> Restarting:
+        """Start the daemon again once no call is in progress (settings and facts that need it)."""
+        try:
+            return backend.restart()
+        except NotAvailable as err:
+            raise ApiError(409, "not_available", str(err)) from err

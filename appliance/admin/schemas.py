@@ -19,6 +19,9 @@ class Body(BaseModel):
 class ErrorBody(Body):
     error: str = Field(description="stable error code, e.g. not_authenticated, csrf_failed")
     message: str = Field(description="what went wrong and how to fix it")
+    problems: list[dict[str, str]] | None = Field(
+        None, description='invalid_config: each problem as {"key": "section.key", "message": ...}'
+    )
 
 
 class Health(Body):
@@ -291,6 +294,66 @@ class LatencyReport(Body):
     quality: list[VersionQualityView] = Field(
         default_factory=list, description="output quality of these turns, per bundle version, newest first"
     )
+
+
+class SettingField(Body):
+    key: str = Field(description="section.key, as in the file and in PUT /api/config")
+    kind: Literal["integer", "number", "boolean", "string", "choice", "json"]
+    description: str
+    unit: str = ""
+    default: Any = None
+    choices: list[Any] = Field(default_factory=list)
+    nullable: bool = False
+    live: bool = Field(False, description="applied without a restart")
+    minimum: float | None = None
+    maximum: float | None = None
+    exclusive_minimum: bool = False
+    exclusive_maximum: bool = False
+    min_length: int | None = None
+    max_length: int | None = None
+    pattern: str | None = None
+
+
+class SettingsSection(Body):
+    name: str
+    description: str
+    fields: list[SettingField]
+
+
+class FactsFileView(Body):
+    tool: str = Field(description="the facts tool ([[agent.tools]] name) that reads the file")
+    path: str
+    text: str
+    sections: int = Field(description="entries the facts file holds, as the answer path reads them")
+    problem: str | None = Field(None, description="why the file cannot be read, with the fix")
+
+
+class FactsChange(Body):
+    text: str = Field(max_length=1024 * 1024)
+
+
+class FactsSaved(Body):
+    path: str
+    backup: str | None
+    sections: int
+    restart_required: bool = Field(True, description="the facts in service change at the next start")
+
+
+class TryQuestion(Body):
+    question: str = Field(min_length=1, max_length=300)
+
+
+class TriedAnswer(Body):
+    said: str
+    chosen: list[Any] = Field(default_factory=list, description="the facts' sentence chosen, if any")
+    declined: bool = False
+    why: str | None = None
+    seconds: float
+
+
+class Restarting(Body):
+    restarting: bool
+    message: str
 
 
 class ConfigView(Body):

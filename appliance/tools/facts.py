@@ -73,9 +73,14 @@ def read_facts(path: Path) -> list[Fact]:
         ) from err
     except SettingFileError as err:
         raise FactsFileError(str(err)) from err
+    return facts_in(text, str(path))
+
+
+def facts_in(text: str, where: str) -> list[Fact]:
+    """The entries of a facts file's text (``where`` names it in the error when it holds none)."""
     facts = _sections(text) if any(_HEADING.match(line) for line in text.splitlines()) else _paragraphs(text)
     if not facts:
-        raise FactsFileError(f"the facts file {path} holds no text", fix="write the site's facts into it")
+        raise FactsFileError(f"the facts file {where} holds no text", fix="write the site's facts into it")
     return facts
 
 

@@ -17,7 +17,9 @@ async function api(path, options = {}) {
   }
   const body = response.status === 204 ? null : await response.json().catch(() => null);
   if (!response.ok && response.status !== 503) {
-    throw new Error((body && body.message) || `${path}: HTTP ${response.status}`);
+    const error = new Error((body && body.message) || `${path}: HTTP ${response.status}`);
+    error.body = body;
+    throw error;
   }
   return body;
 }
@@ -210,7 +212,6 @@ function showConfig(config) {
   text("config-source", `${config.path || "shipped default (read-only)"} · applied without restart: ${config.live_keys.join(", ")}`
     + (config.environment_overrides.length ? ` · set by environment: ${config.environment_overrides.join(", ")}` : ""));
   text("config-view", JSON.stringify(config.settings, null, 2));
-  document.getElementById("config-form").hidden = !(session.role === "admin" && config.writable);
 }
 
 async function refresh() {
@@ -234,31 +235,6 @@ async function refresh() {
   }
 }
 
-async function saveConfig(event) {
-  event.preventDefault();
-  const result = document.getElementById("config-result");
-  const key = document.getElementById("config-key").value.trim();
-  const [section, name] = key.split(".");
-  let value;
-  try { value = JSON.parse(document.getElementById("config-value").value); }
-  catch { value = document.getElementById("config-value").value; }
-  try {
-    const answer = await api("/api/config", {
-      method: "PUT",
-      headers: {"Content-Type": "application/json"},
-      body: JSON.stringify({changes: {[section]: {[name]: value}}}),
-    });
-    result.className = "";
-    result.textContent = answer.changed.length
-      ? `Saved. In effect now: ${answer.applied.join(", ") || "none"}; after a restart: ${answer.restart_required.join(", ") || "none"}`
-      : "No change.";
-    showConfig(await api("/api/config"));
-  } catch (err) {
-    result.className = "error";
-    result.textContent = err.message;
-  }
-}
-
 async function start() {
   try {
     session = await api("/api/session");
@@ -272,8 +248,7 @@ async function start() {
     try { await api("/api/logout", {method: "POST"}); } catch (err) { /* logged out anyway */ }
     location.assign("/login");
   });
-  document.getElementById("config-form").addEventListener("submit", saveConfig);
-  showConfig(await api("/api/config"));
+  await startPanel();
   await refresh();
   timer = setInterval(refresh, session.refresh_s * 1000);
 }
