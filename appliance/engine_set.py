@@ -21,7 +21,7 @@ from appliance.pipeline.engines import SessionEngines
 from appliance.pipeline.params import OverlapParams
 from appliance.pipeline.partials import PartialsConfig
 from appliance.pipeline.session import SessionConfig
-from appliance.pipeline.turn import TurnConfig
+from appliance.pipeline.turn import Grounding, TurnConfig
 from engines.aec import EchoCanceller
 from engines.asr import AsrEngine
 from engines.asr.params import AsrParams
@@ -422,13 +422,22 @@ def session_config(settings: Settings, *, echo_cancelled: bool = False) -> Sessi
     return SessionConfig(
         endpointer=_only(settings.endpointer, EndpointerParams),
         echo=echo_gate(settings, echo_cancelled=echo_cancelled),
-        turn=TurnConfig(replies=settings.agent, speech=settings.tts),
+        turn=TurnConfig(replies=settings.agent, speech=settings.tts, grounding=grounding_of(settings)),
         partials=PartialsConfig(timing=settings.asr, llm=settings.llm),
         history=settings.agent,
         call=settings.sip,
         overlap=_only(settings.endpointer, OverlapParams),
         wake=settings.wake,
     )
+
+
+def grounding_of(settings: Settings) -> Grounding | None:
+    """``agent.grounding`` for turns without tools (with tools, the tool box applies it)."""
+    agent = settings.agent
+    if not agent.grounding:
+        return None
+    allowed = (*agent.allowed_figures, agent.site_name, agent.device_id)
+    return Grounding(allowed=tuple(a for a in allowed if a), not_known_reply=agent.not_known_reply)
 
 
 def check_llm_runs(bundle: Bundle) -> None:

@@ -45,10 +45,15 @@ def turn_summary(
 
 
 def describe_turn(summary: dict[str, Any]) -> str:
+    said = summary["played_reply"] or summary["reply"]
     lines = [
         f"transcript: {summary['transcript'] or '(nothing recognised)'}",
-        f"reply:      {summary['reply'] or '(none)'}",
+        f"reply:      {said or '(none)'}",
     ]
+    for withheld in summary["withheld"]:  # what the model wrote and the product did not say
+        figures = ", ".join(withheld.get("figures") or [])
+        why = f"{withheld.get('why', '')}" + (f": {figures} in no source" if figures else "")
+        lines.append(f"not said:   {withheld.get('clause', '')!r} ({why})")
     if summary["error"]:
         lines.append(f"error:      {summary['error']} (the fallback reply was spoken)")
     latency = summary["turn_latency_s"]

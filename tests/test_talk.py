@@ -41,6 +41,24 @@ def test_an_invalid_config_is_reported(tmp_path: Path, capsys: Any, data_dir: Pa
     assert "llm.model" in capsys.readouterr().err
 
 
+def test_speech_without_the_wake_word_is_named_as_the_cause(data_dir: Path) -> None:
+    import os
+    import subprocess
+    import sys
+
+    env = {**os.environ, "APPLIANCE_WAKE__ACTIVATION": "wake_word", "APPLIANCE_LLM__MODEL": "gemma-270m"}
+    done = subprocess.run(
+        [sys.executable, "-m", "appliance", "talk", str(data_dir / "speech/en/google_audio.wav"), "--fast"],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=600,
+    )
+    assert done.returncode == 1
+    assert "the wake word ('hey jarvis') was not heard" in done.stderr, done.stderr
+    assert "recording level" not in done.stderr
+
+
 def _finished_trace() -> TurnTrace:
     trace = TurnTrace(turn_id="t1", session_id="s1", transcript="how old is it", reply="Very old.")
     for offset, name in enumerate(TIMESTAMPS):

@@ -43,7 +43,7 @@ def handle(args: argparse.Namespace) -> int:
         print(f"error: {err}", file=sys.stderr)
         return EXIT_FAILED
     if trace is None:
-        print(f"error: no speech found in {args.wav} (fix: check the recording level)", file=sys.stderr)
+        print(f"error: {_no_turn(settings, args.wav)}", file=sys.stderr)
         return EXIT_FAILED
     summary = turn_summary(trace, reply_wav=args.reply, reply_audio_s=reply_s, fast=args.fast)
     summary["file"] = str(args.wav)
@@ -74,3 +74,16 @@ async def _talk(settings: Settings, source: Any, reply_path: Path | None) -> tup
         return trace, sink.duration_s
     finally:
         await engines.close()
+
+
+def _no_turn(settings: Settings, wav: Path) -> str:
+    """Why a file began no turn, and the fix: with the wake word on, speech without it begins none."""
+    wake = settings.wake
+    if wake.activation == "wake_word":
+        spoken = wake.model.replace("_", " ")
+        return (
+            f'no turn began in {wav}: wake.activation = "wake_word" and the wake word ({spoken!r}) was not '
+            f'heard before the speech (fix: start the recording with "{spoken}", or try the file without '
+            "the wake word: APPLIANCE_WAKE__ACTIVATION=always appliance talk FILE)"
+        )
+    return f"no speech found in {wav} (fix: check the recording level: speech, not silence or noise alone)"

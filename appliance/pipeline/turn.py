@@ -55,8 +55,18 @@ class TurnFailed(Exception):
 
 
 @dataclass(frozen=True)
+class Grounding:
+    """``agent.grounding`` for a turn without tools: a figure may come only from the conversation and
+    these (``agent.allowed_figures``, the site's name); a clause with another is not said."""
+
+    allowed: tuple[str, ...] = ()
+    not_known_reply: str = "Sorry, I don't have that information here."
+
+
+@dataclass(frozen=True)
 class TurnConfig:
     replies: ReplyParams = field(default_factory=ReplyParams)
+    grounding: Grounding | None = None  # with tools, the tool box's agent settings say
     speech: TtsParams = field(default_factory=TtsParams)  # first_clause_words
     max_pending_clauses: int = 4
     max_pending_chunks: int = 8
@@ -195,10 +205,15 @@ class Turn:
     def _with_site_facts(self, messages: list[Message]) -> list[Message]:
         """The facts this question is given (in the prompt already, or before its words), and the
         sources its reply's figures are checked against."""
-        tools = self.tools
-        self._sources = sources = Sources(check_figures=tools is not None and tools.agent.grounding)
+        tools, grounding = self.tools, self.config.grounding
+        checked = tools.agent.grounding if tools is not None else grounding is not None
+        self._sources = sources = Sources(check_figures=checked)
         sources.add_internal(self._system_instructions(), run=PERSONA_RUN_WORDS)
         if tools is None:
+            if grounding is not None:  # the conversation and the allowed figures are the only sources
+                sources.add_all((message.content for message in messages), said=True)
+                for allowed in grounding.allowed:
+                    sources.add(allowed, any_subject=True)
             return messages
         given, facts = tools.for_question(messages, self.transcript)
         self.trace.facts_given = [fact.title or fact.text[:40] for fact in facts]
@@ -455,7 +470,9 @@ class Turn:
             f": {', '.join(verdict.ungrounded)} in no source" if verdict.ungrounded else "",
         )
         ending = (
-            self.tools.decline_sentence() if self.tools is not None else self.config.replies.fallback_reply
+            self.tools.decline_sentence()
+            if self.tools is not None
+            else (self.config.grounding or Grounding()).not_known_reply
         )
         await self._put_clause(ending, clauses)
 
