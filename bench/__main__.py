@@ -1,8 +1,8 @@
 """python -m bench [--llm NAME...] [--turns N] [--out DIR]: the end-to-end turn latency suite.
 python -m bench NAME [ARGS...]: run one engine or subsystem benchmark.
 
-Each benchmark prints its figures and writes a JSON result under bench/results/ (the end-to-end
-suite: a folder bench/results/<time>/ with result.json and PNG plots).
+Each benchmark prints its figures and writes a JSON result under ~/.cache/appliance/bench-results/ (the end-to-end
+suite: a folder ~/.cache/appliance/bench-results/<time>/ with result.json and PNG plots).
 """
 
 from __future__ import annotations

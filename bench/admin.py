@@ -6,7 +6,7 @@ The app runs as in the daemon (uvicorn as a task on this process's loop) over a 
 with ``--turns`` recorded turns. For each route: p50/p95/p99 of ``--requests`` sequential requests.
 Event-loop lag (how late a 10 ms timer fires) is measured while idle and while the dashboard's four
 polling requests run back to back; the ratio shows whether page traffic would delay the pipeline's
-own work on the loop. Results go to bench/results/admin-<time>.json. Figures, not assertions.
+own work on the loop. Results go to ~/.cache/appliance/bench-results/admin-<time>.json. Figures, not assertions.
 """
 
 from __future__ import annotations
@@ -38,9 +38,9 @@ from appliance.bundle_view import summarize_bundle
 from appliance.config import AdminConfig, load_settings
 from appliance.engine_set import open_bundle
 from appliance.trace import TIMESTAMPS, TraceStore, TurnTrace, percentile
+from bench.paths import RESULTS
 
 REPO = Path(__file__).resolve().parents[1]
-RESULTS = REPO / "bench" / "results"
 USER, PASSWORD = "bench", "bench password 1"
 DASHBOARD_POLL = ("/api/status", "/api/sessions", "/api/latency?limit=200", "/api/turns?limit=100")
 ROUTES = ("/healthz", *DASHBOARD_POLL, "/metrics")

@@ -23,7 +23,7 @@ canceller); false barge-ins per minute of echo-only playback (speech starts by t
 rule, ``endpointer.min_speech_ms``); the share of people detected within 300 ms of starting to speak
 over a reply, and how long it took; WER of Whisper on what the turn would hear (the reply is stopped at
 the detection, as the session does) against the clean recording's; canceller CPU per 10 ms block
-(thread time). Writes bench/results/aec-<time>.json.
+(thread time). Writes ~/.cache/appliance/bench-results/aec-<time>.json.
 """
 
 from __future__ import annotations

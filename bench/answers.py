@@ -23,7 +23,7 @@ Per configuration: answered right (an expected figure or word in what was played
 declined (of the unanswerable), figures spoken of the wrong item (misattributed: a figure of the facts
 played for an unanswerable question, or in place of the right one), invented (a figure in no source),
 fragments played before a decline, internal text played, first audio p50/p95 (from the end of speech;
-typed: from the question). Results: bench/results/answers-<time>.json. Figures, not assertions.
+typed: from the question). Results: ~/.cache/appliance/bench-results/answers-<time>.json. Figures, not assertions.
 """
 
 from __future__ import annotations

@@ -6,7 +6,7 @@ Every variant transcribes every transcribed speech file of the test data (greedy
 language given, same thread count); files are visited in turn, variants interleaved within each
 file, so background load hits all variants alike. Prints per-file p50/p95, overall p50/p95/p99,
 the ratio ours/theirs (median of per-file p50 ratios) and the corpus WER of each variant, and
-writes everything to bench/results/asr-<time>.json. Figures, not assertions.
+writes everything to ~/.cache/appliance/bench-results/asr-<time>.json. Figures, not assertions.
 """
 
 from __future__ import annotations
@@ -26,11 +26,11 @@ from typing import Any
 
 import numpy as np
 
+from bench.paths import DATA, RESULTS
 from engines.asr.text import word_error_rate
 
 REPO = Path(__file__).resolve().parents[1]
-DEFAULT_DATA = Path(os.environ.get("APPLIANCE_TEST_DATA", REPO.parent / "shared" / "data"))
-RESULTS = REPO / "bench" / "results"
+DEFAULT_DATA = DATA
 OURS = ("ours-int8-full", "ours-int8-real", "ours-fp32-full", "ours-fp32-real")
 THEIRS = ("fw-float32", "fw-int8")
 

@@ -6,7 +6,7 @@ microphone path (16 kHz) and the call path (8 kHz G.711, upsampled), and as part
 
 Every model uses the shipped settings (int8, real-length encoding, asr.threads); files are visited
 in turn and models interleaved within each file, so background load hits them alike. Writes
-bench/results/asr-models-<time>.json. Figures, not assertions.
+~/.cache/appliance/bench-results/asr-models-<time>.json. Figures, not assertions.
 """
 
 from __future__ import annotations

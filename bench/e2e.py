@@ -7,7 +7,7 @@ For each LLM the engines are loaded once; each turn feeds a real recording (../s
 through ``one_turn`` at microphone pace, then measures the floor and the sequential baseline on the same
 engines (bench/e2e_turns.py). Cold start runs in a subprocess (bench/e2e_cold.py). Prints p50/p95/p99
 of ``speech_end -> playback_start``, the stage breakdown, latency/floor, latency - floor and the speed-up
-vs sequential, and writes result.json plus PNGs to bench/results/<time>/. Figures, not assertions.
+vs sequential, and writes result.json plus PNGs to ~/.cache/appliance/bench-results/<time>/. Figures, not assertions.
 """
 
 from __future__ import annotations
@@ -27,10 +27,10 @@ from typing import Any
 
 from bench.e2e_turns import Utterance, run_turn
 from bench.machine import peak_rss_mb
+from bench.paths import DATA, RESULTS
 
 REPO = Path(__file__).resolve().parents[1]
-RESULTS = REPO / "bench" / "results"
-DEFAULT_DATA = REPO.parent / "shared" / "data"
+DEFAULT_DATA = DATA
 SCHEMA_VERSION = 1
 MIN_UTTERANCE_S, MAX_UTTERANCE_S, MIN_WORDS = 1.5, 5.0, 4
 
@@ -272,7 +272,10 @@ def main(argv: list[str] | None = None) -> int:
         "--turns", type=int, default=20, help="turns per LLM, cycling through the utterances (default 20)"
     )
     parser.add_argument(
-        "--out", type=Path, default=None, help="result folder (default bench/results/<time>/)"
+        "--out",
+        type=Path,
+        default=None,
+        help="result folder (default ~/.cache/appliance/bench-results/<time>/)",
     )
     parser.add_argument(
         "--data", type=Path, default=Path(os.environ.get("APPLIANCE_TEST_DATA", DEFAULT_DATA))

@@ -8,7 +8,7 @@ Two appliances (two SIP listeners on the real pipeline, one set of engines) behi
 alternating, each asking one recorded question: turn latency at the caller (the media never passes the
 proxy) and call setup (INVITE sent -> 200 OK) p50/p95/p99. Then one appliance stops answering and calls
 are placed through the proxy at once: the setup of the first (the proxy's INVITE timeout, then the
-other appliance) and of the next. Results: bench/results/fleet-<time>.json. Figures, not assertions.
+other appliance) and of the next. Results: ~/.cache/appliance/bench-results/fleet-<time>.json. Figures, not assertions.
 """
 
 from __future__ import annotations

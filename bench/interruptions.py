@@ -40,11 +40,11 @@ import numpy as np
 
 from bench import rooms
 from bench.overlap_set import QUESTION, CueSink, CueSource, OverlapClip, overlap_clips, spoken
+from bench.paths import DATA
 from bench.turn_set import call_path
 from engines.aec import EchoRoom
 
 log = logging.getLogger("bench.interruptions")
-DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
 KINDS = ("backchannel", "stop_word", "interruption")
 QUIET_S = 2.0  # a case is over when the person has finished and the speaker has been silent this long
 ECHO_DEVICE_DELAY_S = 0.07  # the device's own audio path, as in tests/test_echo_session.py

@@ -8,7 +8,7 @@ folder holding another build's libllama/libggml libraries of the same llama.cpp 
 through ``LLAMA_CPP_LIB_PATH``). Every round starts one fresh child process per build, in turn, so
 background load hits all builds alike; each child prefills a 128-token prompt and decodes 32 tokens
 three times. Prints p50/p95/p99 tokens/s per build and the ratios to the installed build, and writes
-bench/results/llama-builds-<time>.json. Figures, not assertions.
+~/.cache/appliance/bench-results/llama-builds-<time>.json. Figures, not assertions.
 """
 
 from __future__ import annotations
@@ -23,8 +23,9 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
+from bench.paths import RESULTS
+
 REPO = Path(__file__).resolve().parents[1]
-RESULTS = REPO / "bench" / "results"
 PROMPT_TOKENS = 128
 DECODE_TOKENS = 32
 REPEATS = 3

@@ -14,7 +14,7 @@ interleaved per prompt, so background load hits them alike:
           the system prompt (the floor for ``cached``: what is left is the engine's own overhead).
 
 Prints p50/p95/p99 of each, the ratios cold/cached and cached/raw (of the p50s), decode tokens/s,
-and writes everything to bench/results/llm-<time>.json. Figures, not assertions.
+and writes everything to ~/.cache/appliance/bench-results/llm-<time>.json. Figures, not assertions.
 """
 
 from __future__ import annotations
@@ -34,12 +34,12 @@ import numpy as np
 from appliance.agent import system_prompt as agent_prompt
 from appliance.config import load_settings, override
 from appliance.engine_set import llm_engine
+from bench.paths import RESULTS
 from engines.bundle import Bundle
 from engines.llm import GenerationStats, Message
 from engines.llm.llamacpp import LlamaCppLlm
 
 REPO = Path(__file__).resolve().parents[1]
-RESULTS = REPO / "bench" / "results"
 VARIANTS = ("cached", "cold", "raw")
 PROMPTS = (
     "Where is the nearest exit?",
@@ -232,7 +232,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--site-facts", action="store_true", help="append a block of site facts to the persona"
     )
-    parser.add_argument("--out", type=Path, default=None, help="results JSON (default bench/results/)")
+    parser.add_argument(
+        "--out", type=Path, default=None, help="results JSON (default ~/.cache/appliance/bench-results/)"
+    )
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
 

@@ -6,7 +6,7 @@ GGUF) against the in-process engine, same questions, interleaved so background l
 Every question is the first turn of a new conversation, greedy, no stop strings. The in-process engine
 has its system prompt cached at load; llama_cpp.server keeps the prompt it evaluated last and reuses its
 common prefix (the system prompt) the same way. Prints p50/p95/p99 of each and the ratio of the p50s,
-writes bench/results/llm_server-<time>.json. Figures, not assertions.
+writes ~/.cache/appliance/bench-results/llm_server-<time>.json. Figures, not assertions.
 """
 
 from __future__ import annotations
@@ -22,6 +22,7 @@ from typing import Any
 
 from bench.llm import PROMPTS, percentile
 from bench.machine import write_result
+from bench.paths import RESULTS
 
 PERSONA = (
     "You are a helpful voice assistant on a device at the Northgate depot. Answer in one or two short "
@@ -150,7 +151,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--reply-tokens", type=int, default=16)
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.WARNING)
-    out = Path(__file__).resolve().parent / "results"
+    out = RESULTS
     out.mkdir(parents=True, exist_ok=True)
     results = [bench_model(model, args, out) for model in args.models]
     print(f"first token, {args.repeats} x {len(PROMPTS)} questions (p50 / p95 / p99 ms)")

@@ -13,6 +13,8 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
+from bench.paths import RESULTS
+
 VERSIONED_PACKAGES = ("onnxruntime", "onnxruntime-gpu", "llama_cpp_python", "torch", "numpy", "piper-tts")
 
 
@@ -96,8 +98,8 @@ def peak_rss_mb() -> float:
 
 
 def write_result(name: str, args: dict[str, Any], results: dict[str, Any]) -> Path:
-    """``results`` (with the arguments and this machine) as bench/results/<name>-<time>.json."""
-    folder = Path(__file__).resolve().parent / "results"
+    """``results`` (with the arguments and this machine) as ~/.cache/appliance/bench-results/<name>-<time>.json."""
+    folder = RESULTS
     folder.mkdir(parents=True, exist_ok=True)
     stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
     path = folder / f"{name}-{stamp}.json"

@@ -16,7 +16,7 @@ Side by side in one run, for each suppressor (``denoise.engine``; none is the au
 - the suppressor's cost per second of audio, per stream (one thread).
 
 SNR: the speech's RMS over its voiced frames against the noise's RMS. Results:
-bench/results/noise-<time>.json. Figures, not assertions.
+~/.cache/appliance/bench-results/noise-<time>.json. Figures, not assertions.
 """
 
 from __future__ import annotations
@@ -25,7 +25,6 @@ import argparse
 import csv
 import json
 import logging
-import os
 import time
 from pathlib import Path
 from typing import Any
@@ -35,6 +34,7 @@ import numpy as np
 from appliance.config import load_settings, override
 from appliance.engine_set import asr_engine, open_bundle, vad_engine
 from bench.machine import write_result
+from bench.paths import DATA
 from engines.asr.text import normalize_text, word_error_rate
 from engines.audio import load_audio, resample
 from engines.bundle import Bundle
@@ -47,7 +47,6 @@ from engines.vad.frames import frame_probabilities
 log = logging.getLogger("bench.noise")
 
 REPO = Path(__file__).resolve().parents[1]
-DATA = Path(os.environ.get("APPLIANCE_TEST_DATA", REPO.parent / "shared" / "data"))
 RATE = 16000
 FRAME = 512
 BEFORE_S, AFTER_S = 0.3, 1.5

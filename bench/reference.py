@@ -5,7 +5,7 @@ its result as bench/reference/<name>.json, with the command and a description of
     .venv/bin/python -m bench.reference --list
 
 The long end-to-end runs (e2e-partials, e2e-endpointer, ~15 min each) are listed too and run only when
-named. Each benchmark writes its own result under bench/results/; the newest file (or folder's
+named. Each benchmark writes its own result under ~/.cache/appliance/bench-results/; the newest file (or folder's
 result.json) it wrote is the one kept.
 """
 
@@ -19,8 +19,9 @@ import time
 from pathlib import Path
 from typing import Any
 
+from bench.paths import RESULTS
+
 REPO = Path(__file__).resolve().parents[1]
-RESULTS = REPO / "bench" / "results"
 REFERENCE = REPO / "bench" / "reference"
 
 # name -> (arguments of python -m bench, quick)

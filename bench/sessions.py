@@ -15,7 +15,7 @@ and the ratio to one call; the prompt tokens each conversation's 2nd and 3rd tur
 end of speech beside the tokens its prompt added to the previous turn's (the previous reply and the
 new question: what a conversation that kept its cache has to evaluate at most); replies that waited for
 a slot. Then the engine alone: aggregate decode tok/s of 1 vs 3 replies generated at once, and peak
-RSS. Results: bench/results/sessions-<time>.json. Figures, not assertions.
+RSS. Results: ~/.cache/appliance/bench-results/sessions-<time>.json. Figures, not assertions.
 """
 
 from __future__ import annotations
@@ -180,6 +180,7 @@ import resource, sys, threading
 from bench.sessions import ENGINE_QUESTIONS, _settings
 from appliance.engine_set import llm_engine, open_bundle
 from engines.llm import Message
+from bench.paths import DATA
 model, slots, context = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
 settings = _settings(model, slots=slots, max_calls=slots, reply_tokens=48)
 settings = settings.model_copy(update={"llm": settings.llm.model_copy(update={"context_tokens": context})})

@@ -12,7 +12,7 @@ voiced sample of the question was delivered (mic frame / RTP packet) to the firs
 came out (mic: the sink's first loud write; call: the first loud RTP packet at the caller). It
 includes the endpointer's end-of-speech wait (end_silence_ms). The session's own trace figure
 (speech_end -> playback_start) is printed beside it. p50/p95/p99 and ratios; results are written to
-bench/results/sip-<time>.json. Figures, not assertions.
+~/.cache/appliance/bench-results/sip-<time>.json. Figures, not assertions.
 
 ``--edge`` measures only what the call path itself adds, without the engines: the appliance echoes
 each call (``EchoHandler``) and the caller times 100 ms tone bursts from the packet that starts one
@@ -46,11 +46,10 @@ from appliance.rtp.packet import RtpPacket, parse_rtp
 from appliance.sip.handlers import EchoHandler
 from appliance.sip.message import SipResponse, parse_message
 from appliance.sip.server import SipServer
+from bench.paths import DATA, RESULTS
 from engines.audio import load_audio_16k, resample
 
 REPO = Path(__file__).resolve().parents[1]
-RESULTS = REPO / "bench" / "results"
-DATA = REPO.parent / "shared" / "data"
 QUESTIONS = (
     "speech/en/google_audio.wav",  # how old is the Brooklyn Bridge
     "speech/en/cheetah_test_en.wav",

@@ -7,7 +7,7 @@ machine idle and with its cores busy (as while the language model decodes).
 Per digest algorithm (MD5, SHA-256) and load (idle, busy): ``--registrations`` REGISTER transactions
 one after another (401 then 200: two round trips), p50/p95/p99 ms; then the appliance's SIP server kept
 registered for ``--renewals`` renewals of a 5 s lifetime (renewed at 80%, due every 4.0 s), the lateness
-of each renewal against that due time, p50/p95/max ms. Results: bench/results/sip_register-<time>.json.
+of each renewal against that due time, p50/p95/max ms. Results: ~/.cache/appliance/bench-results/sip_register-<time>.json.
 Figures, not assertions.
 """
 

@@ -8,7 +8,7 @@ Per question: which tool the model called and with what (right tool and argument
 expected fact is in the spoken answer, and the latency from the end of speech to the first audio (for a
 tool turn: the preamble) and to the first audio of the answer itself. Plain questions (no tool wanted)
 are asked too: the first audio of a tool turn is compared with their p50. Results:
-bench/results/tools-<time>.json. Figures, not assertions.
+~/.cache/appliance/bench-results/tools-<time>.json. Figures, not assertions.
 """
 
 from __future__ import annotations

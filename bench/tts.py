@@ -8,7 +8,7 @@ For each reply, three ways to speak it, interleaved per reply so background load
 - ``sentences``: Piper's own per-sentence chunks for the whole text (no short first piece).
 - ``whole``: the whole reply synthesized before anything is played (the baseline).
 Prints p50/p95/p99 of first-chunk and whole-reply times per sentence count and the ratio
-first chunk / whole reply (goal: <= 0.3 for 2+ clauses), and writes bench/results/tts-<time>.json.
+first chunk / whole reply (goal: <= 0.3 for 2+ clauses), and writes ~/.cache/appliance/bench-results/tts-<time>.json.
 Figures, not assertions.
 """
 
@@ -26,8 +26,9 @@ from typing import Any
 
 import numpy as np
 
+from bench.paths import RESULTS
+
 REPO = Path(__file__).resolve().parents[1]
-RESULTS = REPO / "bench" / "results"
 
 SENTENCES = [
     "The north entrance opens at nine tomorrow morning for all visitors.",

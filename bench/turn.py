@@ -25,7 +25,7 @@ endpoint, model costs included), the share of complete sentences split, the shar
 (all, 500-900 ms, after a function word, elsewhere); per mode the trade-off curve (a PNG) and
 eot-bench's two figures: the share of pauses cut when the wait is at most 300 ms, and the wait when at
 most 5% of pauses are cut. ``--call-path`` runs the chosen settings again on the audio as a SIP call
-delivers it (8 kHz G.711). Figures, not assertions: written to bench/results/turn-<time>.json.
+delivers it (8 kHz G.711). Figures, not assertions: written to ~/.cache/appliance/bench-results/turn-<time>.json.
 """
 
 from __future__ import annotations
@@ -33,7 +33,6 @@ from __future__ import annotations
 import argparse
 import json
 import logging
-import os
 import sys
 import time
 from collections import Counter
@@ -45,12 +44,12 @@ from typing import Any
 
 import numpy as np
 
+from bench.paths import DATA, RESULTS
 from bench.turn_set import FUNCTION_WORDS, LEAD_S, Clip, build_clips, call_path, load_whisper
 from engines.vad.params import VadParams
 
 REPO = Path(__file__).resolve().parents[1]
-DEFAULT_DATA = Path(os.environ.get("APPLIANCE_TEST_DATA", REPO.parent / "shared" / "data"))
-RESULTS = REPO / "bench" / "results"
+DEFAULT_DATA = DATA
 FRAME_SAMPLES = 512
 FRAME_S = FRAME_SAMPLES / 16000
 # A pause shorter than this is over before any words' verdict could come (ASR alone takes longer).

@@ -14,7 +14,7 @@ them, each taking the time this machine's Whisper takes for it (one at a time; a
 PROBABLY_ENDED is lost, as the turn's start stops it). Reported per audio path: the share of pauses whose
 last finished partial holds the final pass's words, the share whose verdict (finished / unsure /
 unfinished at the shipped thresholds) agrees with the final's, and the time the final pass took (what a
-partial verdict would save). Figures, not assertions: written to bench/results/turn-partials-<time>.json (or --out).
+partial verdict would save). Figures, not assertions: written to ~/.cache/appliance/bench-results/turn-partials-<time>.json (or --out).
 """
 
 from __future__ import annotations

@@ -5,7 +5,7 @@
 Every backend scores the same 16 kHz frames (the 60 s Silero test recording by default), each
 frame timed on its own; backends take turns per repeat so background load hits them alike. Prints
 p50/p95/p99 per frame, the real-time factor, the torch/onnxruntime ratio, and the endpointer's own
-cost per frame, and writes bench/results/vad-<time>.json. Figures, not assertions.
+cost per frame, and writes ~/.cache/appliance/bench-results/vad-<time>.json. Figures, not assertions.
 """
 
 from __future__ import annotations
@@ -21,9 +21,10 @@ from typing import Any
 
 import numpy as np
 
+from bench.paths import DATA, RESULTS
+
 REPO = Path(__file__).resolve().parents[1]
-DEFAULT_DATA = Path(os.environ.get("APPLIANCE_TEST_DATA", REPO.parent / "shared" / "data"))
-RESULTS = REPO / "bench" / "results"
+DEFAULT_DATA = DATA
 FRAME_MS = 32.0
 
 log = logging.getLogger("bench.vad")

@@ -12,7 +12,7 @@ For each microWakeWord model of the bundle, side by side in one run:
   without the phrase (bench/answers.py's forty);
 - the cost per second of audio per stream (one thread).
 
-Results: bench/results/wake-<time>.json. Figures, not assertions.
+Results: ~/.cache/appliance/bench-results/wake-<time>.json. Figures, not assertions.
 """
 
 from __future__ import annotations
