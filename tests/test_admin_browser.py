@@ -9,6 +9,7 @@ import shutil
 import threading
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -106,6 +107,20 @@ def browser() -> Iterator[object]:
         launched = playwright.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
         yield launched
         launched.close()
+
+
+def logged_in(
+    browser: Any, base_url: str, user: str, password: str, requested: list[str], **context_args: Any
+) -> tuple[Any, Any]:
+    """A new browser context logged in as ``user`` (every URL it asks for recorded): (context, page)."""
+    context = browser.new_context(**context_args)
+    context.on("request", lambda request: requested.append(request.url))
+    page = context.new_page()
+    page.goto(f"{base_url}/login")
+    page.fill("#username", user)
+    page.fill("#password", password)
+    page.click("#login-button")
+    return context, page
 
 
 def _real_turn(env: AdminEnv, engines: SessionEngines, data_dir: Path) -> None:
@@ -250,13 +265,7 @@ def test_dashboard_logs_in_and_plots_a_real_turn_from_the_device_only(
     admin_env.store.add(grounded)
 
     # A viewer sees the same page without the settings form.
-    viewer = browser.new_context()  # type: ignore[attr-defined]
-    viewer.on("request", lambda request: requested.append(request.url))
-    viewer_page = viewer.new_page()
-    viewer_page.goto(f"{server.base_url}/login")
-    viewer_page.fill("#username", VIEWER_USER)
-    viewer_page.fill("#password", VIEWER_PASSWORD)
-    viewer_page.click("#login-button")
+    viewer, viewer_page = logged_in(browser, server.base_url, VIEWER_USER, VIEWER_PASSWORD, requested)
     viewer_page.wait_for_selector("#turns-table tbody tr[data-turn-id]")
     assert viewer_page.inner_text("#whoami") == f"{VIEWER_USER} (viewer)"
     assert (

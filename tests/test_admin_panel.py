@@ -28,7 +28,7 @@ from engines.bundle import Bundle
 from engines.tts import TtsEngine
 from engines.vad import VadEngine
 from tests.fixtures.admin import ADMIN_PASSWORD, ADMIN_USER, VIEWER_PASSWORD, VIEWER_USER, make_admin_env
-from tests.test_admin_browser import LOCAL_SCHEMES, ServerThread, browser  # noqa: F401 (a fixture)
+from tests.test_admin_browser import LOCAL_SCHEMES, ServerThread, browser, logged_in  # noqa: F401 (a fixture)
 from tests.test_agent_tools import site_llm
 
 PLANT = Path(__file__).parent / "fixtures" / "site" / "plant.md"
@@ -96,14 +96,11 @@ def test_the_control_panel_edits_settings_and_facts_and_tries_a_question(
             return panel_hooks(daemon, session_config(settings), control)
 
         env.backend.hooks = asyncio.run_coroutine_threadsafe(hooks(), server.loop).result(10)
-        context = browser.new_context(viewport={"width": 1280, "height": 1000})  # type: ignore[attr-defined]
         requested: list[str] = []
-        context.on("request", lambda request: requested.append(request.url))
-        page = context.new_page()
-        page.goto(f"{server.base_url}/login")
-        page.fill("#username", ADMIN_USER)
-        page.fill("#password", ADMIN_PASSWORD)
-        page.click("#login-button")
+        viewport = {"width": 1280, "height": 1000}
+        context, page = logged_in(
+            browser, server.base_url, ADMIN_USER, ADMIN_PASSWORD, requested, viewport=viewport
+        )
         page.wait_for_selector("#config-panel details[data-section='trace']")
         assert page.locator("#config-panel details.setting-section").count() == len(Settings.model_fields)
 
@@ -158,13 +155,7 @@ def test_the_control_panel_edits_settings_and_facts_and_tries_a_question(
         context.close()
 
         # A viewer reads the panel but has nothing to save or ask with.
-        viewer = browser.new_context()  # type: ignore[attr-defined]
-        viewer.on("request", lambda request: requested.append(request.url))
-        viewer_page = viewer.new_page()
-        viewer_page.goto(f"{server.base_url}/login")
-        viewer_page.fill("#username", VIEWER_USER)
-        viewer_page.fill("#password", VIEWER_PASSWORD)
-        viewer_page.click("#login-button")
+        viewer, viewer_page = logged_in(browser, server.base_url, VIEWER_USER, VIEWER_PASSWORD, requested)
         viewer_page.wait_for_selector("#config-panel details[data-section='trace']")
         viewer_page.wait_for_selector("form.facts-file[data-tool='site_facts']")
         for save in ("form[data-section='llm'] button[type=submit]", "form.facts-file button[type=submit]"):
