@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from pydantic import AliasChoices, Field, field_validator
+from pydantic import AliasChoices, Field, field_validator, model_validator
 
 from engines.params import Params, check_ip_address
 
@@ -29,7 +29,25 @@ class AdminParams(Params):
     login_window_s: float = Field(
         300.0, ge=1.0, le=86400.0, description="the window login_max_failures counts in"
     )
-    cookie_secure: bool = Field(False, description="send the cookie over HTTPS only (behind a TLS proxy)")
+    cookie_secure: bool = Field(
+        False,
+        description="send the cookie over HTTPS only (behind a TLS proxy; always so when TLS is on here)",
+    )
+    tls_cert_file: Path | None = Field(
+        None,
+        description="the site's certificate for the page (PEM, with its chain); unset: on a LAN address the "
+        "device's own, made in tls_dir",
+    )
+    tls_key_file: Path | None = Field(None, description="... and its private key (PEM)")
+    tls_dir: Path = Field(
+        Path("/var/lib/appliance/tls"),
+        description="where the device's certificate is made once and kept (its fingerprint: appliance doctor)",
+    )
+    allow_plain_http: bool = Field(
+        False,
+        description="serve a LAN address over plain HTTP (passwords cross the network readable); loopback "
+        "is always plain",
+    )
     metrics_public: bool = Field(False, description="serve /metrics without a login (for a scraper)")
     metrics_token_file: Path | None = Field(
         None,
@@ -62,7 +80,13 @@ class AdminParams(Params):
     def _bind_is_address(cls, value: str) -> str:
         return check_ip_address(value)
 
-    @field_validator("users_file", "password_file")
+    @field_validator("users_file", "password_file", "tls_dir")
     @classmethod
     def _expand(cls, value: Path) -> Path:
         return value.expanduser()
+
+    @model_validator(mode="after")
+    def _cert_and_key(self) -> AdminParams:
+        if (self.tls_cert_file is None) != (self.tls_key_file is None):
+            raise ValueError("tls_cert_file and tls_key_file go together: give both, or neither")
+        return self

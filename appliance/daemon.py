@@ -39,6 +39,7 @@ from engines.audio import SAMPLE_RATE_HZ, resample
 
 if TYPE_CHECKING:
     from appliance.sip.server import SipServer
+    from appliance.sip.tls import SipTls
 
 log = logging.getLogger(__name__)
 
@@ -311,7 +312,7 @@ async def _answer_calls(
             with contextlib.suppress(asyncio.TimeoutError):
                 await asyncio.wait_for(call.drain(), CALL_DRAIN_S)
 
-    server = SipServer(daemon.settings.sip, handle_call)
+    server = SipServer(daemon.settings.sip, handle_call, tls=_sip_tls(daemon.settings))
     await server.start()
     _show_registration(server, registry)
     if server.tcp_listening or not daemon.settings.sip.tcp:
@@ -320,6 +321,18 @@ async def _answer_calls(
         await asyncio.Event().wait()
     finally:
         await server.stop()
+
+
+def _sip_tls(settings: Settings) -> SipTls | None:
+    """SIP over TLS with the site's certificate, else the device's own (the admin page's)."""
+    from appliance.certificates import device_certificate
+    from appliance.sip.tls import sip_tls
+
+    sip = settings.sip
+    if not sip.tls_listening:
+        return None
+    host = sip.advertise_host or sip.bind_host
+    return sip_tls(sip, lambda: device_certificate(settings.admin.tls_dir, settings.agent.device_id, host))
 
 
 def _show_registration(server: SipServer, registry: SessionRegistry) -> None:

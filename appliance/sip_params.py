@@ -8,6 +8,7 @@ from typing import Any, Literal
 
 from pydantic import Field, field_validator, model_validator
 
+from appliance.certificates import normal_fingerprint
 from appliance.pipeline.params import CallParams
 from engines.params import check_ip_address, ms_to_s
 
@@ -77,10 +78,40 @@ class SipParams(CallParams):
         le=86400,
         description="the registration's lifetime asked for; renewed at 80% of what is granted",
     )
-    register_transport: Literal["udp", "tcp"] = Field(
+    register_transport: Literal["udp", "tcp", "tls"] = Field(
         "udp",
-        description="how the registration reaches the registrar: udp, or tcp (a connection opened to it, "
-        "again whenever it was closed; the Contact then asks for calls over TCP)",
+        description="how the registration reaches the registrar: udp, tcp (a connection opened to it, "
+        "again whenever it was closed; the Contact then asks for calls over TCP), or tls (the same over "
+        "TLS to the registrar's TLS port, its certificate checked with tls_ca_file or tls_peer_fingerprint)",
+    )
+    tls: bool = Field(
+        False,
+        description="also accept SIP over TLS on tls_port (on whenever register_transport is tls), "
+        "presenting tls_cert_file or the device's certificate",
+    )
+    tls_port: int = Field(
+        5061, ge=0, le=65535, description="the TCP port of SIP over TLS; 0 picks a free one"
+    )
+    tls_cert_file: Path | None = Field(
+        None,
+        description="the site's certificate for this device (PEM, with its chain): presented to callers "
+        "and, as a client certificate, to the registrar; unset: the device's own (admin.tls_dir)",
+    )
+    tls_key_file: Path | None = Field(None, description="... and its private key (PEM)")
+    tls_ca_file: Path | None = Field(
+        None,
+        description="the CA certificates (PEM) the phone system's certificate must be signed by; its "
+        "address must be among the certificate's names",
+    )
+    tls_peer_fingerprint: str = Field(
+        "",
+        description="instead of tls_ca_file: the phone system's certificate fingerprint, "
+        "sha256:AB:CD:... (pinned: any other certificate is refused)",
+    )
+    media_encryption: Literal["none", "optional", "srtp"] = Field(
+        "none",
+        description="SRTP for the calls' audio, keys in SDP (SDES): none (plain RTP only), optional "
+        "(SRTP when the caller offers it), or srtp (a call offering plain RTP is refused with 488)",
     )
     register_retry_max_s: float = Field(
         300.0,
@@ -98,9 +129,13 @@ class SipParams(CallParams):
 
     @property
     def registrar_address(self) -> tuple[str, int]:
-        """``registrar`` as (host, port), 5060 when it names none."""
+        """``registrar`` as (host, port), 5060 when it names none (5061 over TLS)."""
         host, port = _split_registrar(self.registrar)
-        return host, int(port) if port else 5060
+        return host, int(port) if port else 5061 if self.register_transport == "tls" else 5060
+
+    @property
+    def tls_listening(self) -> bool:
+        return self.tls or self.register_transport == "tls"
 
     @property
     def t1_s(self) -> float:
@@ -114,6 +149,35 @@ class SipParams(CallParams):
         host, port = _split_registrar(self.registrar)
         host = f"[{host}]" if ":" in host else host
         return f"{host}:{port}" if port else host
+
+    @model_validator(mode="after")
+    def _tls_settings(self) -> SipParams:
+        if (self.tls_cert_file is None) != (self.tls_key_file is None):
+            raise ValueError("sip.tls_cert_file and sip.tls_key_file go together: give both, or neither")
+        if self.tls_ca_file is not None and self.tls_peer_fingerprint:
+            raise ValueError("give sip.tls_ca_file or sip.tls_peer_fingerprint, not both")
+        if self.register_transport == "tls" and self.tls_ca_file is None and not self.tls_peer_fingerprint:
+            raise ValueError(
+                'sip.register_transport = "tls" needs the phone system\'s certificate checked: set '
+                "sip.tls_ca_file to the CA that signed it (PEM), or sip.tls_peer_fingerprint to its "
+                "fingerprint (sha256:AB:CD:...; a refused certificate's fingerprint is in the log)"
+            )
+        return self
+
+    @field_validator("tls_peer_fingerprint")
+    @classmethod
+    def _fingerprint(cls, value: str) -> str:
+        return normal_fingerprint(value) if value.strip() else ""
+
+    @field_validator("tls_ca_file", "tls_cert_file", "tls_key_file")
+    @classmethod
+    def _readable(cls, value: Path | None) -> Path | None:
+        if value is None:
+            return None
+        value = value.expanduser()
+        if not value.is_file():
+            raise ValueError(f"{value} is not a file (a PEM file is expected)")
+        return value
 
     @model_validator(mode="after")
     def _transfers(self) -> SipParams:

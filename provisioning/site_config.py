@@ -198,11 +198,31 @@ def run_site_config(ctx: ProvisioningContext) -> StepOutcome:
             "port": sip.get("port"),
         },
     }
+    certificate = _admin_certificate(ctx)
+    if certificate:
+        outputs["admin_certificate"] = certificate
     summary = f"{ctx.config_file} for {agent['site_name']!r} ({agent['device_id']})"
+    if certificate:
+        summary += f"; admin page certificate {certificate}"
     if origin:
         cloned = origin["cloned"]
         summary += f"; set up like {cloned['from_device'] or 'the first device'} (export signed {cloned['signed_by']})"
     return StepOutcome(summary, outputs | origin)
+
+
+def _admin_certificate(ctx: ProvisioningContext) -> str | None:
+    """The admin page's device certificate, made now where the page will serve a LAN address without
+    the site's own: its fingerprint goes into the report for the technician to compare."""
+    from appliance.certificates import device_certificate, fingerprint_of, is_loopback
+
+    settings = load_settings(ctx.config_file)
+    admin = settings.admin
+    if not admin.enabled or admin.tls_cert_file or admin.allow_plain_http or is_loopback(admin.bind_host):
+        return None
+    folder = under_root(ctx.system_root, admin.tls_dir)
+    cert, _ = device_certificate(folder, settings.agent.device_id, admin.bind_host)
+    give_to_service_user(folder, ctx.system_root)
+    return fingerprint_of(cert)
 
 
 def config_still_valid(ctx: ProvisioningContext) -> bool:

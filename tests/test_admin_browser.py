@@ -15,6 +15,7 @@ import pytest
 
 from appliance.admin import bind_socket, engine_states, llm_load, serve
 from appliance.admin.protocol import ConnectionLimits
+from appliance.admin.tls import AdminTls
 from appliance.audio import MemorySink
 from appliance.audio.files import wav_file_source
 from appliance.config import load_settings
@@ -52,9 +53,11 @@ playwright_api = pytest.importorskip("playwright.sync_api", reason="playwright i
 class ServerThread:
     """The admin app on an event loop of its own thread, as the daemon's loop would run it."""
 
-    def __init__(self, env: AdminEnv) -> None:
+    def __init__(self, env: AdminEnv, *, app: Any = None, tls: AdminTls | None = None) -> None:
         self.sock = bind_socket("127.0.0.1", 0)
-        self.base_url = f"http://127.0.0.1:{self.sock.getsockname()[1]}"
+        self.tls = tls or AdminTls()
+        self.app = app or env.app
+        self.base_url = f"{self.tls.scheme}://127.0.0.1:{self.sock.getsockname()[1]}"
         self.loop = asyncio.new_event_loop()
         self.started = threading.Event()
         self.thread = threading.Thread(target=self._run, args=(env,), daemon=True)
@@ -67,12 +70,13 @@ class ServerThread:
         async def main() -> None:
             self.task = asyncio.create_task(
                 serve(
-                    env.app,
+                    self.app,
                     "127.0.0.1",
                     0,
                     limits=ConnectionLimits.of(env.settings.admin),
                     sock=self.sock,
                     started=ready,
+                    tls=self.tls,
                 )
             )
             await ready.wait()

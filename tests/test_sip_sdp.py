@@ -88,7 +88,7 @@ def test_hold_with_zero_address_is_treated_as_sendonly() -> None:
     ("text", "problem"),
     [
         (offer("m=audio 49170 RTP/AVP 18", "a=rtpmap:18 G729/8000"), "no audio line with PCMU or PCMA"),
-        (offer("m=audio 49170 RTP/SAVP 0"), "no audio line"),
+        (offer("m=audio 49170 RTP/SAVP 0"), "only SRTP offered"),
         (offer("m=audio 0 RTP/AVP 0"), "no audio line"),
         (offer("m=audio 49170 RTP/AVP 96", "a=rtpmap:96 PCMU/16000"), "no audio line"),
         (offer("m=audio 49170 RTP/AVP 0", session="s=x"), "no connection address"),

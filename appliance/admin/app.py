@@ -16,6 +16,7 @@ from appliance.admin.routes_auth import auth_router
 from appliance.admin.routes_pages import mount_static, page_router
 from appliance.admin.schemas import ErrorBody
 from appliance.admin.security import AuthContext
+from appliance.admin.tls import AdminTls
 from appliance.admin.users import UserDirectory
 from appliance.config import Settings
 
@@ -41,8 +42,10 @@ def create_app(
     *,
     users: UserDirectory | None = None,
     metrics: TraceMetrics | None = None,
+    tls: AdminTls | None = None,
 ) -> FastAPI:
-    """The admin app over ``backend``; accounts from ``settings.admin`` unless ``users`` is given."""
+    """The admin app over ``backend``; accounts from ``settings.admin`` unless ``users`` is given;
+    served with ``tls``, its session cookie is Secure."""
     admin = settings.admin
     app = FastAPI(
         title="Voice appliance admin API",
@@ -61,7 +64,7 @@ def create_app(
         logins=LoginStore(admin.session_ttl_s),
         users=users or UserDirectory(admin.users_file, admin.password_file),
         limiter=LoginRateLimiter(admin.login_max_failures, admin.login_window_s),
-        cookie_secure=admin.cookie_secure,
+        cookie_secure=admin.cookie_secure or (tls is not None and tls.enabled),
     )
     app.state.metrics = metrics or TraceMetrics(backend)
     app.state.refresh_s = admin.refresh_s

@@ -25,6 +25,7 @@ from appliance.admin.local import ApplyHook, LocalBackend, PanelHooks
 from appliance.admin.protocol import ConnectionLimits
 from appliance.admin.schemas import BundleSummary, EngineState, LlmLoad
 from appliance.admin.server import serve
+from appliance.admin.tls import admin_tls
 from appliance.config import Settings
 from appliance.trace import TraceStore
 
@@ -148,6 +149,10 @@ async def run_admin_page(
     if not settings.admin.enabled:
         log.info("admin page disabled (admin.enabled = false)")
         return
+    admin = settings.admin
+    tls = admin_tls(admin, settings.agent.device_id)  # TlsSetupError (an OSError) names the fix
+    if tls.warning:
+        registry.add_notice(tls.warning)
     backend = LocalBackend(
         settings,
         store,
@@ -158,12 +163,13 @@ async def run_admin_page(
         on_apply=on_apply,
         notice=notice,
         hooks=hooks,
+        certificate=tls.fingerprint or None,
     )
-    admin = settings.admin
     await serve(
-        create_app(backend, settings),
+        create_app(backend, settings, tls=tls),
         admin.bind_host,
         admin.port,
         limits=ConnectionLimits.of(admin),
         started=started,
+        tls=tls,
     )

@@ -103,6 +103,7 @@ class LocalBackend:
         started_at: float | None = None,
         notice: str | None = None,
         hooks: PanelHooks | None = None,
+        certificate: str | None = None,
     ) -> None:
         self._settings = settings
         self.store = store
@@ -118,6 +119,7 @@ class LocalBackend:
         self._bundle = bundle  # the daemon's summary of the bundle it opened
         self._notice = notice  # e.g. running on the last configuration that started
         self._config_lock = threading.Lock()
+        self.certificate = certificate  # the page's TLS fingerprint, shown in its footer
         self.hooks = hooks or PanelHooks()  # the daemon's own (public: set once the loop runs)
 
     @property
@@ -154,6 +156,7 @@ class LocalBackend:
             sip_registration=self.registry.registration(),
             sip_events=self.registry.sip_events(),
             wake_words_heard=self.registry.wake_words_heard(),
+            certificate=self.certificate,
         )
 
     def _notices(self) -> str | None:

@@ -135,10 +135,14 @@ class StatusReport(Body):
     sip_events: dict[str, int] | None = Field(
         None,
         description="what the SIP server refused or dropped since the start, by kind (malformed, "
-        "rejected, forbidden, busy, internal_errors, media_dropped, keys_refused); None without SIP",
+        "rejected, forbidden, busy, internal_errors, media_dropped, keys_refused, srtp_rejected, "
+        "tls_failed); None without SIP",
     )
     wake_words_heard: int = Field(
         0, description="wake words heard since the start by every session, whether a turn followed or not"
+    )
+    certificate: str | None = Field(
+        None, description='the page\'s TLS certificate fingerprint ("sha256:AB:..."); None over plain HTTP'
     )
 
 

@@ -6,12 +6,14 @@ import asyncio
 import contextlib
 import logging
 import socket
+import ssl
 from collections.abc import Iterator
 
 import uvicorn
 from fastapi import FastAPI
 
 from appliance.admin.protocol import ConnectionLimits, bounded_h11
+from appliance.admin.tls import AdminTls
 
 log = logging.getLogger(__name__)
 
@@ -52,12 +54,14 @@ async def serve(
     limits: ConnectionLimits,
     sock: socket.socket | None = None,
     started: asyncio.Event | None = None,
+    tls: AdminTls | None = None,
 ) -> None:
     """Serve ``app`` until cancelled; run it as a task on the daemon's loop.
 
     ``sock`` (from :func:`bind_socket`) lets the caller bind first, e.g. to port 0; ``started`` is
-    set once requests are accepted.
+    set once requests are accepted; ``tls`` (``admin.tls.admin_tls``) serves HTTPS, TLS 1.2 or newer.
     """
+    tls = tls or AdminTls()
     listening = sock or bind_socket(host, port)
     config = uvicorn.Config(
         app,
@@ -72,7 +76,12 @@ async def serve(
         # address would get its own login attempts. Only configured proxies are believed.
         proxy_headers=bool(limits.trusted_proxies),
         forwarded_allow_ips=list(limits.trusted_proxies) or None,
+        ssl_certfile=str(tls.cert) if tls.cert else None,
+        ssl_keyfile=str(tls.key) if tls.key else None,
     )
+    config.load()
+    if config.ssl is not None:
+        config.ssl.minimum_version = ssl.TLSVersion.TLSv1_2
     server = _EmbeddedServer(config)
     task = asyncio.ensure_future(server.serve(sockets=[listening]))
     watcher = None
@@ -80,7 +89,10 @@ async def serve(
         task.add_done_callback(lambda _t: started.set())
         watcher = asyncio.ensure_future(_signal_started(server, started, task))
     address = listening.getsockname()
-    log.info("admin page on http://%s:%s/", address[0], address[1])
+    if tls.warning:
+        log.warning("%s", tls.warning)
+    shown = f" (certificate {tls.fingerprint}, {tls.source})" if tls.enabled else ""
+    log.info("admin page on %s://%s:%s/%s", tls.scheme, address[0], address[1], shown)
     try:
         await asyncio.shield(task)
     except asyncio.CancelledError:

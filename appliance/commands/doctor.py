@@ -6,7 +6,7 @@ import argparse
 from dataclasses import dataclass
 
 from appliance.commands.common import EXIT_FAILED, EXIT_OK, add_config_option
-from appliance.config import ConfigError, SipConfig, load_settings
+from appliance.config import ConfigError, Settings, SipConfig, load_settings
 
 
 @dataclass(frozen=True)
@@ -44,6 +44,8 @@ def diagnose(args: argparse.Namespace) -> list[Finding]:
         findings = [Finding("config", True, f"{source}: every check of appliance config check passes")]
     if settings.sip.enabled and settings.sip.registrar:
         findings.append(_registration(settings.sip))
+    if settings.admin.enabled:
+        findings.append(_admin_page(settings))
 
     from engines.bundle_store import resolve_bundle_dir
     from engines.errors import BundleError
@@ -81,6 +83,25 @@ def handle(args: argparse.Namespace) -> int:
         if finding.fix:
             print(f"      fix: {finding.fix}")
     return EXIT_OK if all(f.ok for f in findings) else EXIT_FAILED
+
+
+def _admin_page(settings: Settings) -> Finding:
+    """How the admin page is served, and the certificate fingerprint a technician compares."""
+    from appliance.admin.tls import TlsSetupError, admin_tls
+
+    admin = settings.admin
+    where = f"{admin.bind_host}:{admin.port}"
+    try:
+        tls = admin_tls(admin, settings.agent.device_id, make=False)
+    except TlsSetupError as err:
+        return Finding("admin page", False, str(err))
+    if tls.enabled:
+        return Finding("admin page", True, f"https://{where}/, {tls.source} certificate {tls.fingerprint}")
+    if tls.source == "device":
+        return Finding("admin page", True, f"https://{where}/: {tls.warning}")
+    if tls.warning:
+        return Finding("admin page", True, tls.warning)
+    return Finding("admin page", True, f"http://{where}/ (loopback: nothing crosses a network)")
 
 
 def _registration(config: SipConfig) -> Finding:

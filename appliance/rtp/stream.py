@@ -24,6 +24,7 @@ from appliance.rtp.jitter import JitterBuffer
 from appliance.rtp.keys import KeyGate
 from appliance.rtp.packet import RtpError, RtpPacket, looks_like_rtcp, parse_rtp
 from appliance.rtp.resample import Upsampler2x, downsample_16k_to_8k
+from appliance.rtp.srtp import SrtpKeys, SrtpRejected, SrtpSession
 from engines.net import is_ip_literal
 
 log = logging.getLogger(__name__)
@@ -42,6 +43,7 @@ class MediaParams:
     payload_type: int
     telephone_event_pt: int | None = None
     direction: str = "sendrecv"  # as seen from the appliance
+    srtp: SrtpKeys | None = None  # the call's keys when its media is encrypted
 
     def __post_init__(self) -> None:
         # A name here would be resolved by sendto() for every packet, blocking the event loop and
@@ -63,6 +65,7 @@ class StreamStats:
     rtcp_packets: int = 0
     unknown_payload: int = 0
     frames_dropped: int = 0
+    srtp_rejected: int = 0  # SRTP/SRTCP packets that failed authentication or replayed one (dropped)
     digits: list[str] = field(default_factory=list)  # the keys pressed (those the call's KeyGate admitted)
     longest_send_gap_s: float = 0.0  # between two packets sent (20 ms when the event loop keeps time)
 
@@ -111,6 +114,7 @@ class RtpStream(asyncio.DatagramProtocol):
         self._sequence = random.getrandbits(16)
         self._timestamp = random.getrandbits(32)
         self._talkspurt = True
+        self._srtp = SrtpSession(params.srtp) if params.srtp is not None else None
 
     # --- lifecycle -------------------------------------------------------------------------------
     async def open(self, host: str, port: int) -> None:
@@ -131,6 +135,8 @@ class RtpStream(asyncio.DatagramProtocol):
             self._jitter.reset()
         if (params.remote_host, params.remote_port) != (self.params.remote_host, self.params.remote_port):
             self.latched = None  # the media moved: latch again to what sends next
+        if params.srtp != self.params.srtp:
+            self._srtp = SrtpSession(params.srtp) if params.srtp is not None else None
         self.params = params
 
     async def close(self) -> None:
@@ -184,7 +190,18 @@ class RtpStream(asyncio.DatagramProtocol):
                 ", first port that sent" if self.latched else "",
             )
             return
-        if looks_like_rtcp(data):
+        rtcp = looks_like_rtcp(data)
+        if self._srtp is not None:
+            try:
+                data = self._srtp.unprotect_rtcp(data) if rtcp else self._srtp.unprotect(data)
+            except SrtpRejected as err:
+                self.stats.srtp_rejected += 1
+                self._on_dropped("srtp")
+                self._noisy.info(
+                    "srtp", "%s: dropped an SRTP packet from %s:%d: %s", self.label, *source, err
+                )
+                return
+        if rtcp:
             self.stats.rtcp_packets += 1
             return
         try:
@@ -334,7 +351,10 @@ class RtpStream(asyncio.DatagramProtocol):
                 payload=g711.encode(samples, self.params.codec),
                 marker=speaking and self._talkspurt,
             )
-            self._transport.sendto(packet.to_bytes(), (self.params.remote_host, self.params.remote_port))
+            data = packet.to_bytes()
+            if self._srtp is not None:
+                data = self._srtp.protect(data)
+            self._transport.sendto(data, (self.params.remote_host, self.params.remote_port))
             self.stats.packets_sent += 1
         self._talkspurt = not speaking
         self._sequence = (self._sequence + 1) & 0xFFFF

@@ -16,6 +16,7 @@ from typing import Protocol, runtime_checkable
 
 import numpy as np
 
+from appliance.rtp.srtp import CryptoOffer
 from appliance.rtp.stream import RtpStream
 from appliance.sip.dialog import Dialog
 from appliance.sip.message import SipRequest
@@ -114,6 +115,7 @@ class Call:
         self.invite: SipRequest | None = None
         self.ok_retx: Retransmitter | None = None  # 2xx to an INVITE, until its ACK
         self.awaiting_answer = False  # our offer went in a 200 OK; the answer comes in the ACK
+        self.offered_crypto: CryptoOffer | None = None  # our SRTP key in that offer
         self.refer_progress: asyncio.Queue[int] | None = None  # a transfer's NOTIFY statuses
         self.transferring: Callable[[Call, str], Awaitable[None]] | None = None  # the server's REFER
         self._end = end

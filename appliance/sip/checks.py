@@ -81,8 +81,9 @@ def _foreign_uri_problem(uri: str) -> str | None:
     return None  # a well-formed URI of another scheme: 416, decided below
 
 
-def check_request(request: SipRequest) -> Rejection | None:
-    """``None`` when the request can be served, else the response it must get."""
+def check_request(request: SipRequest, *, secure: bool = False) -> Rejection | None:
+    """``None`` when the request can be served, else the response it must get (``sips:`` only over
+    TLS: ``secure``)."""
     problem = syntax_problem(request)
     if problem is not None:
         return Rejection(400, f"Bad Request ({problem})"[:200])
@@ -91,7 +92,8 @@ def check_request(request: SipRequest) -> Rejection | None:
         if request.method in KNOWN_METHODS:
             return Rejection(405, "Method Not Allowed", allow)
         return Rejection(501, "Not Implemented", allow)
-    if request.uri.partition(":")[0].lower() not in SUPPORTED_SCHEMES:
+    schemes = SUPPORTED_SCHEMES | {"sips"} if secure else SUPPORTED_SCHEMES
+    if request.uri.partition(":")[0].lower() not in schemes:
         return Rejection(416, "Unsupported URI Scheme")
     if request.method not in ("ACK", "CANCEL"):
         unsupported = [opt for opt in request.get_list("Require") if opt and opt not in SUPPORTED_EXTENSIONS]

@@ -199,12 +199,13 @@ class DialogFlow:
         self, call: Call, method: str, headers: list[tuple[str, str]]
     ) -> tuple[SipRequest, Address, bool]:
         over_tcp = self.transport.over_tcp(call.peer)
+        via_name, via_port = self.transport.via(call.peer)
         request = call.dialog.make_request(
             method,
             via_host=self.transport.local_host,
-            via_port=self.transport.local_port,
+            via_port=via_port,
             contact=self.transport.contact_for(call.peer),
-            transport="TCP" if over_tcp else "UDP",
+            transport=via_name,
         )
         for name, value in headers:
             request.add(name, value)

@@ -11,6 +11,7 @@ import secrets
 from collections.abc import Awaitable, Callable
 
 from appliance.ratelog import ThrottledLog
+from appliance.rtp.srtp import SrtpKeys
 from appliance.rtp.stream import MediaParams, RtpStream
 from appliance.sip.call import Call, CallHandler, CallState
 from appliance.sip.calls import CallTable
@@ -23,7 +24,9 @@ from appliance.sip.sdp import (
     SdpHostName,
     SessionDescription,
     build_offer,
+    keys_from_answer,
     negotiate,
+    new_crypto,
     parse_sdp,
 )
 from appliance.sip.stats import ServerStats
@@ -76,6 +79,7 @@ class InviteFlow:
             session_id=call.session_id if call else 0,
             session_version=call.session_version if call else 0,
             codecs=self.config.codecs,
+            encryption=self.config.media_encryption,
         )
 
     async def on_invite(self, invite: SipRequest, source: Address) -> None:
@@ -152,17 +156,10 @@ class InviteFlow:
 
     def _session(self, call: Call, offer: SessionDescription | None) -> tuple[str, MediaParams | None]:
         """Our SDP for the 200 OK: the answer to ``offer``, or our own offer when there was none."""
-        port = call.stream.local_port
         session_id = secrets.randbelow(2**31)
         call.session_id = session_id
         if offer is None:
-            call.awaiting_answer = True
-            return build_offer(
-                local_host=self.transport.local_host,
-                local_port=port,
-                session_id=session_id,
-                session_version=call.session_version,
-            ), None
+            return self._offer(call), None
         answer = self.negotiate(offer, call)
         return answer.sdp, _params(answer)
 
@@ -207,11 +204,14 @@ class InviteFlow:
             call.awaiting_answer = False
             try:
                 answer = self.negotiate(ack.body, call)
+                params = _params(answer, keys_from_answer(parse_sdp(ack.body), call.offered_crypto))
+                if self.config.media_encryption == "srtp" and params.srtp is None:
+                    raise SdpError('the answer has no SRTP key for ours (sip.media_encryption = "srtp")')
             except SdpError as err:
                 log.info("call %s: unusable SDP answer in the ACK (%s); hanging up", call.call_id, err)
                 self.spawn(self.end_call(call, "unusable SDP answer", send_bye=True))
                 return
-            call.stream.update(_params(answer))
+            call.stream.update(params)
         if call.state is CallState.ANSWERED:
             call.state = CallState.ESTABLISHED
             call.handler_task = asyncio.get_running_loop().create_task(
@@ -260,13 +260,7 @@ class InviteFlow:
                 answer.direction,
             )
         else:
-            call.awaiting_answer = True
-            sdp = build_offer(
-                local_host=self.transport.local_host,
-                local_port=call.stream.local_port,
-                session_id=call.session_id,
-                session_version=call.session_version,
-            )
+            sdp = self._offer(call)
         data = self.transport.respond(
             invite, source, 200, headers=(("Contact", self.transport.contact_for(source)),), body=sdp.encode()
         )
@@ -275,6 +269,20 @@ class InviteFlow:
             lambda: self._no_ack(call),
             t1_s=self.config.t1_s,
             already_sent=True,
+        )
+
+    def _offer(self, call: Call) -> str:
+        """Our own offer (an INVITE came without one): the answer comes in the ACK. With SRTP it carries
+        the appliance's key, kept for when the answer brings the caller's."""
+        call.awaiting_answer = True
+        call.offered_crypto = new_crypto() if self.config.media_encryption != "none" else None
+        return build_offer(
+            local_host=self.transport.local_host,
+            local_port=call.stream.local_port,
+            session_id=call.session_id,
+            session_version=call.session_version,
+            crypto=call.offered_crypto,
+            srtp_only=self.config.media_encryption == "srtp",
         )
 
     def send_final_failure(
@@ -323,7 +331,8 @@ class InviteFlow:
             retx.stop()
 
 
-def _params(answer: AudioAnswer) -> MediaParams:
+def _params(answer: AudioAnswer, keys: SrtpKeys | None = None) -> MediaParams:
+    """The stream's parameters for an agreed session; ``keys`` when the appliance made the offer."""
     return MediaParams(
         remote_host=answer.remote_host,
         remote_port=answer.remote_port,
@@ -331,4 +340,5 @@ def _params(answer: AudioAnswer) -> MediaParams:
         payload_type=answer.payload_type,
         telephone_event_pt=answer.telephone_event_pt,
         direction=answer.direction,
+        srtp=keys if keys is not None else answer.srtp,
     )

@@ -113,7 +113,7 @@ class Registration:
         self.local_host = (
             local_address_towards(self.registrar) if advertised in ("0.0.0.0", "::") else advertised
         )
-        self.over_tcp = self.config.register_transport == "tcp"
+        self.over_tcp = self.config.register_transport in ("tcp", "tls")  # over a connection
         self.call_id = f"{secrets.token_hex(10)}@{self.local_host}"
         self.from_tag = secrets.token_hex(6)
         self.cseq = 0
@@ -126,8 +126,9 @@ class Registration:
 
     @property
     def contact(self) -> str:
-        tcp = ";transport=tcp" if self.over_tcp else ""
-        return f"<sip:{self.user}@{self.local_host}:{self.local_port}{tcp}>"
+        name = self.config.register_transport
+        param = "" if name == "udp" else f";transport={name}"
+        return f"<sip:{self.user}@{self.local_host}:{self.local_port}{param}>"
 
     def start(self) -> None:
         self._task = asyncio.get_running_loop().create_task(self._keep_registered(), name="sip-register")
@@ -244,7 +245,7 @@ class Registration:
         self.cseq += 1
         request = SipRequest(method="REGISTER", uri=self._uri)
         branch = f"z9hG4bK{secrets.token_hex(8)}"
-        via = "TCP" if self.over_tcp else "UDP"
+        via = self.config.register_transport.upper()
         request.add("Via", f"SIP/2.0/{via} {self.local_host}:{self.local_port};branch={branch};rport")
         request.add("Max-Forwards", "70")
         request.add("From", f"<{self.aor}>;tag={self.from_tag}")
@@ -275,8 +276,9 @@ class Registration:
         try:
             await self.connect(self.registrar)
         except OSError as err:
+            over = self.config.register_transport.upper()
             raise RegistrationFailed(
-                f"cannot connect to the registrar {self.config.registrar} over TCP: {err.strerror or err}"
+                f"cannot connect to the registrar {self.config.registrar} over {over}: {err.strerror or err}"
             ) from err
 
     def _granted(self, response: SipResponse, asked_s: int) -> int:
@@ -308,6 +310,7 @@ async def try_registration(config: SipParams, *, timeout_s: float = 10.0) -> tup
     the credentials and the registrar checked without touching the daemon's own registration)."""
     from appliance.sip import tcp
     from appliance.sip.message import SipSyntaxError, parse_message
+    from appliance.sip.tls import sip_tls
 
     loop = asyncio.get_running_loop()
     holder: list[Registration] = []
@@ -325,8 +328,10 @@ async def try_registration(config: SipParams, *, timeout_s: float = 10.0) -> tup
     connections: dict[Address, tcp.SipTcpConnection] = {}
     limits = tcp.TcpLimits(allowed=lambda host: True)
 
+    tls = sip_tls(config) if config.register_transport == "tls" else None
+
     async def connect(address: Address) -> None:
-        await tcp.connect(address, connections, on_message, limits)
+        await tcp.connect(address, connections, on_message, limits, tls=tls)
 
     def send(data: bytes, address: Address) -> None:
         if address in connections:

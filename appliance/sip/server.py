@@ -28,6 +28,7 @@ from appliance.sip.message import SipRequest, SipResponse, SipSyntaxError, parse
 from appliance.sip.register import Registration, read_password
 from appliance.sip.stats import ServerStats
 from appliance.sip.tcp import SipTcpConnection, TcpLimits
+from appliance.sip.tls import HANDSHAKE_TIMEOUT_S, SipTls, TlsFailed, sip_tls
 from appliance.sip.transactions import ResponseCache
 from appliance.sip.transport import Address, SipTransport
 from appliance.sip_params import SipParams
@@ -44,10 +45,15 @@ class SipServer(asyncio.DatagramProtocol):
     """The socket side and the call lifecycle; INVITEs go to ``InviteFlow``, requests inside a call
     and responses to ours to ``DialogFlow``, both over one ``SipTransport``."""
 
-    def __init__(self, config: SipParams, handler: CallHandler, *, accepting: bool = True) -> None:
+    def __init__(
+        self, config: SipParams, handler: CallHandler, *, accepting: bool = True, tls: SipTls | None = None
+    ) -> None:
         """``accepting`` False: every INVITE and OPTIONS gets 503 with Retry-After (the engines are
-        still loading: a proxy sends the calls elsewhere meanwhile)."""
+        still loading: a proxy sends the calls elsewhere meanwhile). ``tls``: SIP over TLS's contexts
+        (``sip.tls.sip_tls``; made here from the settings when they ask for TLS and none is given)."""
         self.config = config
+        self.tls = tls if tls is not None or not config.tls_listening else sip_tls(config)
+        self._tls_server: asyncio.AbstractServer | None = None
         self.accepting = accepting
         self.stats = ServerStats()
         self._noisy = ThrottledLog(log)  # what the network can make happen thousands of times a second
@@ -140,16 +146,51 @@ class SipServer(asyncio.DatagramProtocol):
                 )
             except OSError as err:
                 log.warning("SIP over TCP not available on port %d (%s); UDP only", self.local_port, err)
+        await self._listen_tls(limits)
         self._watcher = loop.create_task(self._watch_calls(), name="sip-watch")
         if self.config.registrar and self.accepting:
             self._start_registration()
         log.info(
-            "SIP listening on %s:%d (UDP%s, max %d calls)",
+            "SIP listening on %s:%d (UDP%s, max %d calls)%s",
             self.config.bind_host,
             self.local_port,
             ", TCP" if self._tcp_server is not None else "",
             self.config.max_calls,
+            f", TLS on {self.transport.tls_port} ({self.tls.fingerprint})"
+            if self._tls_server and self.tls
+            else "",
         )
+
+    async def _listen_tls(self, limits: TcpLimits) -> None:
+        if self.tls is None:
+            return
+        if self.tls.server is None:
+            log.error(
+                "SIP over TLS has no certificate to present: calls over TLS are not taken (fix: set "
+                "sip.tls_cert_file and sip.tls_key_file)"
+            )
+            return
+        try:
+            self._tls_server = await asyncio.get_running_loop().create_server(
+                lambda: SipTcpConnection(self._on_stream_message, self.transport.tcp, limits),
+                self.config.bind_host,
+                self.config.tls_port,
+                ssl=self.tls.server,
+                ssl_handshake_timeout=HANDSHAKE_TIMEOUT_S,
+            )
+        except OSError as err:
+            log.error(
+                "SIP over TLS cannot listen on port %d (%s): calls over TLS are not taken (fix: free the "
+                "port, or set sip.tls_port)",
+                self.config.tls_port,
+                err,
+            )
+            return
+        self.transport.tls_port = int(self._tls_server.sockets[0].getsockname()[1])
+
+    @property
+    def tls_port(self) -> int | None:
+        return self.transport.tls_port
 
     def _start_registration(self) -> None:
         try:
@@ -157,8 +198,10 @@ class SipServer(asyncio.DatagramProtocol):
         except OSError as err:
             password = None
             log.error("SIP: cannot read sip.register_password_file: %s", err)
+        over_tls = self.config.register_transport == "tls"
+        port = self.transport.tls_port if over_tls and self.transport.tls_port else self.local_port
         self.registration = Registration(
-            self.config, self.transport.send, self.local_port, password, connect=self._connect
+            self.config, self.transport.send, port, password, connect=self._connect
         )
         self.registration.start()
 
@@ -166,7 +209,13 @@ class SipServer(asyncio.DatagramProtocol):
         """A TCP connection to ``address`` (the registrar), unless one is open; what it brings is read as
         what comes on the listener's connections."""
         assert self._tcp_limits is not None, "connect() before start()"
-        await tcp.connect(address, self.transport.tcp, self._on_stream_message, self._tcp_limits)
+        tls = self.tls if self.config.register_transport == "tls" else None
+        try:
+            await tcp.connect(address, self.transport.tcp, self._on_stream_message, self._tcp_limits, tls=tls)
+        except TlsFailed as err:
+            self.stats.tls_failed += 1
+            self._noisy.log(logging.ERROR, "tls", "SIP: %s", err)
+            raise
 
     async def stop(self) -> None:
         # The calls' sessions stop first, while the rest of the daemon (the trace store) is still
@@ -193,10 +242,11 @@ class SipServer(asyncio.DatagramProtocol):
         )
         if self.registration is not None:
             await self.registration.stop()
-        if self._tcp_server is not None:
-            self._tcp_server.close()
-            for connection in list(self.transport.tcp.values()):
-                connection.close()
+        for listener in (self._tcp_server, self._tls_server):
+            if listener is not None:
+                listener.close()
+        for connection in list(self.transport.tcp.values()):
+            connection.close()
         if self.transport.udp is not None:
             self.transport.udp.close()
 
@@ -278,7 +328,7 @@ class SipServer(asyncio.DatagramProtocol):
         if cached is not None:  # a retransmission: repeat the last response
             self.transport.send(cached, source)
             return
-        rejection = check_request(request)
+        rejection = check_request(request, secure=self.transport.secure(source))
         if rejection is not None:
             self.stats.rejected += 1
             self._noisy.info(
@@ -383,6 +433,8 @@ class SipServer(asyncio.DatagramProtocol):
     def _dropped(self, what: str) -> None:
         if what == "key":
             self.stats.keys_refused += 1
+        elif what == "srtp":
+            self.stats.srtp_rejected += 1
         else:
             self.stats.media_dropped += 1
 

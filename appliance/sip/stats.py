@@ -18,6 +18,8 @@ class ServerStats:
     internal_errors: int = 0
     media_dropped: int = 0  # RTP from a source that is not the call's (not the SDP's address, or not latched)
     keys_refused: int = 0  # keypad keys past the per-call gate (not a key, too fast, too many)
+    srtp_rejected: int = 0  # SRTP packets that failed authentication or replayed one
+    tls_failed: int = 0  # TLS handshakes that failed, ours or a peer's
 
     def counters(self) -> dict[str, int]:
         """What /metrics shows (appliance_sip_events_total by kind)."""
@@ -31,5 +33,7 @@ class ServerStats:
                 "internal_errors",
                 "media_dropped",
                 "keys_refused",
+                "srtp_rejected",
+                "tls_failed",
             )
         }

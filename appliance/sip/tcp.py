@@ -13,9 +13,19 @@ from __future__ import annotations
 import asyncio
 import logging
 import re
+import ssl
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import cast
+
+from appliance.sip.tls import (
+    HANDSHAKE_TIMEOUT_S,
+    SipTls,
+    TlsFailed,
+    check_pin,
+    explain,
+    presented_fingerprint,
+)
 
 log = logging.getLogger(__name__)
 
@@ -139,6 +149,11 @@ class SipTcpConnection(asyncio.Protocol):
             self._transport.write(data)
 
     @property
+    def secure(self) -> bool:
+        """Over TLS (the listener on sip.tls_port, or our connection to a registrar over TLS)."""
+        return self._transport is not None and self._transport.get_extra_info("ssl_object") is not None
+
+    @property
     def open(self) -> bool:
         return self._transport is not None and not self._transport.is_closing()
 
@@ -159,12 +174,32 @@ async def connect(
     connections: dict[tuple[str, int], SipTcpConnection],
     on_message: Callable[[bytes, tuple[str, int]], None],
     limits: TcpLimits,
+    *,
+    tls: SipTls | None = None,
 ) -> None:
-    """A connection of ours to ``address`` (a registrar), unless one is open: kept in ``connections``
-    and read into ``on_message`` as an accepted one is."""
+    """A connection of ours to ``address`` (a registrar), over TLS with ``tls``, unless one is open: kept
+    in ``connections`` and read into ``on_message`` as an accepted one is."""
     existing = connections.get(address)
     if existing is not None and existing.open:
         return
-    await asyncio.get_running_loop().create_connection(
-        lambda: SipTcpConnection(on_message, connections, limits), *address
-    )
+    try:
+        transport, _ = await asyncio.get_running_loop().create_connection(
+            lambda: SipTcpConnection(on_message, connections, limits),
+            *address,
+            ssl=tls.client if tls is not None else None,
+            ssl_handshake_timeout=HANDSHAKE_TIMEOUT_S if tls is not None else None,
+        )
+        if tls is not None:
+            check_pin(tls, transport, address)
+    except (OSError, asyncio.TimeoutError) as err:
+        if tls is None:
+            raise
+        error = (
+            err
+            if isinstance(err, OSError)
+            else OSError(f"no TLS handshake within {HANDSHAKE_TIMEOUT_S:.0f} s")
+        )
+        presented = (
+            await presented_fingerprint(address) if isinstance(err, ssl.SSLCertVerificationError) else ""
+        )
+        raise TlsFailed(explain(error, address, presented)) from err

@@ -29,12 +29,24 @@ class SipTransport:
     def __init__(self, local_host: str, local_port: int) -> None:
         self.local_host = local_host
         self.local_port = local_port
+        self.tls_port: int | None = None  # the TLS listener's, once it listens
         self.udp: asyncio.DatagramTransport | None = None
         self.tcp: dict[Address, SipTcpConnection] = {}
         self.cache: ResponseCache | None = None  # made on start, with the event loop's clock
 
     def over_tcp(self, address: Address) -> bool:
+        """Over a connection (TCP or TLS) rather than UDP."""
         return address in self.tcp
+
+    def secure(self, address: Address) -> bool:
+        connection = self.tcp.get(address)
+        return connection is not None and connection.secure
+
+    def via(self, address: Address) -> tuple[str, int]:
+        """The transport and port our Via names towards ``address``."""
+        if self.secure(address) and self.tls_port is not None:
+            return "TLS", self.tls_port
+        return ("TCP" if self.over_tcp(address) else "UDP"), self.local_port
 
     def send(self, data: bytes, address: Address) -> None:
         connection = self.tcp.get(address)
@@ -45,9 +57,10 @@ class SipTransport:
             self.udp.sendto(data, address)
 
     def contact_for(self, source: Address) -> str:
-        """Our Contact for a peer: with ``transport=tcp`` when it talks to us over TCP."""
-        tcp = ";transport=tcp" if self.over_tcp(source) else ""
-        return f"<sip:appliance@{self.local_host}:{self.local_port}{tcp}>"
+        """Our Contact for a peer: with ``transport=tcp`` or ``tls`` as it talks to us."""
+        name, port = self.via(source)
+        param = "" if name == "UDP" else f";transport={name.lower()}"
+        return f"<sip:appliance@{self.local_host}:{port}{param}>"
 
     def remember(self, request: SipRequest, data: bytes, source: Address) -> None:
         """Keep ``data`` as the answer to ``request``, for its retransmissions."""

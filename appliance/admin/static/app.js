@@ -68,6 +68,7 @@ function duration(seconds) {
 function showStatus(status) {
   text("site-name", status.site_name);
   text("device-id", `${status.device_id} · version ${status.version}`);
+  text("certificate", status.certificate ? ` · certificate ${status.certificate}` : " · plain HTTP");
   const health = document.getElementById("health");
   health.textContent = status.ready ? "healthy · ready" : "running · engines not ready";
   health.className = `badge ${status.ready ? "ok" : "bad"}`;
