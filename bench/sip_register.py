@@ -44,6 +44,14 @@ def _free_udp_port() -> int:
         return int(probe.getsockname()[1])
 
 
+def _free_tcp_port() -> int:
+    import socket
+
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
 class KamailioRegistrar:
     """Kamailio as a registrar on loopback for one extension, granting lifetimes of ``lifetime_s``."""
 
@@ -56,11 +64,15 @@ class KamailioRegistrar:
         algorithm: str = "MD5",
         lifetime_s: int = LIFETIME_S,
         tcp: bool = False,
+        tls_config: Path | None = None,
     ) -> None:
-        """``tcp``: it listens on TCP too, on the same port number."""
+        """``tcp``: it listens on TCP too, on the same port number; ``tls_config``: on TLS too (a Kamailio
+        tls.cfg), on ``tls_port``."""
         self.workdir, self.extension, self.password = workdir, extension, password
         self.algorithm, self.lifetime_s, self.tcp = algorithm, lifetime_s, tcp
+        self.tls_config = tls_config
         self.port = _free_udp_port()
+        self.tls_port = _free_tcp_port() if tls_config is not None else 0
         self.process: subprocess.Popen[str] | None = None
 
     @property
@@ -81,6 +93,9 @@ class KamailioRegistrar:
         ]  # fmt: skip
         if self.tcp:
             command += ["-l", f"tcp:127.0.0.1:{self.port}"]
+        if self.tls_config is not None:
+            command += ["-A", "WITH_TLS", "-A", f'TLS_CONFIG="{self.tls_config}"']
+            command += ["-l", f"tls:127.0.0.1:{self.tls_port}"]
         started = self.log.count("Listening on")  # the log is appended to across restarts
         with (self.workdir / "kamailio.log").open("a") as sink:
             self.process = subprocess.Popen(command, stdout=sink, stderr=subprocess.STDOUT, text=True)

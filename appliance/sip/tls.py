@@ -10,6 +10,7 @@ a client certificate. TLS 1.2 or newer only.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import ssl
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -114,6 +115,8 @@ async def presented_fingerprint(address: Address) -> str:
         return fingerprint_of_der(der) if der else "unknown"
     finally:
         writer.close()
+        with contextlib.suppress(OSError, asyncio.TimeoutError):
+            await asyncio.wait_for(writer.wait_closed(), HANDSHAKE_TIMEOUT_S)
 
 
 def explain(err: OSError, address: Address, presented: str) -> str:
