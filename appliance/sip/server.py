@@ -246,7 +246,8 @@ class SipServer(asyncio.DatagramProtocol):
             if listener is not None:
                 listener.close()
         for connection in list(self.transport.tcp.values()):
-            connection.close()
+            connection.abort()
+        await asyncio.sleep(0)  # their sockets close on the loop's next turn
         if self.transport.udp is not None:
             self.transport.udp.close()
 

@@ -161,6 +161,11 @@ class SipTcpConnection(asyncio.Protocol):
         if self._transport is not None:
             self._transport.close()
 
+    def abort(self) -> None:
+        """Close at once, unsent data and a TLS goodbye dropped (the server stopping)."""
+        if self._transport is not None:
+            self._transport.abort()
+
     def _drop(self, why: str) -> None:
         """Stop reading and close soon, so that a 400 for what was read can still be written."""
         log.info("SIP/TCP: closing the connection from %s:%d: %s", *self.peer, why)
