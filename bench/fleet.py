@@ -30,7 +30,8 @@ from appliance.pipeline.engines import SessionEngines
 from appliance.pipeline.session import Session, SessionConfig
 from appliance.sip.server import SipServer
 from bench.machine import write_result
-from bench.sip import DATA, QUESTIONS, Caller, PhoneCaller, _percentiles
+from bench.sip import DATA, QUESTIONS, Caller, _percentiles
+from bench.sip_phone import Phone
 from engines.audio import load_audio_16k, resample
 
 CONFIG = Path(__file__).resolve().parents[1] / "deploy" / "kamailio" / "kamailio.cfg"
@@ -74,7 +75,7 @@ async def _appliance(engines: SessionEngines, config: SessionConfig) -> SipServe
 
 async def _call(port: int, question: Any) -> tuple[float | None, float | None]:
     caller = Caller([question], 8000)
-    phone = PhoneCaller(caller)
+    phone = Phone(caller)
     await phone.run(port)
     return (caller.latencies_s[0] if caller.latencies_s else None), phone.setup_s
 

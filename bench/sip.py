@@ -27,6 +27,8 @@ import asyncio
 import json
 import logging
 import secrets
+import ssl
+import tempfile
 import time
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
@@ -37,16 +39,16 @@ import numpy as np
 
 from appliance.audio.base import SourceBase
 from appliance.audio.call import call_session_kwargs
+from appliance.certificates import device_certificate
 from appliance.config import Settings, SipConfig, load_settings
 from appliance.engine_set import build_engines, load_engines, open_bundle, session_config
 from appliance.pipeline.engines import SessionEngines
 from appliance.pipeline.session import Session, SessionConfig
-from appliance.rtp import g711
-from appliance.rtp.packet import RtpPacket, parse_rtp
 from appliance.sip.handlers import EchoHandler
-from appliance.sip.message import SipResponse, parse_message
 from appliance.sip.server import SipServer
+from bench.admin_wire import admin_over_tls
 from bench.paths import DATA, RESULTS
+from bench.sip_phone import LOOPBACK, Phone
 from engines.audio import load_audio_16k, resample
 
 REPO = Path(__file__).resolve().parents[1]
@@ -59,7 +61,6 @@ QUESTIONS = (
 LOUD_RMS = 0.01
 QUIET_AFTER_REPLY_S = 3.0  # TTS gaps between clauses must not read as the end of the reply
 REPLY_TIMEOUT_S = 60.0
-LOOPBACK = "127.0.0.1"
 
 log = logging.getLogger("bench.sip")
 
@@ -156,93 +157,57 @@ class TimedSink:
         return None
 
 
-class PhoneCaller(asyncio.DatagramProtocol):
-    """A loopback phone: INVITE with SDP, ACK, RTP both ways (20 ms, PCMU), BYE."""
-
-    def __init__(self, caller: Caller) -> None:
-        self.caller = caller
-        self.sip_queue: asyncio.Queue[SipResponse] = asyncio.Queue()
-        self.transport: Any = None
-        self.setup_s: float | None = None  # INVITE sent -> 200 OK received
-
-    def datagram_received(self, data: bytes, addr: Any) -> None:
-        message = parse_message(data)
-        if isinstance(message, SipResponse):
-            self.sip_queue.put_nowait(message)
-
-    async def run(self, server_port: int) -> None:
-        loop = asyncio.get_running_loop()
-        sip, _ = await loop.create_datagram_endpoint(lambda: self, local_addr=(LOOPBACK, 0))
-        media = _MediaSocket(self.caller)
-        rtp, _ = await loop.create_datagram_endpoint(lambda: media, local_addr=(LOOPBACK, 0))
-        sip_port, media_port = sip.get_extra_info("sockname")[1], rtp.get_extra_info("sockname")[1]
-        call_id, tag = secrets.token_hex(8), secrets.token_hex(4)
-        head = (
-            f"From: <sip:bench@{LOOPBACK}:{sip_port}>;tag={tag}\r\nCall-ID: {call_id}\r\nMax-Forwards: 70\r\n"
-            f"Contact: <sip:bench@{LOOPBACK}:{sip_port}>\r\n"
-        )
-        sdp = (
-            f"v=0\r\no=bench 1 1 IN IP4 {LOOPBACK}\r\ns=-\r\nc=IN IP4 {LOOPBACK}\r\nt=0 0\r\n"
-            f"m=audio {media_port} RTP/AVP 0\r\n"
-        )
-        target = f"sip:appliance@{LOOPBACK}:{server_port}"
-
-        def request(method: str, cseq: int, to: str, body: str = "") -> bytes:
-            via = f"Via: SIP/2.0/UDP {LOOPBACK}:{sip_port};branch=z9hG4bK{secrets.token_hex(6)}\r\n"
-            extra = "Content-Type: application/sdp\r\n" if body else ""
-            return (
-                f"{method} {target} SIP/2.0\r\n{via}{head}To: {to}\r\nCSeq: {cseq} {method}\r\n{extra}"
-                f"Content-Length: {len(body)}\r\n\r\n{body}"
-            ).encode()
-
-        invited = time.monotonic()
-        sip.sendto(request("INVITE", 1, f"<{target}>", sdp), (LOOPBACK, server_port))
-        while True:
-            response = await asyncio.wait_for(self.sip_queue.get(), 10)
-            if response.status >= 200:
-                break
-        if response.status != 200:
-            raise RuntimeError(f"call refused: {response.status} {response.reason}")
-        self.setup_s = time.monotonic() - invited
-        to = response.get("To") or ""
-        # In the dialog: to the appliance's Contact, through the proxies that recorded their route
-        contact = response.get("Contact") or f"<{target}>"
-        target = contact.split("<", 1)[-1].split(">", 1)[0]
-        routes = "".join(f"Route: {r}\r\n" for r in reversed(response.get_all("Record-Route")))
-        head += routes
-        answer = response.body.decode()
-        remote_port = int(next(line for line in answer.splitlines() if line.startswith("m=audio")).split()[1])
-        sip.sendto(request("ACK", 1, to), (LOOPBACK, server_port))
-        await media.stream(rtp, (LOOPBACK, remote_port))
-        sip.sendto(request("BYE", 2, to), (LOOPBACK, server_port))
-        await asyncio.sleep(0.2)
-        sip.close()
-        rtp.close()
-
-
-class _MediaSocket(asyncio.DatagramProtocol):
-    def __init__(self, caller: Caller) -> None:
-        self.caller = caller
-
-    def datagram_received(self, data: bytes, addr: Any) -> None:
-        packet = parse_rtp(data)
-        self.caller.on_output(g711.decode(packet.payload, "PCMU"), time.monotonic())
-
-    async def stream(self, transport: Any, remote: tuple[str, int]) -> None:
-        ssrc, start, index = secrets.randbits(32), time.monotonic(), 0
-        while not self.caller.done:
-            samples = self.caller.next_chunk(160, time.monotonic())
-            packet = RtpPacket(0, index & 0xFFFF, index * 160, ssrc, g711.encode(samples, "PCMU"))
-            transport.sendto(packet.to_bytes(), remote)
-            index += 1
-            await asyncio.sleep(max(0.0, start + index * 0.020 - time.monotonic()))
-
-
 @dataclass
 class Run:
     name: str
     latencies_s: list[float]
     trace_latencies_s: list[float]
+    setup_s: list[float] = field(default_factory=list)  # INVITE -> 200 OK, per call
+    jitter_s: list[float] = field(default_factory=list)  # at the caller, per call
+    handshake_s: list[float] = field(default_factory=list)  # TLS, per call
+    cpu_per_call_s: float = 0.0  # this process's CPU seconds per second of one call (phone included)
+
+    def figures(self) -> dict[str, Any]:
+        return {
+            "caller_ms": _percentiles(self.latencies_s),
+            "trace_ms": _percentiles(self.trace_latencies_s),
+            "answer_ms": _percentiles(self.setup_s),
+            "jitter_ms": _percentiles(self.jitter_s),
+            "tls_handshake_ms": _percentiles(self.handshake_s),
+            "cpu_ms_per_call_s": round(self.cpu_per_call_s * 1000, 1),
+        }
+
+
+@dataclass(frozen=True)
+class Wire:
+    """How the calls travel: plain (UDP, RTP) or secure (SIP over TLS, SRTP required)."""
+
+    name: str
+    server: dict[str, Any] = field(default_factory=dict)  # SipConfig settings
+    client: ssl.SSLContext | None = None
+
+    @classmethod
+    def secure(cls, folder: Path) -> Wire:
+        cert, key = device_certificate(folder, "bench", LOOPBACK)
+        settings = {"tls": True, "tls_port": 0, "tls_cert_file": cert, "tls_key_file": key}
+        client = ssl.create_default_context(cafile=str(cert))
+        return cls("TLS+SRTP", settings | {"media_encryption": "srtp"}, client)
+
+
+PLAIN = Wire("UDP+RTP")
+
+
+async def _phones(server: SipServer, scripts: list[Any], wire: Wire, run: Run) -> Run:
+    """One call per script, all at once, over ``wire``; their figures added to ``run``."""
+    phones = [Phone(s, tls=wire.client, srtp=wire.client is not None) for s in scripts]
+    cpu, started = time.process_time(), time.monotonic()
+    await asyncio.gather(*(phone.run(server.local_port, server.tls_port) for phone in phones))
+    call_s = (time.monotonic() - started) * len(phones)
+    run.cpu_per_call_s = (time.process_time() - cpu) / call_s
+    run.setup_s = [p.setup_s for p in phones if p.setup_s is not None]
+    run.jitter_s = [p.jitter_s for p in phones]
+    run.handshake_s = [p.handshake_s for p in phones if wire.client is not None]
+    return run
 
 
 async def run_mic(engines: SessionEngines, config: SessionConfig, questions: list[np.ndarray]) -> Run:
@@ -259,8 +224,15 @@ async def run_mic(engines: SessionEngines, config: SessionConfig, questions: lis
     return Run("microphone", caller.latencies_s, _trace_latencies(traces))
 
 
-async def serve_calls(engines: SessionEngines, config: SessionConfig, callers: list[Caller]) -> list[Any]:
-    """One loopback call per caller, all at once, each a session on ``engines``; the turns' traces."""
+async def serve_calls(
+    engines: SessionEngines,
+    config: SessionConfig,
+    callers: list[Caller],
+    wire: Wire = PLAIN,
+    run: Run | None = None,
+) -> list[Any]:
+    """One loopback call per caller, all at once over ``wire``, each a session on ``engines``; the
+    turns' traces (the calls' own figures into ``run``)."""
     traces: list[Any] = []
 
     async def handle(call: Any) -> None:
@@ -270,12 +242,17 @@ async def serve_calls(engines: SessionEngines, config: SessionConfig, callers: l
 
     base = 30000 + secrets.randbelow(1000) * 2
     sip_config = SipConfig(
-        enabled=True, port=0, max_calls=len(callers), rtp_port_min=base, rtp_port_max=base + 10 * len(callers)
+        enabled=True,
+        port=0,
+        max_calls=len(callers),
+        rtp_port_min=base,
+        rtp_port_max=base + 10 * len(callers),
+        **wire.server,
     )
     server = SipServer(sip_config, handle)
     await server.start()
     try:
-        await asyncio.gather(*(PhoneCaller(c).run(server.local_port) for c in callers))
+        await _phones(server, callers, wire, run or Run("calls", [], []))
         await asyncio.sleep(0.5)
     finally:
         await server.stop()
@@ -283,12 +260,18 @@ async def serve_calls(engines: SessionEngines, config: SessionConfig, callers: l
 
 
 async def run_calls(
-    engines: SessionEngines, config: SessionConfig, questions_8k: list[np.ndarray], calls: int
+    engines: SessionEngines,
+    config: SessionConfig,
+    questions_8k: list[np.ndarray],
+    calls: int,
+    wire: Wire = PLAIN,
 ) -> Run:
     callers = [Caller(questions_8k, 8000) for _ in range(calls)]
-    traces = await serve_calls(engines, config, callers)
-    latencies = [value for c in callers for value in c.latencies_s]
-    return Run(f"{calls} call{'s' if calls > 1 else ''}", latencies, _trace_latencies(traces))
+    name = f"{calls} call{'s' if calls > 1 else ''}" + ("" if wire is PLAIN else f", {wire.name}")
+    run = Run(name, [], [])
+    run.trace_latencies_s = _trace_latencies(await serve_calls(engines, config, callers, wire, run))
+    run.latencies_s = [value for c in callers for value in c.latencies_s]
+    return run
 
 
 class EchoTimer(Caller):
@@ -326,21 +309,24 @@ class EchoTimer(Caller):
         self._burst_at = None
 
 
-async def run_edge(calls: int, bursts: int) -> Run:
+async def run_edge(calls: int, bursts: int, wire: Wire = PLAIN) -> Run:
     base = 31000 + secrets.randbelow(1000) * 2
     server = SipServer(
-        SipConfig(enabled=True, port=0, max_calls=calls, rtp_port_min=base, rtp_port_max=base + 20),
+        SipConfig(
+            enabled=True, port=0, max_calls=calls, rtp_port_min=base, rtp_port_max=base + 20, **wire.server
+        ),
         EchoHandler(),
     )
     await server.start()
     timers = [EchoTimer(bursts) for _ in range(calls)]
+    name = f"edge, {calls} call{'s' if calls > 1 else ''}" + ("" if wire is PLAIN else f", {wire.name}")
+    run = Run(name, [], [])
     try:
-        await asyncio.gather(*(PhoneCaller(t).run(server.local_port) for t in timers))
+        await _phones(server, timers, wire, run)
     finally:
         await server.stop()
-    return Run(
-        f"edge, {calls} call{'s' if calls > 1 else ''}", [v for t in timers for v in t.latencies_s], []
-    )
+    run.latencies_s = [v for t in timers for v in t.latencies_s]
+    return run
 
 
 def _trace_latencies(traces: list[Any]) -> list[float]:
@@ -364,9 +350,11 @@ def _percentiles(values: list[float]) -> dict[str, float]:
 
 
 async def main_async(args: argparse.Namespace) -> dict[str, Any]:
+    wires = [PLAIN, Wire.secure(Path(tempfile.mkdtemp(prefix="bench-sip-tls-")))] if args.tls else [PLAIN]
+    admin = {"admin page GET /healthz (ms)": await admin_over_tls()} if args.tls else {}
     if args.edge:
-        runs = [await run_edge(1, args.bursts), await run_edge(2, args.bursts)]
-        return {run.name: {"caller_ms": _percentiles(run.latencies_s)} for run in runs}
+        runs = [await run_edge(calls, args.bursts, wire) for calls in (1, 2) for wire in wires]
+        return {run.name: run.figures() for run in runs} | admin
     settings: Settings = load_settings(None)
     llm = settings.llm.model_copy(update={"model": args.model, "max_reply_tokens": args.reply_tokens})
     settings = settings.model_copy(update={"llm": llm})
@@ -380,20 +368,17 @@ async def main_async(args: argparse.Namespace) -> dict[str, Any]:
     ]
     questions_8k = [resample(q, 16000, 8000) for q in questions]
     try:
-        runs = [
-            await run_mic(engines, config, questions),
-            await run_calls(engines, config, questions_8k, 1),
-            await run_calls(engines, config, questions_8k, 2),
-        ]
+        runs = [await run_mic(engines, config, questions)]
+        for calls in (1, 2):
+            for wire in wires:
+                runs.append(await run_calls(engines, config, questions_8k, calls, wire))
     finally:
         await engines.close()
-    return {"end_silence_ms": settings.endpointer.end_silence_ms} | {
-        run.name: {
-            "caller_ms": _percentiles(run.latencies_s),
-            "trace_ms": _percentiles(run.trace_latencies_s),
-        }
-        for run in runs
-    }
+    return (
+        {"end_silence_ms": settings.endpointer.end_silence_ms}
+        | {run.name: run.figures() for run in runs}
+        | admin
+    )
 
 
 def main() -> None:
@@ -409,7 +394,12 @@ def main() -> None:
         "--edge", action="store_true", help="only the call path's own delay (echo, no engines)"
     )
     parser.add_argument("--bursts", type=int, default=50, help="tone bursts per call with --edge")
+    parser.add_argument(
+        "--tls", action="store_true", help="each call run twice: plain, and SIP over TLS with SRTP"
+    )
+    parser.add_argument("--srtp", action="store_true", help="the same as --tls (both are measured together)")
     args = parser.parse_args()
+    args.tls = args.tls or args.srtp
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     results = asyncio.run(main_async(args))
     _write(args, results)  # first: the figures are kept even if printing fails
@@ -419,24 +409,61 @@ def main() -> None:
     print(
         f"turn latency, end of caller speech -> first reply audio (ms; includes the {results.pop('end_silence_ms')} ms endpoint wait)"
     )
-    print(
-        f"{'path':<12} {'n':>3} {'p50':>7} {'p95':>7} {'p99':>7}   trace p50 (speech_end -> playback_start)"
-    )
-    for name, figures in results.items():
-        c, t = figures["caller_ms"], figures["trace_ms"]
-        print(f"{name:<12} {c['n']:>3} {c['p50']:>7.0f} {c['p95']:>7.0f} {c['p99']:>7.0f}   {t['p50']:>7.0f}")
+    _print_runs(results, "turn")
     mic, one, two = (results[k]["caller_ms"]["p50"] for k in ("microphone", "1 call", "2 calls"))
     print(f"ratios of p50: 1 call / microphone {one / mic:.2f}, 2 calls / 1 call {two / one:.2f}")
+    _print_secure(results)
 
 
 def _print_edge(results: dict[str, Any]) -> None:
     print("call path delay, tone burst sent -> its echo back (ms; RTP in and out, no engines)")
-    print(f"{'path':<14} {'n':>3} {'p50':>7} {'p95':>7} {'p99':>7}")
-    for name, figures in results.items():
-        c = figures["caller_ms"]
-        print(f"{name:<14} {c['n']:>3} {c['p50']:>7.1f} {c['p95']:>7.1f} {c['p99']:>7.1f}")
+    _print_runs(results, "echo")
     one, two = (results[k]["caller_ms"]["p50"] for k in ("edge, 1 call", "edge, 2 calls"))
     print(f"ratio of p50: 2 calls / 1 call {two / one:.2f}")
+    _print_secure(results)
+
+
+def _print_runs(results: dict[str, Any], what: str) -> None:
+    print(
+        f"{'path':<26} {'n':>3} {what + ' p50':>9} {'p95':>7} {'p99':>7} {'answer':>7} {'jitter':>7} "
+        f"{'tls':>6} {'cpu/call':>9}"
+    )
+    for name, figures in results.items():
+        if "caller_ms" not in figures:
+            continue
+        c, a = figures["caller_ms"], figures.get("answer_ms", {})
+        j, h = figures.get("jitter_ms", {}), figures.get("tls_handshake_ms", {})
+        print(
+            f"{name:<26} {c['n']:>3} {c['p50']:>9.1f} {c['p95']:>7.1f} {c['p99']:>7.1f} "
+            f"{a.get('p50', float('nan')):>7.1f} {j.get('p50', float('nan')):>7.2f} "
+            f"{h.get('p50', float('nan')):>6.1f} {figures.get('cpu_ms_per_call_s', float('nan')):>7.1f}ms"
+        )
+    print(
+        "(answer: INVITE -> 200 OK; jitter: RFC 3550 at the caller; tls: handshake; cpu/call: CPU ms of this"
+    )
+    print(" process, appliance and phone together, per second of one call)")
+
+
+def _print_secure(results: dict[str, Any]) -> None:
+    pairs = [
+        (name, f"{name}, TLS+SRTP")
+        for name in results
+        if f"{name}, TLS+SRTP" in results and "caller_ms" in results[name]
+    ]
+    for plain, secure in pairs:
+        p, s = results[plain], results[secure]
+        print(
+            f"TLS+SRTP / plain, {plain}: p50 {s['caller_ms']['p50'] / p['caller_ms']['p50']:.2f}, "
+            f"answer {s['answer_ms']['p50'] / p['answer_ms']['p50']:.2f}, "
+            f"cpu {s['cpu_ms_per_call_s'] / max(p['cpu_ms_per_call_s'], 0.01):.2f}"
+        )
+    admin = results.get("admin page GET /healthz (ms)")
+    if admin:
+        print("admin page, GET /healthz (ms):")
+        for name, figures in admin.items():
+            print(
+                f"  {name:<24} p50 {figures['p50']:>7.2f}  p95 {figures['p95']:>7.2f}  p99 {figures['p99']:>7.2f}"
+            )
 
 
 def _write(args: argparse.Namespace, results: dict[str, Any]) -> None:

@@ -18,7 +18,9 @@ import asyncio
 import contextlib
 import itertools
 import multiprocessing
+import os
 import shutil
+import signal
 import subprocess
 import tempfile
 import time
@@ -98,7 +100,9 @@ class KamailioRegistrar:
             command += ["-l", f"tls:127.0.0.1:{self.tls_port}"]
         started = self.log.count("Listening on")  # the log is appended to across restarts
         with (self.workdir / "kamailio.log").open("a") as sink:
-            self.process = subprocess.Popen(command, stdout=sink, stderr=subprocess.STDOUT, text=True)
+            self.process = subprocess.Popen(
+                command, stdout=sink, stderr=subprocess.STDOUT, text=True, start_new_session=True
+            )  # a group of its own: stop() ends its workers too, even when the main process hangs
         deadline = time.monotonic() + 30
         while self.log.count("Listening on") == started and time.monotonic() < deadline:
             time.sleep(0.1)
@@ -114,6 +118,8 @@ class KamailioRegistrar:
                 # (seen on a loaded 2-core machine): what stops it is the point, not how.
                 self.process.kill()
                 self.process.wait(timeout=10)
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(self.process.pid, signal.SIGKILL)  # workers the main process left behind
             self.process = None
 
     def saved(self) -> int:
