@@ -1,7 +1,7 @@
 """The fleet's Prometheus configuration (deploy/prometheus) with the real promtool and Prometheus: the
 files are valid, the alert rules fire on recorded series as their tests say, and a real Prometheus
-scrapes two running appliances with the bearer token, tells them apart by their labels and raises
-ApplianceDown for the one that stops."""
+scrapes two running appliances over HTTPS (their device certificates as its CA file) with the bearer
+token, tells them apart by their labels and raises ApplianceDown for the one that stops."""
 
 from __future__ import annotations
 
@@ -16,6 +16,7 @@ from typing import Any
 
 import pytest
 
+from appliance.certificates import device_certificate
 from tests.fixtures.daemon_proc import DaemonConfig, DaemonProcess, free_tcp_port, http_status
 from tests.test_sip_helpers import free_udp_port
 
@@ -92,8 +93,16 @@ def test_a_real_prometheus_scrapes_two_appliances_and_alerts_on_the_one_that_sto
         home = tmp_path / device
         home.mkdir()
         extra = f'[agent]\ndevice_id = "{device}"\nsite_name = "Test depot"\n'
+        certificate = device_certificate(home / "tls", device, "127.0.0.1")  # what the device makes
+        with (folder / "appliances-ca.pem").open("ab") as bundle:  # collected as the config says
+            bundle.write(certificate[0].read_bytes())
         daemon_config = DaemonConfig(
-            home, free_udp_port(), free_tcp_port(), extra=extra, metrics_token_file=token_file
+            home,
+            free_udp_port(),
+            free_tcp_port(),
+            extra=extra,
+            metrics_token_file=token_file,
+            admin_tls=certificate,
         )
         daemons[device] = DaemonProcess(daemon_config)
     prometheus = None
