@@ -167,12 +167,15 @@ def _listener_problems(
     settings: Settings, running: Settings | None, *, ports_free: bool
 ) -> list[ConfigProblem]:
     """Each listener asked for must bind, and no two on one address: the SIP port (UDP, and TCP when
-    ``sip.tcp``) and the admin page (TCP). A listener the running daemon holds already is its own."""
+    ``sip.tcp``), SIP over TLS and the admin page (TCP). A listener the running daemon holds already is
+    its own."""
     wanted: list[tuple[str, str, int, int]] = []
     if settings.sip.enabled and settings.sip.port:
         wanted.append(("sip.port", settings.sip.bind_host, settings.sip.port, socket.SOCK_DGRAM))
         if settings.sip.tcp:
             wanted.append(("sip.port", settings.sip.bind_host, settings.sip.port, socket.SOCK_STREAM))
+    if settings.sip.enabled and settings.sip.tls_listening and settings.sip.tls_port:
+        wanted.append(("sip.tls_port", settings.sip.bind_host, settings.sip.tls_port, socket.SOCK_STREAM))
     if settings.admin.enabled:
         wanted.append(("admin.port", settings.admin.bind_host, settings.admin.port, socket.SOCK_STREAM))
     problems = []
@@ -208,6 +211,9 @@ def _holds(running: Settings, key: str, host: str, port: int, kind: int) -> bool
             and (sip.bind_host, sip.port) == (host, port)
             and (kind == socket.SOCK_DGRAM or sip.tcp)
         )
+    if key == "sip.tls_port":
+        sip = running.sip
+        return sip.enabled and sip.tls_listening and (sip.bind_host, sip.tls_port) == (host, port)
     admin = running.admin
     return admin.enabled and (admin.bind_host, admin.port) == (host, port)
 

@@ -94,6 +94,13 @@ def test_the_start_check_names_each_thing_that_would_stop_a_start(tmp_path: Path
         admin={"enabled": True, "port": port},
     )
     assert check_start(udp_only, config_path=config).all == []  # UDP and TCP do not clash
+    tls_on_admin = changed(
+        trace={"db_path": tmp_path / "t.sqlite3"},
+        sip={"enabled": True, "port": 0, "tls": True, "tls_port": port},
+        admin={"enabled": True, "port": port},
+    )
+    problems = check_start(tls_on_admin, config_path=config).problems
+    assert _keys(problems) == {"admin.port"} and "is sip.tls_port too" in str(problems[0])
     with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as taken:
         taken.bind(("127.0.0.1", port))
         sip_on_taken = changed(trace={"db_path": tmp_path / "t.sqlite3"}, sip={"enabled": True, "port": port})
