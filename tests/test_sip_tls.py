@@ -8,11 +8,10 @@ refused with 488."""
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import shutil
 import socket
 import time
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
@@ -25,16 +24,15 @@ from appliance.config import SipConfig, load_settings
 from appliance.engine_set import session_config
 from appliance.pipeline.engines import SessionEngines
 from appliance.pipeline.session import Session
-from appliance.sip import CallAudio, CallHandler
+from appliance.sip import CallAudio
 from appliance.sip.call import Call
-from appliance.sip.register import Registration
-from appliance.sip.server import SipServer
 from bench.sip_register import KamailioRegistrar
 from engines.audio import load_audio, resample
 from tests.fixtures.baresip import baresip_phone, baresip_said, requires_baresip
 from tests.fixtures.capture import TCP, UDP, Capture, loopback_capture, requires_root
 from tests.fixtures.certs import Issued, SiteCa, kamailio_tls_config
 from tests.test_sip_helpers import free_udp_port
+from tests.test_sip_register import _password_file, _serving
 
 QUESTION_WAV = "speech/en/google_audio.wav"  # "how old is the Brooklyn Bridge"
 
@@ -64,13 +62,6 @@ def pbx(tmp_path: Path, site: tuple[SiteCa, Issued, Issued]) -> Iterator[Kamaili
     registrar.stop()
 
 
-def _password_file(folder: Path) -> Path:
-    path = folder / "extension.password"
-    path.write_text(PASSWORD + "\n")
-    path.chmod(0o600)
-    return path
-
-
 def _config(pbx: KamailioRegistrar, tmp_path: Path, appliance: Issued, **changes: object) -> SipConfig:
     values: dict[str, object] = {
         "enabled": True,
@@ -79,37 +70,12 @@ def _config(pbx: KamailioRegistrar, tmp_path: Path, appliance: Issued, **changes
         "registrar": f"127.0.0.1:{pbx.tls_port}",
         "register_transport": "tls",
         "register_user": EXTENSION,
-        "register_password_file": _password_file(tmp_path),
+        "register_password_file": _password_file(tmp_path, PASSWORD),
         "register_min_interval_s": 1.0,
         "tls_cert_file": appliance.cert,
         "tls_key_file": appliance.key,
     }
     return SipConfig(**(values | changes))
-
-
-async def _nothing(call: object) -> None:
-    return None
-
-
-async def _until(check: Callable[[], bool], timeout_s: float) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not check() and time.monotonic() < deadline:
-        await asyncio.sleep(0.05)
-
-
-@contextlib.asynccontextmanager
-async def _serving(
-    config: SipConfig, handler: CallHandler | None = None, *, until: str = "registered"
-) -> AsyncIterator[tuple[SipServer, Registration]]:
-    server = SipServer(config, handler or _nothing)
-    await server.start()
-    registration = server.registration
-    assert registration is not None
-    try:
-        await _until(lambda: registration.status.state == until, 15)
-        yield server, registration
-    finally:
-        await server.stop()
 
 
 def test_it_registers_over_tls_with_the_sites_ca_or_a_pinned_fingerprint(
@@ -129,6 +95,24 @@ def test_it_registers_over_tls_with_the_sites_ca_or_a_pinned_fingerprint(
     assert f"REGISTER of {EXTENSION} from 127.0.0.1: saved" in pbx.log and "over tls" in pbx.log.lower()
     state, detail, _, _ = asyncio.run(run(tls_peer_fingerprint=fingerprint_of(proxy.cert)))
     assert state == "registered", (detail, pbx.log[-3000:])
+
+
+def test_the_connection_to_the_registrar_is_kept_alive_for_the_calls_it_brings(
+    pbx: KamailioRegistrar, tmp_path: Path, site: tuple[SiteCa, Issued, Issued]
+) -> None:
+    """Double-CRLF pings (RFC 5626) keep the one TLS connection open past the idle timeout (1 s here)."""
+    ca, _, appliance = site
+    config = _config(pbx, tmp_path, appliance, tls_ca_file=ca.cert, tcp_idle_timeout_s=1.0)
+
+    async def run() -> tuple[bool, bool, str]:
+        async with _serving(config) as (server, registration):
+            first = server.transport.tcp.get(registration.registrar)
+            await asyncio.sleep(4.0)
+            still = server.transport.tcp.get(registration.registrar)
+            return first is not None and still is first, bool(still and still.open), registration.status.state
+
+    same, open_, state = asyncio.run(run())
+    assert same and open_ and state == "registered", (same, open_, state, pbx.log[-2000:])
 
 
 # Python 3.10/3.11's asyncio leaves the socket of a connection whose TLS handshake failed to the garbage

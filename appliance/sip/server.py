@@ -38,6 +38,7 @@ __all__ = ["ServerStats", "SipServer"]
 log = logging.getLogger(__name__)
 
 _WATCH_INTERVAL_S = 0.25
+KEEPALIVE_MAX_S = 30.0
 _RESPONSE_FIELDS = ("Via", "From", "To", "Call-ID", "CSeq")
 
 
@@ -422,14 +423,32 @@ class SipServer(asyncio.DatagramProtocol):
 
     async def _watch_calls(self) -> None:
         loop = asyncio.get_running_loop()
+        pinged = loop.time()
         while True:
             await asyncio.sleep(_WATCH_INTERVAL_S)
+            if loop.time() - pinged >= self._keepalive_s:
+                pinged = loop.time()
+                self._ping_registrar()
             for call in list(self.calls.values()):
                 last = call.stream.last_received_s
                 if call.state in (CallState.ANSWERED, CallState.ESTABLISHED) and last is not None:
                     silent_s = loop.time() - last
                     if silent_s > self.config.rtp_timeout_s:
                         self._spawn(self.end_call(call, f"no RTP for {silent_s:.1f} s", send_bye=True))
+
+    @property
+    def _keepalive_s(self) -> float:
+        """Often enough that neither side's idle timer closes the registrar's connection."""
+        return min(KEEPALIVE_MAX_S, self.config.tcp_idle_timeout_s / 4)
+
+    def _ping_registrar(self) -> None:
+        """RFC 5626's double-CRLF keep-alive on the connection to the registrar (TCP or TLS): the
+        registrar answers with a CRLF, and the connection stays open for the calls it sends back on it."""
+        if self.registration is None or not self.registration.over_tcp:
+            return
+        connection = self.transport.tcp.get(self.registration.registrar)
+        if connection is not None and connection.open:
+            connection.write(b"\r\n\r\n")
 
     def _dropped(self, what: str) -> None:
         if what == "key":
