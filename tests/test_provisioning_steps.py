@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 import soundfile as sf
 
+from appliance.certificates import fingerprint_of
 from appliance.config import load_settings
 from appliance.config_writer import edited_toml
 from provisioning.admin_password import run_admin_password
@@ -258,6 +259,19 @@ def test_site_config_keeps_the_site_file_as_written_and_the_previous_device_file
     run_site_config(ctx)
     assert ctx.config_file.with_name("appliance.toml.bak").read_text() == first
     assert load_settings(ctx.config_file).agent.site_name == "Plant 3 North"
+
+
+def test_site_config_makes_the_device_certificate_for_a_lan_admin_page_and_reports_it(tmp_path: Path) -> None:
+    site_file = tmp_path / "site.toml"
+    site_file.write_text('[admin]\nenabled = true\nbind_host = "192.0.2.10"\n')
+    ctx = _ctx(tmp_path, site_file=site_file, site_name="Plant 3", device_id="kiosk-1", no_audio=True)
+    first = run_site_config(ctx)
+    cert = tmp_path / "root" / "var" / "lib" / "appliance" / "tls" / "admin-cert.pem"
+    assert first.outputs["admin_certificate"] == fingerprint_of(cert)
+    assert fingerprint_of(cert) in first.summary
+    assert run_site_config(ctx).outputs["admin_certificate"] == fingerprint_of(cert)  # kept, not made again
+    site_file.write_text('[admin]\nenabled = true\nbind_host = "127.0.0.1"\n')
+    assert "admin_certificate" not in run_site_config(ctx).outputs  # loopback: plain HTTP, nothing to check
 
 
 def test_site_config_needs_a_site_name(tmp_path: Path) -> None:
