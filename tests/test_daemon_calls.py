@@ -19,8 +19,11 @@ from tests.fixtures.daemon_proc import DaemonConfig, DaemonProcess, free_tcp_por
 from tests.test_service import FakeSystemd
 from tests.test_sip_helpers import free_udp_port
 
+# A long story said as the model tells it (no figure checks): these tests are about what a reply cut
+# short leaves behind, and a story's invented figures would be withheld.
 LONG_ANSWERS = (
     '[agent]\npersona = "You answer every question with a long story of at least eight sentences."\n'
+    "grounding = false\n"
 )
 
 

@@ -109,8 +109,9 @@ def _run(
         source, sink = cancel_echo(
             room, room.speaker, stream=stream, worker=engines.aec_worker, echo_delay_ms=delay_ms
         )
-    # The fixed reply cannot prefill: partial transcripts off (they are not what is tested here).
-    settings = override(settings, asr={"partial_interval_ms": 0})
+    # The fixed reply cannot prefill: partial transcripts off; and it is said as written, its figures
+    # unchecked (neither is what is tested here).
+    settings = override(settings, asr={"partial_interval_ms": 0}, agent={"grounding": False})
     config = session_config(settings, echo_cancelled=delay_ms is not None)
     session = Session(engines=engines, source=source, sink=sink, config=config)
 

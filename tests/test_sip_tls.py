@@ -97,6 +97,30 @@ def test_it_registers_over_tls_with_the_sites_ca_or_a_pinned_fingerprint(
     assert state == "registered", (detail, pbx.log[-3000:])
 
 
+def test_a_phone_system_that_wants_a_client_certificate_gets_the_sites(
+    tmp_path: Path, site: tuple[SiteCa, Issued, Issued]
+) -> None:
+    ca, proxy, appliance = site
+    tls_config = kamailio_tls_config(tmp_path / "tls.cfg", proxy, ca.cert, require_client=True)
+    strict = KamailioRegistrar(tmp_path, extension=EXTENSION, password=PASSWORD, tls_config=tls_config)
+    strict.start()
+
+    async def run(config: SipConfig, until: str) -> tuple[str, str]:
+        async with _serving(config, until=until) as (_, registration):
+            return registration.status.state, registration.status.detail
+
+    try:
+        with_cert = asyncio.run(run(_config(strict, tmp_path, appliance, tls_ca_file=ca.cert), "registered"))
+        bare = _config(
+            strict, tmp_path, appliance, tls_ca_file=ca.cert, tls_cert_file=None, tls_key_file=None
+        )
+        without = asyncio.run(run(bare, "failing"))
+    finally:
+        strict.stop()
+    assert with_cert[0] == "registered", (with_cert, strict.log[-2000:])
+    assert without[0] == "failing" and "sip.tls_cert_file" in without[1], without
+
+
 def test_the_connection_to_the_registrar_is_kept_alive_for_the_calls_it_brings(
     pbx: KamailioRegistrar, tmp_path: Path, site: tuple[SiteCa, Issued, Issued]
 ) -> None:

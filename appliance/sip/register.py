@@ -99,6 +99,7 @@ class Registration:
     local_port: int
     password: str | None = None
     connect: Callable[[Address], Awaitable[None]] | None = None  # opens a TCP connection, when none is open
+    connected: Callable[[Address], bool] | None = None  # whether that connection is still open
     clock: Callable[[], float] = time.time
     status: RegistrationStatus = field(init=False)
     _task: asyncio.Task[None] | None = field(default=None, init=False)
@@ -262,13 +263,35 @@ class Registration:
     async def _transaction(self, request: SipRequest) -> SipResponse:
         if self.over_tcp:
             await self._connected()
+        asking = asyncio.ensure_future(self._client.ask(request, self.registrar, over_tcp=self.over_tcp))
         try:
-            response, _ = await self._client.ask(request, self.registrar, over_tcp=self.over_tcp)
+            while not asking.done():
+                await asyncio.wait({asking}, timeout=0.2)
+                if (
+                    not asking.done()
+                    and self.over_tcp
+                    and self.connected
+                    and not self.connected(self.registrar)
+                ):
+                    raise RegistrationFailed(self._closed_on_us())
+            response, _ = asking.result()
         except NoAnswer:
             raise RegistrationFailed(
                 f"no answer from the registrar {self.config.registrar} (is it reachable?)"
             ) from None
+        finally:
+            asking.cancel()
         return response
+
+    def _closed_on_us(self) -> str:
+        over = self.config.register_transport.upper()
+        why = f"the registrar {self.config.registrar} closed the {over} connection without answering"
+        if self.config.register_transport == "tls" and self.config.tls_cert_file is None:
+            return why + (
+                " (a phone system that wants a client certificate does so: set sip.tls_cert_file and "
+                "sip.tls_key_file to the site's certificate for this device)"
+            )
+        return why
 
     async def _connected(self) -> None:
         if self.connect is None:

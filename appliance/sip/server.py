@@ -202,7 +202,7 @@ class SipServer(asyncio.DatagramProtocol):
         over_tls = self.config.register_transport == "tls"
         port = self.transport.tls_port if over_tls and self.transport.tls_port else self.local_port
         self.registration = Registration(
-            self.config, self.transport.send, port, password, connect=self._connect
+            self.config, self.transport.send, port, password, connect=self._connect, connected=self._connected
         )
         self.registration.start()
 
@@ -217,6 +217,10 @@ class SipServer(asyncio.DatagramProtocol):
             self.stats.tls_failed += 1
             self._noisy.log(logging.ERROR, "tls", "SIP: %s", err)
             raise
+
+    def _connected(self, address: Address) -> bool:
+        connection = self.transport.tcp.get(address)
+        return connection is not None and connection.open
 
     async def stop(self) -> None:
         # The calls' sessions stop first, while the rest of the daemon (the trace store) is still
