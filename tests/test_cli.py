@@ -66,3 +66,26 @@ def test_doctor_says_what_config_check_refuses(tmp_path: Path, capsys: pytest.Ca
     assert main(["doctor", "--config", str(config)]) == 1
     out = capsys.readouterr().out
     assert "FAIL  config:" in out and "agent.tools[0].file" in out and "does not exist" in out
+
+
+def test_doctor_shows_the_fingerprints_a_technician_compares(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The admin page on a LAN address and SIP over TLS: doctor names the certificate each presents."""
+    from appliance.certificates import device_certificate, fingerprint_of
+
+    tls_dir = tmp_path / "tls"
+    config = tmp_path / "site.toml"
+    config.write_text(
+        f'[admin]\nenabled = true\nbind_host = "192.0.2.10"\ntls_dir = "{tls_dir}"\n'
+        "[sip]\nenabled = true\ntls = true\nport = 0\ntls_port = 0\n"
+    )
+    main(["doctor", "--config", str(config)])
+    before = capsys.readouterr().out
+    assert "made at the daemon's first start" in before, before
+    cert, _ = device_certificate(tls_dir, "kiosk-1", "192.0.2.10")
+    main(["doctor", "--config", str(config)])
+    out = capsys.readouterr().out
+    shown = fingerprint_of(cert)
+    assert f"https://192.0.2.10:8080/, device certificate {shown}" in out, out
+    assert f"device certificate {shown}; the phone system's certificate checked" in out, out

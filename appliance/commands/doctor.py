@@ -46,6 +46,8 @@ def diagnose(args: argparse.Namespace) -> list[Finding]:
         findings.append(_registration(settings.sip))
     if settings.admin.enabled:
         findings.append(_admin_page(settings))
+    if settings.sip.enabled and settings.sip.tls_listening:
+        findings.append(_sip_tls(settings))
 
     from engines.bundle_store import resolve_bundle_dir
     from engines.errors import BundleError
@@ -102,6 +104,32 @@ def _admin_page(settings: Settings) -> Finding:
     if tls.warning:
         return Finding("admin page", True, tls.warning)
     return Finding("admin page", True, f"http://{where}/ (loopback: nothing crosses a network)")
+
+
+def _sip_tls(settings: Settings) -> Finding:
+    """SIP over TLS: the certificate the listener presents, and how the phone system's is checked."""
+    from appliance.certificates import DEVICE_CERT, TlsSetupError, fingerprint_of
+
+    sip = settings.sip
+    where = f"{sip.bind_host}:{sip.tls_port}"
+    checked = (
+        f"the phone system's certificate checked against {sip.tls_ca_file}"
+        if sip.tls_ca_file
+        else f"the phone system's certificate pinned to {sip.tls_peer_fingerprint}"
+        if sip.tls_peer_fingerprint
+        else "the phone system's certificate checked against this machine's CAs"
+    )
+    cert = sip.tls_cert_file or settings.admin.tls_dir / DEVICE_CERT
+    if not cert.is_file():
+        return Finding(
+            "sip tls", True, f"{where}: the device certificate is made at the daemon's first start; {checked}"
+        )
+    try:
+        shown = fingerprint_of(cert)
+    except TlsSetupError as err:
+        return Finding("sip tls", False, str(err))
+    source = "site" if sip.tls_cert_file else "device"
+    return Finding("sip tls", True, f"{where}, {source} certificate {shown}; {checked}")
 
 
 def _registration(config: SipConfig) -> Finding:
