@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from appliance.grounding import Sources
+from appliance.grounding import Sources, WithheldWhy
 from appliance.pipeline.engines import TurnEngines
 from appliance.pipeline.params import ReplyParams
 from appliance.pipeline.playback import Player
@@ -472,6 +472,8 @@ class Turn:
         ending = (
             self.tools.decline_sentence()
             if self.tools is not None
+            else self.config.replies.fallback_reply  # its instructions read out: nothing was known
+            if verdict.why is WithheldWhy.INTERNAL
             else (self.config.grounding or Grounding()).not_known_reply
         )
         await self._put_clause(ending, clauses)
