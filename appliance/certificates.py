@@ -1,5 +1,7 @@
 """The device's own certificate and the fingerprints a technician compares.
 
+(cryptography is imported where a certificate is made or read: the page and its checks load without it.)
+
 One certificate per device (ECDSA P-256, the device ID as its name, the addresses it answers on as
 subject alternative names), made once and kept with the device's state: the admin page serves it where the
 site gives none, and the SIP listener over TLS presents it. Its fingerprint (sha256 of the certificate) is
@@ -15,13 +17,13 @@ import ipaddress
 import logging
 import socket
 from pathlib import Path
-
-from cryptography import x509
-from cryptography.hazmat.primitives import hashes, serialization
-from cryptography.hazmat.primitives.asymmetric import ec
-from cryptography.x509.oid import NameOID
+from typing import TYPE_CHECKING
 
 from engines.files import atomic_write
+
+if TYPE_CHECKING:
+    from cryptography import x509
+    from cryptography.hazmat.primitives.asymmetric import ec
 
 log = logging.getLogger(__name__)
 
@@ -41,6 +43,9 @@ def is_loopback(host: str) -> bool:
 def device_certificate(folder: Path, device_id: str, bind_host: str) -> tuple[Path, Path]:
     """The device's certificate and key in ``folder``, made on first use (the key mode 0600) and kept:
     the fingerprint a technician noted stays true across restarts."""
+    from cryptography.hazmat.primitives import serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+
     cert, key = folder / DEVICE_CERT, folder / DEVICE_KEY
     if cert.is_file() and key.is_file():
         return cert, key
@@ -68,6 +73,10 @@ def device_certificate(folder: Path, device_id: str, bind_host: str) -> tuple[Pa
 
 
 def _self_signed(private: ec.EllipticCurvePrivateKey, device_id: str, bind_host: str) -> x509.Certificate:
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes
+    from cryptography.x509.oid import NameOID
+
     name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, device_id or socket.gethostname())])
     now = datetime.datetime.now(datetime.timezone.utc)
     return (
@@ -86,6 +95,8 @@ def _self_signed(private: ec.EllipticCurvePrivateKey, device_id: str, bind_host:
 
 def _names(device_id: str, bind_host: str) -> list[x509.GeneralName]:
     """The names a browser may reach the device by: its ID and host name, its address."""
+    from cryptography import x509
+
     names: list[x509.GeneralName] = [x509.DNSName(n) for n in {device_id, socket.gethostname()} if _dns_ok(n)]
     address = ipaddress.ip_address(bind_host)
     if not address.is_unspecified:
@@ -100,6 +111,9 @@ def _dns_ok(name: str) -> bool:
 
 def fingerprint_of(cert: Path) -> str:
     """sha256 of the certificate (DER), as browsers show it: "sha256:AB:CD:..."."""
+    from cryptography import x509
+    from cryptography.hazmat.primitives import serialization
+
     try:
         der = x509.load_pem_x509_certificate(cert.read_bytes()).public_bytes(serialization.Encoding.DER)
     except (OSError, ValueError) as err:
@@ -130,6 +144,9 @@ def normal_fingerprint(text: str) -> str:
 def spki_pin(cert: Path) -> str:
     """base64 sha256 of the certificate's public key: what a client pins (Chromium's
     --ignore-certificate-errors-spki-list, curl's --pinnedpubkey)."""
+    from cryptography import x509
+    from cryptography.hazmat.primitives import serialization
+
     public = x509.load_pem_x509_certificate(cert.read_bytes()).public_key()
     spki = public.public_bytes(serialization.Encoding.DER, serialization.PublicFormat.SubjectPublicKeyInfo)
     return base64.b64encode(hashlib.sha256(spki).digest()).decode("ascii")

@@ -11,10 +11,6 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-import tomlkit
-from tomlkit.exceptions import TOMLKitError
-from tomlkit.items import AoT, Table
-
 from engines.files import atomic_write
 
 BACKUP_SUFFIX = ".bak"
@@ -24,6 +20,10 @@ def edited_toml(text: str, changes: dict[str, dict[str, Any]], *, header: str = 
     """``text`` with ``changes`` (section -> key -> value; None removes the key) applied; a section
     left empty goes. ``header`` (comment lines) starts a file that had no text. ValueError when a
     top-level name is not a section, or the text is not TOML."""
+    import tomlkit  # here: what only writes need stays out of the daemon's and the checks' imports
+    from tomlkit.exceptions import TOMLKitError
+    from tomlkit.items import Table
+
     try:
         doc = tomlkit.parse(text)
     except TOMLKitError as err:
@@ -58,6 +58,9 @@ def _plain(item: Any) -> Any:
 
 def _item(value: Any) -> Any:
     """A list of tables as ``[[section.key]]`` tables (as a person writes tools), the rest as it is."""
+    import tomlkit
+    from tomlkit.items import AoT
+
     if isinstance(value, list) and value and all(isinstance(v, dict) for v in value):
         tables = AoT([])
         for entry in value:

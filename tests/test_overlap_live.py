@@ -24,7 +24,9 @@ NEW_QUESTION = "speech/en/speechbrain_spk1_snt1.wav"
 def _talk(
     engines: SessionEngines, question: np.ndarray, said: np.ndarray, **endpointer: object
 ) -> tuple[Session, CueSource, CueSink]:
-    settings = override(load_settings(None), endpointer=endpointer)
+    # The model's answer said as it writes it (the Brooklyn Bridge's age is in no facts: checked, it
+    # would be withheld): these tests are about speech over a reply, not about its figures.
+    settings = override(load_settings(None), endpointer=endpointer, agent={"grounding": False})
     sink = CueSink(engines.tts.sample_rate_hz)
     source = CueSource(question, said, sink, after_s=0.5)
     session = Session(engines=engines, source=source, sink=sink, config=session_config(settings))

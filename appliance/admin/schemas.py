@@ -218,7 +218,7 @@ class TurnView(Body):
         None,
         description="what ended the turn: silence, smart_turn (heard as finished), fused (sound and words), "
         "text (the words), incomplete_silence (the long silence after an unfinished verdict), max_length, "
-        "stream_end; on a call keypad, operator_key, silence_prompt, transfer_failed; null in older records",
+        "stream_end; on a call keypad, operator_key, silence_prompt, transfer_failed, greeting; null in older records",
     )
     turn_checks: int = Field(description="times the end-of-turn model was asked during the utterance")
     turn_complete_p: float | None = Field(

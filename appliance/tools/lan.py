@@ -9,10 +9,6 @@ from collections.abc import Sequence
 from typing import Any
 from urllib.parse import quote, urlsplit
 
-import httpx
-
-from engines.outbound import OutboundError, OutboundRules, open_response, read_body
-
 MAX_BODY_BYTES = 256 * 1024  # read at most this much of an answer (a 10 MB reply is cut here)
 
 
@@ -43,6 +39,12 @@ def call_service(
 ) -> tuple[str, Any]:
     """(content type, decoded answer: JSON when it is JSON, else text) of one request, under the
     device's outbound rules (``engines.outbound``): a listed host on the site's network."""
+    # Here, not at the top: the tool box (and the admin page's facts editor with it) loads without the
+    # HTTP client, as on a GPU check machine that carries only what it runs.
+    import httpx
+
+    from engines.outbound import OutboundError, OutboundRules, open_response, read_body
+
     rules = OutboundRules(tuple(allowed_hosts), "agent.allowed_hosts", max_body_bytes=MAX_BODY_BYTES)
     headers = {"Accept": "application/json, text/plain"}
     try:

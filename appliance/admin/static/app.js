@@ -133,7 +133,7 @@ const ENDED_BY = {
   smart_turn: "sounded finished", fused: "sound and words finished", text: "words finished",
   silence: "silence", incomplete_silence: "long silence", max_length: "too long", stream_end: "audio ended",
   keypad: "typed on the keypad", operator_key: "operator key", silence_prompt: "asked whether anyone is there",
-  transfer_failed: "transfer failed",
+  transfer_failed: "transfer failed", greeting: "greeting",
 };
 
 const OUTCOMES = {
