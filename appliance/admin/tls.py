@@ -10,7 +10,6 @@ stays; a LAN address without TLS only with ``admin.allow_plain_http``, said loud
 
 from __future__ import annotations
 
-import ssl
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -49,15 +48,6 @@ class AdminTls:
     @property
     def scheme(self) -> str:
         return "https" if self.enabled else "http"
-
-    def context(self) -> ssl.SSLContext | None:
-        """A server context: TLS 1.2 or newer only."""
-        if self.cert is None or self.key is None:
-            return None
-        context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
-        context.minimum_version = ssl.TLSVersion.TLSv1_2
-        context.load_cert_chain(self.cert, self.key)
-        return context
 
 
 def admin_tls(admin: AdminParams, device_id: str, *, make: bool = True) -> AdminTls:

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pylibsrtp import Error as SrtpLibraryError
 from pylibsrtp import Policy, Session
 
-# The suites the appliance takes, best first: (libsrtp profile, key+salt bytes).
+# The suites the appliance takes (their SDES names) and libsrtp's profile for each.
 SUITES: dict[str, int] = {
     "AES_CM_128_HMAC_SHA1_80": Policy.SRTP_PROFILE_AES128_CM_SHA1_80,
     "AES_CM_128_HMAC_SHA1_32": Policy.SRTP_PROFILE_AES128_CM_SHA1_32,
@@ -78,7 +78,6 @@ class SrtpSession:
 
     def __init__(self, keys: SrtpKeys) -> None:
         profile = SUITES[keys.suite]
-        self.keys = keys
         self._out = Session(Policy(key=keys.local, ssrc_type=Policy.SSRC_ANY_OUTBOUND, srtp_profile=profile))
         self._in = Session(Policy(key=keys.remote, ssrc_type=Policy.SSRC_ANY_INBOUND, srtp_profile=profile))
 

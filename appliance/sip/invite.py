@@ -203,8 +203,9 @@ class InviteFlow:
         if call.awaiting_answer and ack.body:
             call.awaiting_answer = False
             try:
-                answer = self.negotiate(ack.body, call)
-                params = _params(answer, keys_from_answer(parse_sdp(ack.body), call.offered_crypto))
+                answered = parse_sdp(ack.body)
+                answer = self.negotiate(answered, call)
+                params = _params(answer, keys_from_answer(answered, call.offered_crypto))
                 if self.config.media_encryption == "srtp" and params.srtp is None:
                     raise SdpError('the answer has no SRTP key for ours (sip.media_encryption = "srtp")')
             except SdpError as err:

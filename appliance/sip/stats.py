@@ -19,7 +19,7 @@ class ServerStats:
     media_dropped: int = 0  # RTP from a source that is not the call's (not the SDP's address, or not latched)
     keys_refused: int = 0  # keypad keys past the per-call gate (not a key, too fast, too many)
     srtp_rejected: int = 0  # SRTP packets that failed authentication or replayed one
-    tls_failed: int = 0  # TLS handshakes that failed, ours or a peer's
+    tls_failed: int = 0  # our TLS connections to the registrar that failed (handshake, certificate, pin)
 
     def counters(self) -> dict[str, int]:
         """What /metrics shows (appliance_sip_events_total by kind)."""
