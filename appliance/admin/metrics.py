@@ -143,7 +143,8 @@ def _device_gauges(status: StatusReport) -> Iterator[GaugeMetricFamily | Counter
             "what the SIP server refused or dropped since the start: malformed messages, rejected and "
             "forbidden requests, calls refused as busy, internal errors, RTP packets from a source that "
             "is not the call's (media_dropped), keypad keys over the per-call limits (keys_refused), SRTP "
-            "packets that failed authentication (srtp_rejected), failed TLS connections to the registrar (tls_failed)",
+            "packets that failed authentication (srtp_rejected), failed TLS connections to the registrar (tls_failed), "
+            "connections to the SIP TLS port whose handshake failed (tls_failed_incoming)",
             labels=["kind"],
         )
         for kind, count in sorted(status.sip_events.items()):

@@ -136,7 +136,7 @@ class StatusReport(Body):
         None,
         description="what the SIP server refused or dropped since the start, by kind (malformed, "
         "rejected, forbidden, busy, internal_errors, media_dropped, keys_refused, srtp_rejected, "
-        "tls_failed); None without SIP",
+        "tls_failed, tls_failed_incoming); None without SIP",
     )
     wake_words_heard: int = Field(
         0, description="wake words heard since the start by every session, whether a turn followed or not"

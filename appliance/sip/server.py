@@ -28,7 +28,8 @@ from appliance.sip.message import SipRequest, SipResponse, SipSyntaxError, parse
 from appliance.sip.register import Registration, read_password
 from appliance.sip.stats import ServerStats
 from appliance.sip.tcp import SipTcpConnection, TcpLimits
-from appliance.sip.tls import HANDSHAKE_TIMEOUT_S, SipTls, TlsFailed, sip_tls
+from appliance.sip.tls import SipTls, TlsFailed, sip_tls
+from appliance.sip.tls_accept import TlsAccept
 from appliance.sip.transactions import ResponseCache
 from appliance.sip.transport import Address, SipTransport
 from appliance.sip_params import SipParams
@@ -172,12 +173,17 @@ class SipServer(asyncio.DatagramProtocol):
             )
             return
         try:
+            context, fingerprint = self.tls.server, self.tls.fingerprint
             self._tls_server = await asyncio.get_running_loop().create_server(
-                lambda: SipTcpConnection(self._on_stream_message, self.transport.tcp, limits),
+                lambda: TlsAccept(
+                    context,
+                    lambda: SipTcpConnection(self._on_stream_message, self.transport.tcp, limits),
+                    limits,
+                    self._on_tls_refused,
+                    fingerprint,
+                ),
                 self.config.bind_host,
                 self.config.tls_port,
-                ssl=self.tls.server,
-                ssl_handshake_timeout=HANDSHAKE_TIMEOUT_S,
             )
         except OSError as err:
             log.error(
@@ -188,6 +194,10 @@ class SipServer(asyncio.DatagramProtocol):
             )
             return
         self.transport.tls_port = int(self._tls_server.sockets[0].getsockname()[1])
+
+    def _on_tls_refused(self, why: str) -> None:
+        self.stats.tls_failed_incoming += 1
+        self._noisy.log(logging.WARNING, "tls-incoming", "SIP: %s", why)
 
     @property
     def tls_port(self) -> int | None:

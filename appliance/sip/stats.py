@@ -20,6 +20,7 @@ class ServerStats:
     keys_refused: int = 0  # keypad keys past the per-call gate (not a key, too fast, too many)
     srtp_rejected: int = 0  # SRTP packets that failed authentication or replayed one
     tls_failed: int = 0  # our TLS connections to the registrar that failed (handshake, certificate, pin)
+    tls_failed_incoming: int = 0  # connections to our TLS listener whose handshake failed
 
     def counters(self) -> dict[str, int]:
         """What /metrics shows (appliance_sip_events_total by kind)."""
@@ -35,5 +36,6 @@ class ServerStats:
                 "keys_refused",
                 "srtp_rejected",
                 "tls_failed",
+                "tls_failed_incoming",
             )
         }
