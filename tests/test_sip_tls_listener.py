@@ -54,9 +54,11 @@ async def _until(check: object, wait_s: float = 5.0) -> None:
 
 
 def _connect(context: ssl.SSLContext, port: int) -> None:
-    with socket.create_connection(("127.0.0.1", port), timeout=5) as raw:
-        with context.wrap_socket(raw, server_hostname="127.0.0.1"):
-            pass
+    with (
+        socket.create_connection(("127.0.0.1", port), timeout=5) as raw,
+        context.wrap_socket(raw, server_hostname="127.0.0.1"),
+    ):
+        pass
 
 
 def test_a_request_sent_with_the_handshakes_end_is_answered(site: tuple[SiteCa, Issued]) -> None:
@@ -128,12 +130,9 @@ def test_a_connection_from_outside_allow_from_gets_no_handshake(site: tuple[Site
         try:
             trusting = ssl.create_default_context(cafile=str(ca.cert))
             with pytest.raises((ConnectionError, ssl.SSLError, OSError)):
-                await asyncio.wait_for(
-                    asyncio.open_connection("127.0.0.1", server.tls_port, ssl=trusting), 5
-                )
+                await asyncio.wait_for(asyncio.open_connection("127.0.0.1", server.tls_port, ssl=trusting), 5)
             assert server.stats.tls_failed_incoming == 0  # refused before any handshake: nothing to explain
         finally:
             await server.stop()
 
     asyncio.run(run())
-
