@@ -114,7 +114,23 @@ def summarize_model(rows: list[dict[str, Any]]) -> dict[str, Any]:
         "latency_over_floor": summary([r["latency_over_floor"] for r in good]),
         "latency_minus_floor_ms": summary([r["latency_minus_floor_ms"] for r in good]),
         "speedup_vs_sequential": summary([r["speedup_vs_sequential"] for r in good]),
+        "stage_profile_ms": stage_profile(good),
     }
+
+
+def stage_profile(rows: list[dict[str, Any]]) -> dict[str, dict[str, dict[str, float] | None]]:
+    """Per stage, per kind of engine work (and ``no_engine``): its ms inside the stage over the turns
+    (0 in a turn where it did not run)."""
+    profile: dict[str, dict[str, dict[str, float] | None]] = {}
+    for stage in sorted({stage for r in rows for stage in r.get("engine_ms", {})}):
+        kinds = sorted({k for r in rows for k in r.get("engine_ms", {}).get(stage, {})})
+        profile[stage] = {
+            kind: summary(
+                [float(r["engine_ms"].get(stage, {}).get(kind, 0.0)) for r in rows if "engine_ms" in r]
+            )
+            for kind in kinds
+        }
+    return profile
 
 
 def cold_start(llm: str, wav: Path, *, as_daemon: bool = False) -> dict[str, Any]:
@@ -157,6 +173,7 @@ async def bench_model(
     from appliance.config import load_settings, override
     from appliance.engine_set import build_engines, llm_engine, load_engines, open_bundle, session_config
     from bench.e2e_turns import TurnAudio
+    from bench.engine_timeline import EngineTimeline
 
     settings = override(load_settings(None), llm={"model": llm})
     for section, values in (overrides or {}).items():
@@ -168,10 +185,12 @@ async def bench_model(
         engines.llm = llm_engine(settings, bundle, seed=seed)
     config = session_config(settings)
     rows: list[dict[str, Any]] = []
+    timeline = EngineTimeline()
     try:
         load_s = await load_engines(engines)
+        timeline.install(engines)
         for index, utterance in enumerate(utterances, 1):
-            row = await run_turn(engines, utterance, config)
+            row = await run_turn(engines, utterance, config, timeline)
             rows.append(row)
             log.info(
                 "%s turn %d/%d %s: latency %s ms, floor %s ms, sequential %s ms",
@@ -184,6 +203,7 @@ async def bench_model(
                 row.get("floor", {}).get("sequential_ms"),
             )
     finally:
+        timeline.uninstall()
         await engines.close()
     return {
         "llm": llm,
@@ -247,6 +267,9 @@ def describe(result: dict[str, Any]) -> str:
         ]
         for stage, stats in s["stages_ms"].items():
             lines.append(f"  stage {stage:<16} {_fmt(stats)}")
+            for kind, busy in s.get("stage_profile_ms", {}).get(stage, {}).items():
+                if busy and busy["p95"] >= 1.0:
+                    lines.append(f"      {kind:<28} {_fmt(busy)}")
         lines.append(
             f"cold start (engines only): {cold.get('ready_s', 'n/a')} s to engines ready, peak RSS"
             f" {cold.get('peak_rss_mb', 'n/a')} MB ready, {cold.get('peak_rss_after_turn_mb', 'n/a')} MB after"

@@ -27,6 +27,7 @@ import numpy as np
 
 from appliance.pipeline.engines import SessionEngines
 from appliance.pipeline.session import SessionConfig
+from bench.engine_timeline import EngineTimeline
 
 TAIL_SILENCE_S = 1.5  # as ``appliance talk``: lets the endpointer confirm the end of speech
 
@@ -131,8 +132,14 @@ def _first_chunk_ms(engines: SessionEngines, text: str) -> float:
     return elapsed_ms
 
 
-async def run_turn(engines: SessionEngines, utterance: Utterance, config: SessionConfig) -> dict[str, Any]:
-    """One utterance through the pipeline, then the floor and the sequential baseline; a JSON row."""
+async def run_turn(
+    engines: SessionEngines,
+    utterance: Utterance,
+    config: SessionConfig,
+    timeline: EngineTimeline | None = None,
+) -> dict[str, Any]:
+    """One utterance through the pipeline, then the floor and the sequential baseline; a JSON row
+    (with ``timeline``: what engine work ran inside each stage, ``engine_ms``)."""
     from appliance.audio.files import MemorySink, wav_file_source
     from appliance.pipeline.oneshot import one_turn
     from engines.audio import load_audio_16k
@@ -142,6 +149,8 @@ async def run_turn(engines: SessionEngines, utterance: Utterance, config: Sessio
     recorder = engines.asr if isinstance(engines.asr, TurnAudio) else None
     if recorder is not None:
         recorder.last = None
+    if timeline is not None:
+        timeline.clear()
     trace = await one_turn(engines, source, sink, config=config)
     row: dict[str, Any] = {
         "file": utterance.path.name,
@@ -174,6 +183,8 @@ async def run_turn(engines: SessionEngines, utterance: Utterance, config: Sessio
             "llm_evaluated_tokens": trace.llm_evaluated_tokens,
         }
     )
+    if timeline is not None:
+        row["engine_ms"] = timeline.profile(trace)
     turn_audio = recorder.last if recorder is not None else None
     audio = turn_audio if turn_audio is not None else load_audio_16k(utterance.path)
     first_words = config.turn.speech.first_clause_words
