@@ -16,6 +16,7 @@ BENCHMARKS = {
     "asr_models": "Whisper models side by side (base vs tiny.en): microphone, call path, partial audio",
     "asr_int8": "Whisper int8 quantization choices: per tensor/channel, 7-bit weights (latency, WER)",
     "llm": "first token with the cached system prompt vs cold vs raw llama.cpp; decode speed",
+    "quant": "llama.cpp 4-bit formats on this CPU (repacked at load): first token, token pace, perplexity",
     "llama_builds": "prefill and decode speed of llama.cpp builds side by side (portable vs native)",
     "vad": "Silero per-frame cost, torch vs ONNX Runtime",
     "turn": "end of turn: the sound, the words (the reply LLM), both, a baseline (endpoint wait, pauses cut)",
