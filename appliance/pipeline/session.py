@@ -22,7 +22,6 @@ the background (appliance/pipeline/partials.py, ``asr.partial_interval_ms``).
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import logging
 import time
 from collections import deque
@@ -35,18 +34,10 @@ from appliance.audio.base import AudioSink, AudioSource, HeardFrame
 from appliance.pipeline.call_driver import CallDriver
 from appliance.pipeline.call_policy import CallLine
 from appliance.pipeline.engines import SessionEngines
-from appliance.pipeline.overlap import (
-    STOP_TAIL_S,
-    Heard,
-    OverlapKind,
-    Overlaps,
-    closest_stop_word,
-    only_unsure,
-    rest_of_a_stop,
-)
 from appliance.pipeline.partials import Partials
 from appliance.pipeline.session_config import SessionConfig
 from appliance.pipeline.speech_loop import SpeechLoop
+from appliance.pipeline.speech_over_reply import SessionParts, SpeechOverReply
 from appliance.pipeline.turn import Turn
 from appliance.pipeline.turn_keeper import TurnKeeper
 from appliance.trace.labels import TurnOutcome, WordsNotExpected
@@ -94,10 +85,19 @@ class Session:
         )
         self.call = CallDriver(call, self.turns, self.config, self.session_id) if call is not None else None
         self._speech_start_mono: float | None = None
-        self._stopped_at: float | None = None  # monotonic: the last stop word over a reply was decided
         self._source_ended = False
         self.partials = self._partials_on(engines)
-        self.overlaps = Overlaps(self.config.overlap)
+        self.over_reply = SpeechOverReply(
+            self.config.overlap,
+            SessionParts(
+                self.session_id,
+                endpointer=lambda: self.endpointer,
+                engines=lambda: self.engines,
+                partials=lambda: self.partials,
+                turns=self.turns,
+                start_turn=lambda event, now, confirmed: self._start_turn(event, now, confirmed=confirmed),
+            ),
+        )
 
     def _partials_on(self, engines: SessionEngines) -> Partials:
         return Partials(
@@ -172,8 +172,8 @@ class Session:
             async for frame in self.hearing.frames(self.source.frames()):
                 if frame is not None:
                     await self._on_frame(frame)
-                elif self.overlaps.current is not None:
-                    await self._overlap_step(time.monotonic(), voiced=False)
+                elif self.over_reply.pending:
+                    await self.over_reply.step(time.monotonic(), voiced=False, reply=self._reply())
                 if self.call is not None:
                     await self.call.keys(time.monotonic())
                 if not self.source.realtime:
@@ -234,9 +234,12 @@ class Session:
             echo_converged=self.source.echo_converged,
             answering=self.turns.active is not None,
         )
-        if self.overlaps.deciding:
-            await self._overlap_step(
-                self.hearing.heard_at, voiced=self.hearing.voiced, by_linear_ear=self.hearing.by_linear_ear
+        if self.over_reply.deciding:
+            await self.over_reply.step(
+                self.hearing.heard_at,
+                voiced=self.hearing.voiced,
+                reply=self._reply(),
+                by_linear_ear=self.hearing.by_linear_ear,
             )
         if self.endpointer.in_speech and self.turns.active is None:
             await self.partials.on_frame(self.endpointer.time_s, self.hearing.audio_between)
@@ -248,76 +251,6 @@ class Session:
             active.turn if active is not None and active.turn.confirmed and not active.task.done() else None
         )
 
-    @property
-    def _overlapping(self) -> bool:
-        """The endpointer's utterance is someone speaking over a reply."""
-        return self.overlaps.current is not None and self.overlaps.current.speech
-
-    async def _overlap_step(self, now: float, *, voiced: bool, by_linear_ear: bool = False) -> None:
-        kind = await self.overlaps.on_frame(
-            now,
-            voiced=voiced,
-            in_speech=self.endpointer.in_speech,
-            reply=self._reply(),
-            by_linear_ear=by_linear_ear,
-        )
-        if kind is not None:
-            await self._settle_overlap(kind, time.monotonic())
-
-    async def _settle_overlap(
-        self, kind: OverlapKind, now: float, endpoint: EndpointEvent | None = None
-    ) -> None:
-        overlap = self.overlaps.current
-        assert overlap is not None
-        self.overlaps.forget()
-        overlap.reply.trace.overlaps.append(overlap.record(kind, now))
-        log.info(
-            "session %s: %s over turn %s (%r, log-probability %s)",
-            self.session_id,
-            kind.value,
-            overlap.reply.trace.turn_id,
-            overlap.heard.text,
-            overlap.heard.logprob,
-        )
-        if kind is OverlapKind.BACKCHANNEL:
-            self.endpointer.dismiss()
-            self.partials.stop()
-            await overlap.reply.player.resume()
-            return
-        await self.turns.barge_in(kind.value)
-        if kind is OverlapKind.STOP_WORD:
-            self.endpointer.dismiss()
-            self.partials.stop()
-            self._stopped_at = now
-        elif endpoint is not None:
-            await self._start_turn(endpoint, now, confirmed=True)
-        elif overlap.pause is not None:  # the person is silent: what they said is a turn from this pause
-            await self._start_turn(overlap.pause, now, confirmed=False)
-
-    def _after_a_stop(self) -> Callable[[str], bool] | None:
-        """For speech that began right after a stop word was decided: what is only more of it."""
-        stopped, started = self._stopped_at, self._speech_start_mono
-        if stopped is None or started is None or started - stopped > STOP_TAIL_S:
-            return None
-        return lambda text: rest_of_a_stop(text, self.overlaps.params)
-
-    async def _transcribe_overlap(self, audio: np.ndarray) -> Heard:
-        result = await self.engines.asr_worker.call(self.engines.asr.transcribe, audio)
-        heard = Heard(str(result.text).strip(), result.avg_logprob)
-        if only_unsure(heard, self.overlaps.params):
-            heard = dataclasses.replace(heard, sounds_like=await self._sounds_like_a_stop_word(heard.text))
-        return heard
-
-    async def _sounds_like_a_stop_word(self, text: str) -> str:
-        """The stop word ``text`` sounds like (phonemes from the voice's espeak, on the TTS worker)."""
-        stops = list(self.overlaps.params.stop_words)
-        try:
-            sounds = await self.engines.tts_worker.call(self.engines.tts.phonemes, [text, *stops])
-        except Exception:  # without phonemes the words alone decide
-            log.warning("session %s: no phonemes for %r", self.session_id, text, exc_info=True)
-            return ""
-        return closest_stop_word(sounds[0], dict(zip(stops, sounds[1:], strict=True)))
-
     async def _on_event(self, event: EndpointEvent, now: float) -> None:
         if event.kind is EventKind.SPEECH_START:
             self._speech_start_mono = (
@@ -325,26 +258,24 @@ class Session:
             )
             if self.call is not None:
                 self.call.heard(now)
-            if self.overlaps.current is not None:
-                self.overlaps.current.speech = True  # the reply is paused; the overlap decides
-            else:
+            if not self.over_reply.began_speaking():  # over a paused reply, the overlap decides
                 await self.turns.barge_in("barge-in")
             self.partials.begin(event.utterance_start_s, event.speech_start_s)
         elif event.kind is EventKind.PROBABLY_ENDED:
-            if self._overlapping:
-                audio = self.hearing.audio_between(event.utterance_start_s, event.time_s)
-                self.overlaps.paused_speaking(event, audio, self._transcribe_overlap)
+            if self.over_reply.speaking:
+                self.over_reply.paused_speaking(
+                    event, self.hearing.audio_between(event.utterance_start_s, event.time_s)
+                )
             else:
                 await self._start_turn(event, now, confirmed=False)
         elif event.kind is EventKind.RESUMED:
-            if self._overlapping:
-                self.overlaps.spoke_again()
+            if self.over_reply.speaking:
+                self.over_reply.spoke_again()
             else:
                 await self.turns.drop()
             self.partials.resume()
-        elif event.kind is EventKind.ENDPOINT and self._overlapping:
-            kind = await self.overlaps.words_now(self.config.overlap.backchannel_max_s)
-            await self._settle_overlap(kind, time.monotonic(), endpoint=event)
+        elif event.kind is EventKind.ENDPOINT and self.over_reply.speaking:
+            await self.over_reply.at_endpoint(event, self.config.overlap.backchannel_max_s)
         elif event.kind is EventKind.ENDPOINT:
             waiting = self.turns.unconfirmed
             if waiting is not None:
@@ -368,7 +299,7 @@ class Session:
             trace,
             self.hearing.audio_between(event.utterance_start_s, event.time_s),
             on_words=self.hearing.expect_words(event.pause_id) if words_missing is None else None,
-            unanswered=self._after_a_stop(),
+            unanswered=self.over_reply.after_a_stop(self._speech_start_mono),
         )
         if confirmed:
             self.hearing.stamp_endpoint(trace, event, now)
