@@ -183,6 +183,9 @@ async def bench_model(
     engines.asr = TurnAudio(engines.asr)  # the baselines transcribe exactly what the turn did
     if seed is not None:
         engines.llm = llm_engine(settings, bundle, seed=seed)
+        share = getattr(engines.llm, "share_cores", None)
+        if share is not None and engines.cores is not None:
+            share(engines.cores)
     config = session_config(settings)
     rows: list[dict[str, Any]] = []
     timeline = EngineTimeline()

@@ -2,7 +2,7 @@
 
 ``EngineTimeline.install(engines)`` wraps the session's engine workers (ASR, partial ASR, Smart Turn,
 TTS, ...: each job named by worker and function) and the LLM's decode loop (the reply's prompt, the
-partials' prefill, each token step). ``profile(trace)`` then says, for each stage of the turn's trace
+partials' prefill, each token step, its waits for the other engines: llm.yield_ms). ``profile(trace)`` then says, for each stage of the turn's trace
 (``asr``, ``llm_first_token``, ``first_clause``, ``tts_first_audio``), how many of its milliseconds each
 kind of work was running, and how many no engine was (Python, the event loop, waiting): what the stage
 cost, and what ran beside it on the same cores. A measuring tool for the benchmarks; the product does
@@ -63,12 +63,15 @@ class EngineTimeline:
         for worker in {id(w): w for w in vars(engines).values() if isinstance(w, EngineWorker)}.values():
             if worker is not getattr(engines, "llm_worker", None):
                 self._wrap_worker(worker)
+        from engines.cores import CoreShare
+
         for name, label in (
             ("_prompt_chunk", "llm_prompt"),
             ("_prefill_chunk", "llm_prefill"),
             ("_decode_step", "llm_token"),
         ):
             self._patch(DecodeLoop, name, label)
+        self._patch(CoreShare, "wait_idle", "llm_waits_for_others")
 
     def uninstall(self) -> None:
         while self._undo:

@@ -14,6 +14,7 @@ from appliance.pipeline.workers import EngineWorker
 from appliance.tools import ToolBox
 from engines.aec import EchoCanceller
 from engines.asr import AsrEngine
+from engines.cores import CoreShare
 from engines.denoise import Denoiser
 from engines.llm import LlmEngine
 from engines.tts import TtsEngine
@@ -53,6 +54,7 @@ class SessionEngines(TurnEngines):
     wake: WakeWordEngine | None = None  # wake.activation = wake_word; each session has its stream
     wake_worker: EngineWorker | None = None
     bundle_version: str = ""  # the bundle version the engines were loaded from ("": unversioned)
+    cores: CoreShare | None = None  # the jobs of Whisper, Smart Turn and Piper, that the LLM lets finish
 
     @classmethod
     def create(
@@ -71,18 +73,26 @@ class SessionEngines(TurnEngines):
         wake: WakeWordEngine | None = None,
         bundle_version: str = "",
     ) -> SessionEngines:
-        """``llm_threads``: sessions whose replies can reach the LLM at once (it batches them)."""
+        """``llm_threads``: sessions whose replies can reach the LLM at once (it batches them).
+
+        Whisper, Smart Turn and Piper count their jobs in one CoreShare that the LLM lets finish
+        before its steps (engines.cores, llm.yield_ms); the engines that run on every audio frame (VAD,
+        echo, noise, wake word) take too little to count."""
+        cores = CoreShare()
+        share = getattr(llm, "share_cores", None)
+        if share is not None:
+            share(cores)
         return cls(
             asr=asr,
-            asr_worker=EngineWorker("asr"),
+            asr_worker=EngineWorker("asr", cores=cores),
             llm=llm,
             llm_worker=EngineWorker("llm", threads=llm_threads),
             tts=tts,
-            tts_worker=EngineWorker("tts"),
+            tts_worker=EngineWorker("tts", cores=cores),
             vad=vad,
             vad_worker=EngineWorker("vad"),
             turn=turn,
-            turn_worker=None if turn is None else EngineWorker("turn"),
+            turn_worker=None if turn is None else EngineWorker("turn", cores=cores),
             partial_asr=partial_asr,
             tools=tools,
             aec=aec,
@@ -92,6 +102,7 @@ class SessionEngines(TurnEngines):
             wake=wake,
             wake_worker=None if wake is None else EngineWorker("wake"),
             bundle_version=bundle_version,
+            cores=cores,
         )
 
     def pairs(self) -> dict[str, tuple[Any, EngineWorker]]:

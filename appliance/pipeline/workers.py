@@ -17,6 +17,8 @@ from collections.abc import AsyncGenerator, Callable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any, TypeVar
 
+from engines.cores import CoreShare
+
 log = logging.getLogger(__name__)
 
 T = TypeVar("T")
@@ -29,9 +31,11 @@ class EngineWorker:
     """The thread(s) owning one engine. Calls are queued in order; with one thread (the default)
     they run one at a time."""
 
-    def __init__(self, name: str, *, threads: int = 1) -> None:
+    def __init__(self, name: str, *, threads: int = 1, cores: CoreShare | None = None) -> None:
+        """``cores``: each job is counted there while it runs (the LLM lets it finish first)."""
         self.name = name
         self.threads = threads
+        self._cores = cores
         self._executor = ThreadPoolExecutor(max_workers=threads, thread_name_prefix=f"engine-{name}")
         self._count_lock = threading.Lock()
         self._queued = 0  # calls submitted and not finished (reply and background alike)
@@ -74,12 +78,18 @@ class EngineWorker:
         with self._count_lock:
             self._queued += 1
         try:
-            future = self._executor.submit(fn, *args)
+            future = self._executor.submit(self._counted, fn, *args)
         except RuntimeError:  # shut down
             self._job_done(None)
             raise
         future.add_done_callback(self._job_done)
         return future
+
+    def _counted(self, fn: Callable[..., T], *args: Any) -> T:
+        if self._cores is None:
+            return fn(*args)
+        with self._cores.running():
+            return fn(*args)
 
     def _job_done(self, _future: Future[Any] | None) -> None:
         with self._count_lock:

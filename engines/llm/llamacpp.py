@@ -20,6 +20,7 @@ from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
+from engines.cores import CoreShare
 from engines.errors import EngineError, InputError
 from engines.llm import GenerationStats, LlmOccupancy, Message, PrefillStats
 from engines.llm.chat_template import ChatTemplate, validate_history
@@ -82,6 +83,14 @@ class LlamaCppLlm:
         self._table: SlotTable | None = None
         self._loop: DecodeLoop | None = None
         self._lock = threading.Lock()  # load and close
+        self._cores: CoreShare | None = None
+        self.yield_s = params.yield_ms / 1000.0
+
+    def share_cores(self, cores: CoreShare) -> None:
+        """Before each step, let the other engines' jobs counted in ``cores`` finish (llm.yield_ms)."""
+        self._cores = cores
+        if self._loop is not None:
+            self._loop.cores = cores
 
     # lifecycle -------------------------------------------------------------------------------
 
@@ -133,6 +142,7 @@ class LlamaCppLlm:
             raise
         self._table = SlotTable(self.slots, tokens)
         self._loop = DecodeLoop(runtime, self._table, new_sampler=self._new_sampler)
+        self._loop.cores, self._loop.yield_s = self._cores, self.yield_s
         self._loop.start()
         log.info(
             "llm ready: %s (%s, %s, template %s), system prompt %d tokens, %d slots x %d tokens, %.2f s",

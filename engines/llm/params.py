@@ -28,6 +28,14 @@ class LlmParams(Params):
         "(above 0, answers vary between restarts unless a seed is fixed)",
     )
     threads: int = Field(2, ge=1, le=64, description="llama.cpp threads")
+    yield_ms: int = Field(
+        200,
+        ge=0,
+        le=2000,
+        description="before each step, wait up to this long for Whisper, Smart Turn or Piper to finish "
+        "what they are running (engines.cores: one after the other is faster than side by side on few "
+        "cores); 0: never wait",
+    )
     stop: tuple[str, ...] = Field(("\n\n",), description="a reply ends at any of these")
     max_queue: int = Field(
         0,

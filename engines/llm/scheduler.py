@@ -28,6 +28,7 @@ from typing import Any
 
 import numpy as np
 
+from engines.cores import CoreShare
 from engines.errors import EngineError
 from engines.llm import GenerationStats, PrefillStats
 from engines.llm.slots import Slot, SlotTable, common_prefix_length
@@ -178,6 +179,8 @@ class DecodeLoop:
         self._active: list[Job] = []
         self._stopping = False
         self._thread = threading.Thread(target=self._run, name="llm-decode", daemon=True)
+        self.cores: CoreShare | None = None  # the other engines' running jobs, let finish before a step
+        self.yield_s = 0.0  # at most this long
         self.decode_steps = 0  # token steps run, the sequences they carried (batch sizes), their time
         self.decode_step_tokens = 0
         self.decode_step_s = 0.0
@@ -307,6 +310,8 @@ class DecodeLoop:
         job.pending = job.prompt[reuse:]
 
     def _step(self) -> None:
+        if self.cores is not None and self.yield_s > 0:
+            self.cores.wait_idle(self.yield_s)  # before the stopped jobs go: a wait may have stopped some
         with self._cond:
             for job in [j for j in self._active if j.stopped()]:
                 self._finish(job, None)
