@@ -29,7 +29,7 @@ from appliance.sip.register import Registration, read_password
 from appliance.sip.stats import ServerStats
 from appliance.sip.tcp import SipTcpConnection, TcpLimits
 from appliance.sip.tls import SipTls, TlsFailed, sip_tls
-from appliance.sip.tls_accept import TlsAccept
+from appliance.sip.tls_accept import listen_tls
 from appliance.sip.transactions import ResponseCache
 from appliance.sip.transport import Address, SipTransport
 from appliance.sip_params import SipParams
@@ -55,7 +55,7 @@ class SipServer(asyncio.DatagramProtocol):
         (``sip.tls.sip_tls``; made here from the settings when they ask for TLS and none is given)."""
         self.config = config
         self.tls = tls if tls is not None or not config.tls_listening else sip_tls(config)
-        self._tls_server: asyncio.AbstractServer | None = None
+        self._tls_server: asyncio.Server | None = None
         self.accepting = accepting
         self.stats = ServerStats()
         self._noisy = ThrottledLog(log)  # what the network can make happen thousands of times a second
@@ -166,34 +166,15 @@ class SipServer(asyncio.DatagramProtocol):
     async def _listen_tls(self, limits: TcpLimits) -> None:
         if self.tls is None:
             return
-        if self.tls.server is None:
-            log.error(
-                "SIP over TLS has no certificate to present: calls over TLS are not taken (fix: set "
-                "sip.tls_cert_file and sip.tls_key_file)"
-            )
-            return
-        try:
-            context, fingerprint = self.tls.server, self.tls.fingerprint
-            self._tls_server = await asyncio.get_running_loop().create_server(
-                lambda: TlsAccept(
-                    context,
-                    lambda: SipTcpConnection(self._on_stream_message, self.transport.tcp, limits),
-                    limits,
-                    self._on_tls_refused,
-                    fingerprint,
-                ),
-                self.config.bind_host,
-                self.config.tls_port,
-            )
-        except OSError as err:
-            log.error(
-                "SIP over TLS cannot listen on port %d (%s): calls over TLS are not taken (fix: free the "
-                "port, or set sip.tls_port)",
-                self.config.tls_port,
-                err,
-            )
-            return
-        self.transport.tls_port = int(self._tls_server.sockets[0].getsockname()[1])
+        self._tls_server = await listen_tls(
+            self.tls,
+            self.config,
+            limits,
+            lambda: SipTcpConnection(self._on_stream_message, self.transport.tcp, limits),
+            self._on_tls_refused,
+        )
+        if self._tls_server is not None:
+            self.transport.tls_port = int(self._tls_server.sockets[0].getsockname()[1])
 
     def _on_tls_refused(self, why: str) -> None:
         self.stats.tls_failed_incoming += 1

@@ -9,11 +9,15 @@ device's certificate, no handshake in time).
 from __future__ import annotations
 
 import asyncio
+import logging
 import ssl
 from collections.abc import Callable
 
 from appliance.sip.tcp import SipTcpConnection, TcpLimits
-from appliance.sip.tls import HANDSHAKE_TIMEOUT_S, Address
+from appliance.sip.tls import HANDSHAKE_TIMEOUT_S, Address, SipTls
+from appliance.sip_params import SipParams
+
+log = logging.getLogger(__name__)
 
 _REFUSED_OUR_CERTIFICATE = (
     "UNKNOWN_CA",
@@ -123,3 +127,34 @@ class TlsAccept(asyncio.Protocol):
         self._lost = True
         if self._connection is not None:
             self._connection.connection_lost(exc)
+
+
+async def listen_tls(
+    tls: SipTls,
+    config: SipParams,
+    limits: TcpLimits,
+    make_connection: Callable[[], SipTcpConnection],
+    on_failed: Callable[[str], None],
+) -> asyncio.Server | None:
+    """The TLS listener on ``sip.tls_port``; None (and the reason logged) when it cannot be."""
+    if tls.server is None:
+        log.error(
+            "SIP over TLS has no certificate to present: calls over TLS are not taken (fix: set "
+            "sip.tls_cert_file and sip.tls_key_file)"
+        )
+        return None
+    context, fingerprint = tls.server, tls.fingerprint
+    try:
+        return await asyncio.get_running_loop().create_server(
+            lambda: TlsAccept(context, make_connection, limits, on_failed, fingerprint),
+            config.bind_host,
+            config.tls_port,
+        )
+    except OSError as err:
+        log.error(
+            "SIP over TLS cannot listen on port %d (%s): calls over TLS are not taken (fix: free the "
+            "port, or set sip.tls_port)",
+            config.tls_port,
+            err,
+        )
+        return None
