@@ -27,6 +27,7 @@ from appliance.trace import TIMESTAMPS, TraceStore
 from appliance.trace.labels import OverlapKind
 from appliance.transfer import TransferFailed
 from engines.llm import Message
+from engines.tts.params import TtsParams
 from engines.vad.endpointer import EndpointerParams
 from tests.fixtures.pipeline import (
     SILENCE_ONLY,
@@ -154,10 +155,15 @@ def _barge_in_session(
     fakes = make_fakes(REPLY, token_delay_s=token_delay_s)
     sink = MemorySink(16000, realtime=True)
     source = ReactiveSource(tone(0.8), tone(0.5), inject_after_s=0.6, tail_s=1.5)
+    # A first piece of more than 0.6 s of audio: with a slow fake LLM (0.15 s a token) a shorter one
+    # plays out before the next clause is written, and the speech injected 0.6 s into the reply's
+    # audio would come after the reply was all generated.
+    turn = dataclasses.replace(SILENCE_ONLY.turn, speech=TtsParams(first_clause_words=5))
     config = dataclasses.replace(
         SILENCE_ONLY,
         endpointer=EndpointerParams(mode="silence", end_silence_ms=400),
         echo=EchoGate(threshold=0.5, threshold_while_playing=0.85, gate_while_playing=gate),
+        turn=turn,
     )
     session = Session(engines=fakes.engines, source=source, sink=sink, config=config)
     source.session = session
