@@ -80,14 +80,14 @@ class EngineTimeline:
     def _wrap_worker(self, worker: Any) -> None:
         submit = worker._submit
 
-        def timed_submit(fn: Callable[..., Any], *args: Any) -> Any:
+        def timed_submit(fn: Callable[..., Any], *args: Any, **options: Any) -> Any:
             what = f"{worker.name}:{getattr(fn, '__name__', 'job')}"
 
             def run(*inner: Any) -> Any:
                 with self.timed(what):
                     return fn(*inner)
 
-            return submit(run, *args)
+            return submit(run, *args, **options)
 
         worker._submit = timed_submit
         self._undo.append(lambda: vars(worker).pop("_submit", None))

@@ -7,6 +7,7 @@ import asyncio
 import contextlib
 import threading
 import time
+from collections.abc import Iterator
 
 from appliance.pipeline.workers import EngineWorker
 from engines.cores import CoreShare
@@ -67,3 +68,33 @@ def _timed_wait(cores: CoreShare, bound_s: float) -> float:
     started = time.monotonic()
     cores.wait_idle(bound_s)
     return time.monotonic() - started
+
+
+def test_a_stream_waiting_for_its_consumer_is_not_counted_as_work() -> None:
+    """Piper's stream held because playback has not taken its chunks computes nothing: the LLM (another
+    call's, say) must not wait for it; while it makes a chunk, it is counted."""
+    cores = CoreShare()
+    worker = EngineWorker("tts", cores=cores)
+    made = threading.Event()
+    counted_while_making: list[bool] = []
+
+    def chunks() -> Iterator[str]:
+        counted_while_making.append(_timed_wait(cores, 0.05) >= 0.04)
+        yield "first"
+        yield "second"
+        made.set()
+        yield "third"  # made, then held: the consumer has not taken "second"
+
+    async def run() -> float:
+        stream = worker.stream(chunks, cancel=threading.Event(), max_pending=1)
+        assert await stream.__anext__() == "first"
+        await asyncio.to_thread(made.wait, 5)
+        await asyncio.sleep(0.2)  # the thread now waits for room for "third"
+        waited = await asyncio.to_thread(_timed_wait, cores, 5.0)
+        await stream.aclose()
+        return waited
+
+    waited_s = asyncio.run(run())
+    worker.shutdown()
+    assert counted_while_making == [True]
+    assert waited_s < 0.05

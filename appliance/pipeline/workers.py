@@ -24,6 +24,7 @@ log = logging.getLogger(__name__)
 T = TypeVar("T")
 
 _ITEM, _DONE, _ERROR = "item", "done", "error"
+_NO_ITEM = object()
 _POLL_S = 0.02
 
 
@@ -72,13 +73,18 @@ class EngineWorker:
     async def _run(self, fn: Callable[..., T], *args: Any) -> T:
         return await asyncio.wrap_future(self._submit(fn, *args))
 
-    def _submit(self, fn: Callable[..., T], *args: Any) -> Future[T]:
+    def _submit(self, fn: Callable[..., T], *args: Any, counted: bool = True) -> Future[T]:
+        """``counted`` False: ``fn`` counts its own work in ``cores`` (a stream, not its waits)."""
         # Counted until the job finishes or is cancelled before it started (a consumer that gave up
         # on a queued call): the done callback runs in both cases.
         with self._count_lock:
             self._queued += 1
         try:
-            future = self._executor.submit(self._counted, fn, *args)
+            future = (
+                self._executor.submit(self._counted, fn, *args)
+                if counted
+                else self._executor.submit(fn, *args)
+            )
         except RuntimeError:  # shut down
             self._job_done(None)
             raise
@@ -86,10 +92,11 @@ class EngineWorker:
         return future
 
     def _counted(self, fn: Callable[..., T], *args: Any) -> T:
-        if self._cores is None:
+        with self._running():
             return fn(*args)
-        with self._cores.running():
-            return fn(*args)
+
+    def _running(self) -> contextlib.AbstractContextManager[None]:
+        return self._cores.running() if self._cores is not None else contextlib.nullcontext()
 
     def _job_done(self, _future: Future[Any] | None) -> None:
         with self._count_lock:
@@ -123,7 +130,12 @@ class EngineWorker:
                 if cancel.is_set():  # cancelled while queued behind another call: do not start
                     return
                 items = produce()
-                for item in items:
+                iterator = iter(items)
+                while True:
+                    with self._running():  # making an item, not waiting for room, is work
+                        item = next(iterator, _NO_ITEM)
+                    if item is _NO_ITEM:
+                        break
                     while not room.acquire(timeout=_POLL_S):
                         if cancel.is_set():
                             return
@@ -140,7 +152,7 @@ class EngineWorker:
                 post(_DONE, None)
 
         self._preempt()
-        self._submit(run)
+        self._submit(run, counted=False)
         try:
             while True:
                 kind, value = await queue.get()
