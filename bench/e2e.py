@@ -182,10 +182,7 @@ async def bench_model(
     engines = build_engines(settings, bundle)
     engines.asr = TurnAudio(engines.asr)  # the baselines transcribe exactly what the turn did
     if seed is not None:
-        engines.llm = llm_engine(settings, bundle, seed=seed)
-        share = getattr(engines.llm, "share_cores", None)
-        if share is not None and engines.cores is not None:
-            share(engines.cores)
+        engines.use_llm(llm_engine(settings, bundle, seed=seed))
     config = session_config(settings)
     rows: list[dict[str, Any]] = []
     timeline = EngineTimeline()

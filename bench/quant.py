@@ -99,7 +99,7 @@ def main(argv: list[str] | None = None) -> int:
     }
     rows: dict[str, dict[str, Any]] = {name: {"first_token_ms": [], "token_ms": []} for name in paths}
     reference: np.ndarray | None = None
-    for name in [source_type, *[n for n in paths if n != source_type]] if source_type in paths else paths:
+    for name in sorted(paths, key=lambda n: n != source_type):  # the source first: the others agree with it
         runtime = runtimes[name]
         tokens = held_text(args.held_tokens, runtime)
         measured = quality(runtime, tokens, reference)

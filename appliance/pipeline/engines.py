@@ -79,10 +79,7 @@ class SessionEngines(TurnEngines):
         before its steps (engines.cores, llm.yield_ms); the engines that run on every audio frame (VAD,
         echo, noise, wake word) take too little to count."""
         cores = CoreShare()
-        share = getattr(llm, "share_cores", None)
-        if share is not None:
-            share(cores)
-        return cls(
+        engines = cls(
             asr=asr,
             asr_worker=EngineWorker("asr", cores=cores),
             llm=llm,
@@ -104,6 +101,15 @@ class SessionEngines(TurnEngines):
             bundle_version=bundle_version,
             cores=cores,
         )
+        engines.use_llm(llm)
+        return engines
+
+    def use_llm(self, llm: Any) -> None:
+        """Answer with ``llm`` (a benchmark's seeded one), fitting its steps around these engines' jobs."""
+        self.llm = llm
+        share = getattr(llm, "share_cores", None)
+        if share is not None and self.cores is not None:
+            share(self.cores)
 
     def pairs(self) -> dict[str, tuple[Any, EngineWorker]]:
         pairs: dict[str, tuple[Any, EngineWorker]] = {

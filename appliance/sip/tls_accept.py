@@ -26,6 +26,10 @@ _REFUSED_OUR_CERTIFICATE = (
     "UNSUPPORTED_CERTIFICATE",
     "ACCESS_DENIED",
 )
+_TRUST_FIX = (
+    "fix: give the phone system the device's CA file or this fingerprint (appliance doctor shows it), or "
+    "set sip.tls_cert_file to a certificate from the site's CA"
+)
 _NOT_TLS = ("HTTP_REQUEST", "WRONG_VERSION_NUMBER", "UNKNOWN_PROTOCOL", "RECORD_LAYER_FAILURE")
 
 
@@ -46,8 +50,7 @@ def explain_incoming(err: BaseException, peer: Address, fingerprint: str) -> str
     if any(code in reason for code in _REFUSED_OUR_CERTIFICATE):
         return (
             f"the phone system at {where} refused this device's certificate ({fingerprint or 'none'}; "
-            f"{reason.lower()}); fix: give the phone system the device's CA file or this fingerprint "
-            "(appliance doctor shows it), or set sip.tls_cert_file to a certificate from the site's CA"
+            f"{reason.lower()}); {_TRUST_FIX}"
         )
     if isinstance(err, ssl.SSLError):
         return (
@@ -56,9 +59,7 @@ def explain_incoming(err: BaseException, peer: Address, fingerprint: str) -> str
         )
     return (
         f"the connection from {where} to the SIP TLS port closed during the handshake, most often because "
-        f"the phone system does not trust this device's certificate ({fingerprint or 'none'}); fix: give "
-        "the phone system the device's CA file or this fingerprint (appliance doctor shows it), or set "
-        "sip.tls_cert_file to a certificate from the site's CA"
+        f"the phone system does not trust this device's certificate ({fingerprint or 'none'}); {_TRUST_FIX}"
     )
 
 
@@ -83,10 +84,9 @@ class TlsAccept(asyncio.Protocol):
         self._connection: SipTcpConnection | None = None
         self._early: list[bytes] = []
         self._lost = False
-        self._handshake: asyncio.Task[None] | None = None
+        self._handshake: asyncio.Task[None] | None = None  # held: the loop keeps only a weak reference
 
-    def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        tcp = transport
+    def connection_made(self, tcp: asyncio.BaseTransport) -> None:
         host, port = tcp.get_extra_info("peername")[:2]
         peer = (str(host), int(port))
         if not self._limits.allowed(peer[0]):  # refused before a handshake is spent on it
