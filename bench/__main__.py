@@ -22,6 +22,7 @@ BENCHMARKS = {
     "turn": "end of turn: the sound, the words (the reply LLM), both, a baseline (endpoint wait, pauses cut)",
     "tts": "Piper first chunk vs whole reply, 1-4 sentences",
     "first_piece": "the reply's first spoken piece of 2-4 words vs whole: Whisper's WER, time to first audio",
+    "peer": "this product vs pipecat 1.14 on the same engines and recordings, in one run (turn latency)",
     "sip": "turn latency on a call vs the microphone, 1 vs 2 calls",
     "sessions": "1, 2, 4 calls on one LLM: batched slots vs one reply at a time; decode tok/s 1 vs 3",
     "admin": "admin page request latency and event-loop lag",

