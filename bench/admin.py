@@ -34,8 +34,8 @@ from appliance.admin import (
 )
 from appliance.admin.protocol import ConnectionLimits
 from appliance.admin.users import set_password
-from appliance.bundle_view import summarize_bundle
 from appliance.config import AdminConfig, load_settings
+from appliance.daemon.bundle_view import summarize_bundle
 from appliance.engine_set import open_bundle
 from appliance.trace import TIMESTAMPS, TraceStore, TurnTrace, percentile
 from bench.paths import RESULTS

@@ -41,6 +41,7 @@ STATE = "bundles.json"
 # (not JSON, a version that is not there) is reported, and the daemon starts on this one instead.
 LAST_GOOD_STATE = "bundles.last-good.json"
 VERSION_INFO = "version.json"
+EVALUATION = "evaluation.json"  # the canary's verdict on this version: never carried into a copy
 _PARTIAL_PREFIX = ".adding-"
 BUNDLE_STATE = FileKind("bundle selection", 64 * KIB)
 MADE_ON_DEVICE = "device"  # a version's source when appliance bundle add-model made it on the device
@@ -232,6 +233,7 @@ class BundleStore:
             bundle_dir.rename(partial)
         else:
             shutil.copytree(bundle_dir, partial)
+        (partial / EVALUATION).unlink(missing_ok=True)  # measured as another version, or as this one before
         note = {"label": label, "source": source, "added": _now()}
         atomic_write(partial / VERSION_INFO, json.dumps(note, indent=2) + "\n")
         fsync_dir(partial)

@@ -17,8 +17,8 @@ import pytest
 
 from appliance.config import ConfigError, Settings, load_settings, override
 from appliance.config_writer import BACKUP_SUFFIX
-from appliance.daemon_load import Daemon
-from appliance.daemon_panel import panel_hooks
+from appliance.daemon.load import Daemon
+from appliance.daemon.panel import panel_hooks
 from appliance.engine_set import session_config
 from appliance.pipeline.engines import SessionEngines
 from appliance.service.notify import Notifier

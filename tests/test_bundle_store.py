@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from engines.bundle import Bundle
-from engines.bundle_store import LAST_GOOD_STATE, STATE, VERSIONS, BundleStore, resolve_bundle_dir
+from engines.bundle_store import EVALUATION, LAST_GOOD_STATE, STATE, VERSIONS, BundleStore, resolve_bundle_dir
 from engines.errors import BundleError
 from engines.manifest import Artifact, Manifest, sha256_of
 
@@ -45,6 +45,16 @@ def test_versions_are_added_beside_the_active_one_which_only_activate_changes(tm
     store.activate(second.id[:6])  # a prefix names a version
     assert store.state().active == second.id and store.state().previous == first.id
     assert Bundle.open(resolve_bundle_dir(store.root)).path("llm/test").read_text() == "second"
+
+
+def test_a_copy_of_a_version_never_carries_its_evaluation(tmp_path: Path) -> None:
+    """A canary's verdict belongs to the version it measured: a folder copied from an evaluated
+    version is added without it, and so is not refused (or let through) on another's figures."""
+    store = BundleStore(tmp_path / "root")
+    copied = _bundle(tmp_path / "copied", "first")
+    (copied / EVALUATION).write_text('{"passed": false}')
+    version = store.add(copied, move=True)
+    assert not (version.path / EVALUATION).exists()
 
 
 def test_rollback_goes_back_and_a_second_rollback_undoes_it(tmp_path: Path) -> None:
@@ -200,9 +210,9 @@ def test_a_version_that_cannot_load_is_rolled_back_at_the_daemons_start(
     """The real daemon start (``load_with_fallback``) on a versioned root whose active version has a
     truncated language model: the previous version runs, and the journal, STATUS banner and /metrics
     source say so."""
-    from appliance import daemon as appliance_daemon
     from appliance.config import load_settings, override
-    from appliance.start_plan import StartPlan
+    from appliance.daemon import service as appliance_daemon
+    from appliance.daemon.start_plan import StartPlan
 
     store = BundleStore(tmp_path / "root")
     good_copy, bad_copy = tmp_path / "good", tmp_path / "bad"

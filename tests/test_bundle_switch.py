@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 
 from appliance.audio import ArraySource, MemorySink
-from appliance.bundle_switch import room_for_both
+from appliance.daemon.bundle_switch import room_for_both
 from appliance.pipeline.engines import SessionEngines
 from appliance.pipeline.session import Session
 from engines.bundle import Bundle
@@ -119,7 +119,7 @@ def test_a_call_in_progress_keeps_its_audio_and_turns_while_a_bundle_version_is_
         time.sleep(3.0)  # the first question is being answered
         assert main(["bundle", "activate", following.id, "--dir", str(store.root)]) == 0
         caller.join(120)
-        # A crash from now on would count against the version running now (appliance.crash_guard).
+        # A crash from now on would count against the version running now (appliance.daemon.crash_guard).
         starts = json.loads((store.root / "starts.json").read_text())["starts"]
         assert [s["version"] for s in starts if s["pid"] == daemon.process.pid] == [following.id]
     finally:
@@ -146,9 +146,9 @@ def test_a_version_that_cannot_load_leaves_the_running_one_serving_and_active(
     """The switch itself on a real daemon's engines (``appliance.daemon.load``): the activated
     version's language model is missing, so the running engines stay, the running version is active
     again, and the problem is named."""
-    from appliance import daemon as appliance_daemon
-    from appliance.bundle_switch import switch_bundle
     from appliance.config import load_settings, override
+    from appliance.daemon import service as appliance_daemon
+    from appliance.daemon.bundle_switch import switch_bundle
     from appliance.service.notify import Notifier
     from appliance.service.runner import ServiceControl
 
@@ -182,7 +182,7 @@ def test_without_room_for_both_the_daemon_restarts_cleanly_once_no_call_is_in_pr
     with EXIT_RESTART (systemd's Restart=on-failure starts it on the new version)."""
     import types
 
-    from appliance import bundle_switch
+    from appliance.daemon import bundle_switch
     from appliance.service.runner import EXIT_RESTART, Service, ServiceControl
 
     monkeypatch.setattr(bundle_switch, "room_for_both", lambda *_: False)

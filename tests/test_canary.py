@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from appliance.canary import evaluate, read_evaluation
 from appliance.cli import main
 from appliance.config import Settings, load_settings, override
+from appliance.daemon.canary import evaluate, read_evaluation
 from engines.bundle import Bundle
 from engines.bundle_store import BundleStore
 from engines.manifest import Artifact, Manifest, sha256_of
@@ -144,7 +144,7 @@ def test_without_recordings_the_sites_facts_are_asked_and_the_report_says_the_au
 
 
 def test_the_gates_name_each_regression_with_its_figures() -> None:
-    from appliance.canary import Figures, judge
+    from appliance.daemon.canary import Figures, judge
 
     settings = load_settings(None)
     active = Figures(True, wer=0.114, turn_ms_p50=1400, turn_ms_p95=1900, asr_ms_p50=210,
@@ -169,7 +169,7 @@ def test_the_gates_name_each_regression_with_its_figures() -> None:
 
 
 def test_without_a_set_the_questions_come_from_the_sites_facts(site) -> None:
-    from appliance.canary import TYPICAL_QUESTIONS, site_questions
+    from appliance.daemon.canary import TYPICAL_QUESTIONS, site_questions
 
     settings, _recordings, _versions = site
     assert site_questions(settings) == [
@@ -181,7 +181,7 @@ def test_without_a_set_the_questions_come_from_the_sites_facts(site) -> None:
 
 
 def test_a_set_line_of_the_wrong_shape_is_named_with_the_fix(tmp_path: Path) -> None:
-    from appliance.canary import evaluation_set
+    from appliance.daemon.canary import evaluation_set
     from engines.errors import BundleError
 
     (tmp_path / "a.wav").write_bytes(b"")

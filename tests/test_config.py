@@ -9,7 +9,7 @@ import pytest
 from appliance.cli import main
 from appliance.commands.common import EXIT_CONFIG
 from appliance.config import ConfigError, Settings, load_settings
-from appliance.config_default import default_toml
+from appliance.daemon.config_default import default_toml
 
 
 def write(tmp_path: Path, text: str) -> Path:

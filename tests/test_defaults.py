@@ -12,7 +12,7 @@ from pydantic import BaseModel
 
 from appliance.agent import Conversation
 from appliance.config import Settings, load_settings
-from appliance.config_default import default_toml
+from appliance.daemon.config_default import default_toml
 from appliance.engine_set import session_config
 from appliance.pipeline.echo_gate import EchoGate
 from appliance.pipeline.params import HistoryParams, ReplyParams

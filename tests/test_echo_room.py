@@ -11,11 +11,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from appliance import daemon
 from appliance.audio.echo import KEEP_ROOM_FIRST_S, LEAD_S, EchoCancelledSource, PlaybackTimeline
 from appliance.audio.echo_room import KEEP_DB, RoomMemory, room_key
 from appliance.audio.files import ArraySource, MemorySink
 from appliance.config import Settings, load_settings, override
+from appliance.daemon import service as daemon
 from appliance.engine_set import session_config
 from appliance.pipeline.workers import EngineWorker
 from bench import rooms

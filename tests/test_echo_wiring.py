@@ -11,10 +11,10 @@ from typing import Any
 import numpy as np
 import pytest
 
-from appliance import daemon
 from appliance.audio.echo import EchoCancelledSource, TappedSink
 from appliance.audio.files import ArraySource, MemorySink
 from appliance.config import Settings, load_settings, override
+from appliance.daemon import service as daemon
 from appliance.engine_set import session_config
 from appliance.pipeline.echo_gate import EchoGate
 from appliance.pipeline.session import Session

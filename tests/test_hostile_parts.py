@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from appliance.bundle_view import bounded_meta
+from appliance.daemon.bundle_view import bounded_meta
 from appliance.rtp.keys import KeyGate
 from appliance.sip.digest import Challenge, ExtensionSecret
 from appliance.sip.indialog import info_key

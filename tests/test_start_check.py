@@ -1,4 +1,4 @@
-"""Every configuration the admin page accepts starts: the one start check (``appliance.start_check``)
+"""Every configuration the admin page accepts starts: the one start check (``appliance.daemon.start_check``)
 on its own, and a property test that generates configuration changes, sends each through the admin
 page's real write and, when it was accepted, starts the daemon's real serve with it (the engines
 loaded once for the test session): it must come up as asked, every listener up, and so become the
@@ -19,19 +19,19 @@ from hypothesis import HealthCheck, given
 from hypothesis import settings as hypothesis_settings
 from hypothesis import strategies as st
 
-from appliance import last_good
 from appliance.admin.backend import LiveRegistry
 from appliance.admin.config_file import to_toml
 from appliance.admin.local import LocalBackend
 from appliance.admin.users import set_password
-from appliance.bundle_view import summarize_bundle
 from appliance.config import ConfigError, Settings, load_settings
-from appliance.daemon import Daemon, open_store, serve
+from appliance.daemon import last_good
+from appliance.daemon.bundle_view import summarize_bundle
+from appliance.daemon.service import Daemon, open_store, serve
+from appliance.daemon.start_check import check_start
+from appliance.daemon.start_plan import plan_start
 from appliance.pipeline.engines import SessionEngines
 from appliance.service.notify import Notifier
 from appliance.service.runner import ServiceControl
-from appliance.start_check import check_start
-from appliance.start_plan import plan_start
 from engines.bundle import Bundle
 from tests.fixtures.admin import ADMIN_PASSWORD
 from tests.test_sip_helpers import free_udp_port

@@ -144,7 +144,7 @@ def apply_changes(
     machine_check: Callable[[Settings], list[ConfigProblem]] | None = None,
 ) -> tuple[Settings, list[str]]:
     """Merge ``changes`` into the file at ``path``, validate (``machine_check``: whether the new
-    settings can start on this machine, ``appliance.start_check``; without one, the bundle's choices
+    settings can start on this machine, ``appliance.daemon.start_check``; without one, the bundle's choices
     alone), write; the file's settings and the changed keys."""
     from appliance.engine_set import startup_problems
 

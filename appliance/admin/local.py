@@ -36,7 +36,7 @@ from appliance.admin.schemas import (
 )
 from appliance.admin.system import HostProbe
 from appliance.config import Settings, load_settings
-from appliance.start_check import check_start
+from appliance.daemon.start_check import check_start
 from appliance.trace import TraceStore, TurnTrace
 
 log = logging.getLogger(__name__)

@@ -147,8 +147,8 @@ def _changing(args: argparse.Namespace, change: Callable[[BundleStore], str]) ->
 
 
 def handle_evaluate(args: argparse.Namespace) -> int:
-    from appliance.canary import evaluate
     from appliance.config import override
+    from appliance.daemon.canary import evaluate
 
     settings = settings_or_exit(args)
     if args.dir is not None:
@@ -164,7 +164,7 @@ def handle_evaluate(args: argparse.Namespace) -> int:
 
 def handle_activate(args: argparse.Namespace) -> int:
     def activate(store: BundleStore) -> str:
-        from appliance.canary import read_evaluation
+        from appliance.daemon.canary import read_evaluation
 
         chosen = store.get(args.version)
         evaluation = read_evaluation(chosen)

@@ -27,7 +27,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def handle_default(_args: argparse.Namespace) -> int:
-    from appliance.config_default import default_toml
+    from appliance.daemon.config_default import default_toml
 
     print(default_toml(), end="")
     return EXIT_OK
@@ -35,7 +35,7 @@ def handle_default(_args: argparse.Namespace) -> int:
 
 def handle_check(args: argparse.Namespace) -> int:
     from appliance.admin.config_file import read_file_data, validate_file_data
-    from appliance.start_check import check_start
+    from appliance.daemon.start_check import check_start
 
     source = str(args.file or "default configuration")
     try:

@@ -30,7 +30,7 @@ def diagnose(args: argparse.Namespace) -> list[Finding]:
         settings = load_settings(args.config)
     except ConfigError as err:
         return [Finding("config", False, str(err), "correct the file: appliance config check FILE")]
-    from appliance.start_check import check_start
+    from appliance.daemon.start_check import check_start
 
     # Everything `appliance config check` checks (the bundle's models, the facts files, the trace
     # database, ports, accounts, audio devices): a technician trusts doctor.

@@ -6,7 +6,7 @@ if from a microphone, the reply is written to a WAV in the state folder and desc
 
 Under systemd (``Type=notify``, appliance.service): STATUS while loading, READY once the engines are
 loaded and warmed, WATCHDOG from the event loop, STATUS after each turn, STOPPING on the way out.
-The daemon itself is composed in ``appliance.daemon``.
+The daemon itself is composed in ``appliance.daemon.service``.
 """
 
 from __future__ import annotations
@@ -26,12 +26,12 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def handle(args: argparse.Namespace) -> int:
-    from appliance import daemon
-    from appliance.crash_guard import CrashGuard
+    from appliance.daemon import service as daemon
+    from appliance.daemon.crash_guard import CrashGuard
+    from appliance.daemon.start_plan import plan_start
     from appliance.service import configure_logging, run_service
     from appliance.service.airgap import guard_name_lookups
     from appliance.service.runner import EXIT_RESTART
-    from appliance.start_plan import plan_start
 
     configure_logging(logging.getLogger().level)
     guard_name_lookups()
@@ -48,6 +48,6 @@ def handle(args: argparse.Namespace) -> int:
         return loaded[-1]
 
     code = run_service(load, daemon.serve, daemon.close)
-    if code in (EXIT_OK, EXIT_RESTART) and loaded:  # no crash of the bundle's (appliance.crash_guard)
+    if code in (EXIT_OK, EXIT_RESTART) and loaded:  # no crash of the bundle's (appliance.daemon.crash_guard)
         CrashGuard.of(loaded[-1].settings.bundle).ended_cleanly()
     return code

@@ -56,7 +56,7 @@ def handle(args: argparse.Namespace) -> int:
 
 async def _talk(settings: Settings, source: Any, reply_path: Path | None) -> tuple[TurnTrace | None, float]:
     from appliance.audio.files import MemorySink, WavSink
-    from appliance.daemon import open_store
+    from appliance.daemon.service import open_store
     from appliance.engine_set import build_engines, load_engines, open_bundle, session_config
     from appliance.pipeline.oneshot import one_turn
 

@@ -1,5 +1,5 @@
 """The engines a session speaks with: each owned by its worker thread, shared by every session, and
-loaded, moved to (appliance.bundle_switch) and closed as one set."""
+loaded, moved to (appliance.daemon.bundle_switch) and closed as one set."""
 
 from __future__ import annotations
 

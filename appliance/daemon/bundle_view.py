@@ -1,6 +1,6 @@
 """What the daemon says of its bundle and engines: the bundle summary the admin page and /api/status
 show (bounded, whatever a manifest holds), the version a folder is, and the device tool's live state.
-Used by the daemon's start and by a hot switch (``appliance.bundle_switch``) alike."""
+Used by the daemon's start and by a hot switch (``appliance.daemon.bundle_switch``) alike."""
 
 from __future__ import annotations
 

@@ -8,11 +8,11 @@ import dataclasses
 import functools
 import logging
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from appliance.admin.schemas import BundleSummary
-from appliance.bundle_view import device_status, summarize_bundle
 from appliance.config import Settings
+from appliance.daemon.bundle_view import device_status, summarize_bundle
+from appliance.daemon.start_plan import StartPlan
 from appliance.engine_set import (
     build_engines,
     check_llm_runs,
@@ -21,13 +21,9 @@ from appliance.engine_set import (
 )
 from appliance.pipeline.engines import SessionEngines
 from appliance.pipeline.session import Session
-from appliance.start_plan import StartPlan
 from appliance.trace.store import TraceStore
 from engines.bundle_store import BundleStore
 from engines.errors import BundleError
-
-if TYPE_CHECKING:
-    pass
 
 log = logging.getLogger(__name__)
 
@@ -46,7 +42,21 @@ class Daemon:
     config_path: Path | None = None
     notice: str | None = None  # running degraded or on the last configuration that started, and why
     local_problem: str | None = None  # the local audio session does not run, and why
-    sessions: set[Session] = dataclasses.field(default_factory=set)  # open now (appliance.bundle_switch)
+    sessions: set[Session] = dataclasses.field(default_factory=set)  # open now
+
+    def serve_with(
+        self, engines: SessionEngines, bundle: BundleSummary, load_seconds: dict[str, float]
+    ) -> None:
+        """New turns run on ``engines`` (a bundle version switched to); each session moves to them at
+        its next quiet moment."""
+        self.engines, self.bundle, self.load_seconds = engines, bundle, load_seconds
+        _tell_device_status(engines)
+
+
+def _tell_device_status(engines: SessionEngines) -> None:
+    """The device tool answers with these engines' live state."""
+    if engines.tools is not None:
+        engines.tools.device_status = functools.partial(device_status, engines)
 
 
 def open_store(settings: Settings, *, owner: bool = False) -> TraceStore | None:
@@ -80,8 +90,7 @@ def load(
         if store is not None:
             store.close()
         raise
-    if engines.tools is not None:
-        engines.tools.device_status = functools.partial(device_status, engines)
+    _tell_device_status(engines)
     return Daemon(
         settings=settings,
         engines=engines,
@@ -120,10 +129,10 @@ async def _load_refusing_calls(settings: Settings, engines: SessionEngines) -> d
 
 def load_with_fallback(plan: StartPlan, *, config_path: Path | None) -> Daemon:
     """``load`` with what ``plan`` chose; when the engines cannot load with it, the last configuration
-    that started (``appliance.last_good``), loudly. A plan already on that configuration (its notice
+    that started (``appliance.daemon.last_good``), loudly. A plan already on that configuration (its notice
     says so) gets no second fallback. The microphone probed for the plan is kept."""
-    from appliance import last_good
-    from appliance.crash_guard import CrashGuard
+    from appliance.daemon import last_good
+    from appliance.daemon.crash_guard import CrashGuard
     from engines.errors import EngineError
 
     crashed = CrashGuard.of(plan.settings.bundle).check()

@@ -12,7 +12,6 @@ systemd on the new version (EXIT_RESTART; the SIP port answers 503 while it load
 from __future__ import annotations
 
 import asyncio
-import functools
 import logging
 import time
 from collections.abc import Callable
@@ -21,14 +20,14 @@ from typing import TYPE_CHECKING
 
 import psutil
 
-from appliance.bundle_view import device_status, summarize_bundle
-from appliance.crash_guard import CrashGuard
+from appliance.daemon.bundle_view import summarize_bundle
+from appliance.daemon.crash_guard import CrashGuard
 from appliance.service.runner import ServiceControl
 from engines.bundle_store import BundleStore
 from engines.errors import BundleError, EngineError
 
 if TYPE_CHECKING:
-    from appliance.daemon import Daemon
+    from appliance.daemon.load import Daemon
     from appliance.pipeline.engines import SessionEngines
     from engines.bundle import Bundle
 
@@ -100,7 +99,9 @@ async def switch_bundle(
     load_s = time.monotonic() - started
     peak = process.memory_info().rss
     old = daemon.engines
-    _install(daemon, new_engines, bundle, seconds)
+    daemon.serve_with(new_engines, summarize_bundle(bundle), seconds)
+    if daemon.bundle.version is not None:
+        CrashGuard.of(daemon.settings.bundle).now_running(daemon.bundle.version)
     ready = time.monotonic()
     while any(session.engines is old for session in daemon.sessions):
         await asyncio.sleep(RETIRE_POLL_S)
@@ -138,17 +139,6 @@ async def _load_beside(daemon: Daemon) -> tuple[SessionEngines, Bundle, dict[str
         await engines.close(keep=[old.aec, old.denoise, old.wake])
         raise
     return engines, bundle, seconds
-
-
-def _install(daemon: Daemon, engines: SessionEngines, bundle: Bundle, seconds: dict[str, float]) -> None:
-
-    daemon.engines = engines
-    daemon.bundle = summarize_bundle(bundle)
-    if daemon.bundle.version is not None:
-        CrashGuard.of(daemon.settings.bundle).now_running(daemon.bundle.version)
-    daemon.load_seconds = seconds
-    if engines.tools is not None:
-        engines.tools.device_status = functools.partial(device_status, engines)
 
 
 async def _restart_when_idle(daemon: Daemon, control: ServiceControl, version: str) -> Switched:

@@ -2,10 +2,10 @@
 cannot start here, and whether the local audio session can run.
 
 The start never dies where it can serve: a configuration that fails the schema or
-``appliance.start_check`` is replaced by the last good one (``appliance.last_good``), loudly; a local
+``appliance.daemon.start_check`` is replaced by the last good one (``appliance.daemon.last_good``), loudly; a local
 audio problem (no microphone, a device name that is not there) starts the daemon without its local
 session, SIP and the admin page up and the problem on the page and in STATUS. Only a start with no
-notice and every listener up is remembered as the last good one (``appliance.daemon.serve``).
+notice and every listener up is remembered as the last good one (``appliance.daemon.service.serve``).
 """
 
 from __future__ import annotations
@@ -14,9 +14,9 @@ import logging
 from dataclasses import dataclass
 from pathlib import Path
 
-from appliance import last_good
 from appliance.config import ConfigError, Settings, load_settings
-from appliance.start_check import check_start
+from appliance.daemon import last_good
+from appliance.daemon.start_check import check_start
 
 log = logging.getLogger(__name__)
 

@@ -1,6 +1,6 @@
 """The daemon's composition root: settings -> bundle -> engines -> sessions and listeners.
 
-``load`` (appliance/daemon_load.py) opens the bundle, proves llama.cpp runs, builds, loads and warms
+``load`` (appliance/daemon/load.py) opens the bundle, proves llama.cpp runs, builds, loads and warms
 the engines and opens the trace store; ``serve`` runs the local session (microphone, or one demo turn without one), the SIP
 listener and the admin page side by side; ``close`` releases the engines. Every audio endpoint, a
 microphone or a phone call, runs through ``run_session``: its own VAD state, endpointer and
@@ -26,7 +26,7 @@ from appliance.audio.echo import cancel_echo
 from appliance.audio.echo_room import RoomMemory, room_key
 from appliance.audio.files import NullSink
 from appliance.config import Settings
-from appliance.daemon_load import Daemon, close, load, load_with_fallback, open_store
+from appliance.daemon.load import Daemon, close, load, load_with_fallback, open_store
 from appliance.engine_set import cancels_echo, echo_gate, session_config
 from appliance.pipeline.call_policy import CallLine
 from appliance.pipeline.session import Session, SessionConfig
@@ -178,9 +178,9 @@ def _watch_bundle(
     daemon: Daemon, registry: SessionRegistry, control: ServiceControl
 ) -> list[asyncio.Task[None]]:
     """With a versioned bundle root: a version activated while running is switched to
-    (``appliance.bundle_switch``), and the admin page and systemd's STATUS say so."""
+    (``appliance.daemon.bundle_switch``), and the admin page and systemd's STATUS say so."""
     from appliance.admin.backend import LiveRegistry
-    from appliance.bundle_switch import Switched, watch_bundle
+    from appliance.daemon.bundle_switch import Switched, watch_bundle
 
     if daemon.bundle.version is None:
         return []
@@ -210,7 +210,7 @@ async def _remember_if_whole(
 ) -> None:
     """This configuration becomes the last good one only when it runs as asked: no notice, and every
     listener it asked for up (the admin page, SIP on UDP and, with sip.tcp, TCP)."""
-    from appliance import last_good
+    from appliance.daemon import last_good
 
     waits = {name: asyncio.ensure_future(event.wait()) for name, event in listening.items()}
     if waits:
@@ -241,7 +241,7 @@ def _start_listeners(
     if settings.admin.enabled and daemon.store is not None:
         from appliance.admin import engine_states, llm_load, run_admin_page
         from appliance.admin.backend import LiveRegistry
-        from appliance.daemon_panel import panel_hooks
+        from appliance.daemon.panel import panel_hooks
 
         live = LiveRegistry()
         for state in engine_states(settings, daemon.load_seconds):

@@ -1,7 +1,7 @@
 """The canary: a candidate engine bundle measured against the active one before it serves anyone
 (``appliance bundle evaluate VERSION``).
 
-Both run the site's evaluation set, each in a child process of its own (``appliance.canary_worker``),
+Both run the site's evaluation set, each in a child process of its own (``appliance.daemon.canary_worker``),
 one after the other in one run: whether the engines load, the transcripts' word error rate, the
 engines' share of a turn (speech recognition + the reply's first clause + its first audio) p50/p95, and
 the process's peak memory. The candidate passes when it loads, its WER is at most
@@ -30,11 +30,10 @@ from typing import Any
 import numpy as np
 
 from appliance.config import Settings, override
-from engines.bundle_store import BundleStore, BundleVersion
+from engines.bundle_store import EVALUATION, BundleStore, BundleVersion
 from engines.errors import BundleError
 from engines.files import atomic_write
 
-EVALUATION = "evaluation.json"
 TRANSCRIPTS = "transcripts.json"
 WORKER_TIMEOUT_S = 1800
 STAGE_SLACK_MS = 50.0
@@ -248,7 +247,7 @@ def run_worker(version: BundleVersion, set_file: Path, settings_file: Path) -> d
     command = [
         sys.executable,
         "-m",
-        "appliance.canary_worker",
+        "appliance.daemon.canary_worker",
         str(version.path),
         str(set_file),
         str(settings_file),

@@ -1,11 +1,11 @@
-"""One bundle measured on an evaluation set, in a process of its own (``appliance.canary`` starts it
+"""One bundle measured on an evaluation set, in a process of its own (``appliance.daemon.canary`` starts it
 once for the active bundle and once for the candidate): whether its engines load, and for each
 recording the transcript and the engines' share of a turn (speech recognition, the reply's first
 clause, its first audio), then the process's peak memory. Recordings that expect facts in the answer
 or a tool call are answered once more as a turn in service is (``appliance.pipeline.turn``, the
 site's tools included), to see whether they are. Prints one JSON object.
 
-    python -m appliance.canary_worker BUNDLE_DIR SET.json SETTINGS.json
+    python -m appliance.daemon.canary_worker BUNDLE_DIR SET.json SETTINGS.json
 """
 
 from __future__ import annotations

@@ -11,7 +11,7 @@ import time
 
 from appliance.admin.local import PanelHooks
 from appliance.admin.schemas import TriedAnswer
-from appliance.daemon_load import Daemon
+from appliance.daemon.load import Daemon
 from appliance.pipeline.session import SessionConfig
 from appliance.pipeline.typed_turn import answer_typed
 from appliance.service.runner import ServiceControl
