@@ -39,30 +39,8 @@ from typing import Any
 import numpy as np
 
 from bench.turn_set import Clip, build_clips, call_path, clip_arguments, load_whisper
-from engines.vad.ended_by import EndedBy
-from engines.vad.endpointer import Endpointer, EndpointEvent
 
 log = logging.getLogger("bench.turn_live")
-
-
-class BeforeEndpointer(Endpointer):
-    """The endpointer as it was: an unsure (or unfinished) sound's own timer could end a pause while
-    the words were still on their way; only a finished-sounding pause waited for them."""
-
-    def _judge(self) -> list[EndpointEvent]:
-        known = self._verdicts
-        if known.text is None and (known.audio is not None or known.audio_failed):
-            params = self.params
-            if known.text_expected and self._sounds_complete() and not self._text_wait_over():
-                return self._silence_endpoint()
-            if self._sounds_complete():
-                return [self._end(by=EndedBy.SMART_TURN)]
-            if known.audio is not None and known.audio < params.turn_incomplete_threshold:
-                self._hold(params.incomplete_silence_s, EndedBy.INCOMPLETE_SILENCE)
-            else:
-                self._hold(params.end_silence_s, EndedBy.SILENCE)
-            return self._silence_endpoint()
-        return super()._judge()
 
 
 @dataclass
@@ -95,29 +73,18 @@ def _floor_s(trace: Any) -> float | None:
     return None if any(p is None for p in parts) else float(sum(parts))
 
 
-def run_clip(engines: Any, settings: Any, audio: np.ndarray, clip: Clip, variant: str) -> ClipOutcome:
+def run_clip(engines: Any, settings: Any, audio: np.ndarray, clip: Clip) -> ClipOutcome:
     from appliance.audio import ArraySource, MemorySink
     from appliance.engine_set import session_config
-    from appliance.pipeline import speech_loop
     from appliance.pipeline.session import Session
 
-    chosen = BeforeEndpointer if variant == "before" else Endpointer
     source = ArraySource(audio, realtime=True)
-    original = speech_loop.Endpointer  # the speech loop makes the session's endpointer
-    speech_loop.Endpointer = chosen  # type: ignore[misc]
-    try:
-        session = Session(
-            engines=engines,
-            source=source,
-            sink=MemorySink(engines.tts.sample_rate_hz),
-            config=session_config(settings),
-        )
-    finally:
-        speech_loop.Endpointer = original  # type: ignore[misc]
-    if type(session.endpointer) is not chosen:
-        raise RuntimeError(
-            f"the session judges with {type(session.endpointer).__name__}, not {chosen.__name__}"
-        )
+    session = Session(
+        engines=engines,
+        source=source,
+        sink=MemorySink(engines.tts.sample_rate_hz),
+        config=session_config(settings),
+    )
     asyncio.run(asyncio.wait_for(session.run(), 300))
     traces = [t for t in session.traces if t.transcript]
     started = source.started_at
@@ -207,14 +174,15 @@ def main(argv: list[str]) -> int:
         paths["8 kHz call"] = [call_path(c.audio) for c in clips]
     results: dict[str, Any] = {}
     rows: list[dict[str, Any]] = []
-    variants = {"after": settings} if args.no_before else {"before": settings, "after": settings}
+    before = override(settings, endpointer={"words_hold_any_sound": False})
+    variants = {"after": settings} if args.no_before else {"before": before, "after": settings}
     for spec in args.variant:
         variants[spec] = override(settings, **parse_variant(spec))
     for path_name, audios in paths.items():
         outcomes: dict[str, list[ClipOutcome]] = {name: [] for name in variants}
         for clip, audio in zip(clips, audios, strict=True):
             for variant, chosen in variants.items():  # side by side, clip by clip: the same load on all
-                outcome = run_clip(engines, chosen, audio, clip, variant)
+                outcome = run_clip(engines, chosen, audio, clip)
                 outcomes[variant].append(outcome)
                 pause = (
                     {"pause_start_s": round(clip.pause_start_s or 0.0, 3), "pause_s": round(clip.pause_s, 3)}

@@ -387,6 +387,23 @@ def test_an_unsure_sound_waits_for_expected_words_past_end_silence() -> None:
     assert end.by == "incomplete_silence"
 
 
+def test_the_rule_before_lets_an_unsure_sound_end_the_pause_while_words_are_on_their_way() -> None:
+    """``words_hold_any_sound = false`` (the benchmarks' "before"): the same unsure pause as above is
+    cut by end_silence_ms (500 ms) before the words come; a finished-sounding one still waits."""
+    ep = Endpointer(EndpointerParams(words_hold_any_sound=False))
+    pause, check = _pause(ep)
+    ep.expect_text(pause)
+    assert ep.verdict(check, 0.5) == []
+    (end,) = [e for e in feed_all(ep, [OFF] * 20) if e.kind is EventKind.ENDPOINT]
+    assert end.by == "silence"
+    assert end.time_s - (end.speech_end_s or 0.0) == pytest.approx(0.5, abs=0.04)
+    finished = Endpointer(EndpointerParams(words_hold_any_sound=False))
+    pause, check = _pause(finished)
+    finished.expect_text(pause)
+    assert finished.verdict(check, 0.99) == []  # sounds finished: waits for the words
+    assert finished.text_verdict(pause, 0.99)[0].by == "fused"
+
+
 def test_an_unsure_sound_ends_the_moment_finished_words_arrive() -> None:
     ep = _shipped_with_words()
     pause, check = _pause(ep)

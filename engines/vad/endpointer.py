@@ -134,6 +134,11 @@ class EndpointerParams(Params):
     words_wait_ms: int = Field(
         1000, ge=0, le=2000, description="judge_words: how long a finished-sounding pause waits for the words"
     )
+    words_hold_any_sound: bool = Field(
+        True,
+        description="judge_words: the expected words hold the pause whatever the sound says; false: the "
+        "rule before December 2026, where an unsure sound's own silence could end it first (benchmarks)",
+    )
     pre_roll_ms: int = Field(256, ge=0, le=2000, description="audio kept from before the speech start")
     max_utterance_s: float = Field(20.0, gt=1.0, le=60.0, description="an utterance this long is ended")
 
@@ -350,8 +355,11 @@ class Endpointer:
                 # The words are on their way (the reply's own prompt pass): no timer of the sound ends
                 # the pause before them, so a slow machine is not cut off by end_silence_ms; they
                 # decide at once when they come ("... out of the" holds, "... at nine?" ends).
-                self._hold(math.inf, EndedBy.SILENCE)
-                return []
+                if params.words_hold_any_sound:
+                    self._hold(math.inf, EndedBy.SILENCE)
+                    return []
+                if self._sounds_complete():
+                    return self._silence_endpoint()
             if self._sounds_complete():
                 return [self._end(by=EndedBy.SMART_TURN)]
             if known.audio is not None and known.audio < params.turn_incomplete_threshold:
