@@ -28,9 +28,11 @@ from engines.files import TOMLDecodeError, loads_toml
 from engines.llm.params import LlmParams, LlmServerParams
 from engines.params import Params
 from engines.tts.params import TtsParams
-from engines.vad.endpointer import EndpointerParams
-from engines.vad.params import VadParams
-from engines.wake.params import WakeParams
+from engines.vad.params import EndpointerMode, EndpointerParams, VadParams
+from engines.wake.params import ActivationMode, WakeParams
+
+# The settings' own vocabularies, for readers of the settings that never import the engines (the admin page).
+SETTING_VOCABULARIES = (ActivationMode, EndpointerMode)
 
 ENV_PREFIX = "APPLIANCE_"
 

@@ -29,198 +29,42 @@ the detection, as the session does) against the clean recording's; canceller CPU
 from __future__ import annotations
 
 import argparse
-import contextlib
 import itertools
 import logging
-import time
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from appliance.audio.echo import CONVERGE_S, LEAD_S
+from appliance.audio.echo import LEAD_S
 from bench import rooms
+from bench.aec_barge_in import (
+    barge_ins,
+    first_reply_barge_ins,
+    kept_room,
+)
+from bench.aec_echo import (
+    DELAYS_S,
+    EAR,
+    EAR_VARIANTS,
+    FIRST_REPLY_AT_S,
+    FRAME,
+    GAP_S,
+    LEVELS,
+    REMEMBERED,
+    REPLIES,
+    WITH_LINEAR_EAR,
+    Bench,
+    Linear,
+    calibrated_delay_s,
+    cancel,
+    converged_at_s,
+    erle_db,
+    speech_starts,
+)
 from bench.asr import DEFAULT_DATA, percentile, transcribed_speech
 
-FRAME = 512
-FRAME_S = FRAME / rooms.SAMPLE_RATE_HZ
-DELAYS_S = (0.02, 0.05, 0.08, 0.12)
-LEVELS = {"quiet": rooms.QUIET_ECHO_DBFS, "normal": rooms.NORMAL_ECHO_DBFS, "loud": rooms.LOUD_ECHO_DBFS}
-DETECT_WITHIN_S = 0.3
-BARGE_IN_AT_S = 1.5  # into the reply
-STOP_LAG_S = 0.064  # the player's lead: what is still heard after a barge-in flushes the speaker
-REPLIES = (
-    "The canteen is open from half past eleven to two, and the menu is on the board by the entrance.",
-    "Line three stopped at ten past nine for a tool change. It should be running again within the hour.",
-    "First aid kits are next to every fire exit, and the nearest defibrillator is at reception.",
-    "Visitors park in the north car park. Please sign in at the front desk and wear your badge at all times.",
-    "The torque for the M8 flange bolts is twenty five newton metres, tightened in a cross pattern.",
-    "Your shift starts at six tomorrow. The bus leaves the station at twenty past five.",
-    "I can help with opening hours, directions, safety questions and the status of the production lines.",
-    "Platform two is closed for maintenance today, so trains to the city leave from platform four.",
-)
-
 log = logging.getLogger("bench.aec")
-
-
-@dataclass
-class Bench:
-    """The engines and the audio every room is measured with."""
-
-    vad: Any
-    transcribe: Callable[[np.ndarray], str]
-    cancellers: dict[str, Any]  # name -> engine with stream()
-    replies: list[np.ndarray]
-    people: list[tuple[np.ndarray, str]]
-    noise: np.ndarray
-    params: Any  # the endpointer's
-    # the linear ear's settings measured, by a label for the condition's name ("": as shipped)
-    ears: dict[str, dict[str, Any]] = field(default_factory=lambda: {"": {}})
-
-
-def speech_starts(
-    vad: Any,
-    audio: np.ndarray,
-    threshold: float,
-    params: Any,
-    *,
-    linear: Linear | None = None,
-    learning_s: float = 0.0,
-    ear_settings: dict[str, Any] | None = None,
-    voiced_from: list[float] | None = None,
-) -> list[Any]:
-    """The endpointer's SPEECH_START events over ``audio`` (``time_s``: when it fired;
-    ``speech_start_s``: the first voiced frame); with ``linear``, the session's linear ear hears its
-    output too, as while a reply plays, and alone for the first ``learning_s`` (the canceller has not
-    yet heard ``CONVERGE_S`` of playback: the session does not hear AEC3's output). ``ear_settings``: the
-    ear's settings where not as shipped (``EAR_VARIANTS``). ``voiced_from`` gets the time of each
-    voiced frame after one that was not: where a session pauses a playing reply."""
-    from appliance.pipeline.echo_gate import LINEAR_THRESHOLD
-    from appliance.pipeline.linear_ear import LinearEar
-    from engines.audio import power
-    from engines.vad.endpointer import Endpointer, EventKind
-
-    stream = vad.stream()
-    endpointer = Endpointer(params)
-    endpointer.threshold = threshold
-    ear, ear_stream = LinearEar(LINEAR_THRESHOLD, **(ear_settings or {})), vad.stream()
-    starts = []
-    was_voiced = False
-    for index in range(len(audio) // FRAME):
-        window = slice(index * FRAME, (index + 1) * FRAME)
-        probability = stream.probability(audio[window])
-        if index * FRAME_S < learning_s:
-            probability = 0.0
-        if linear is not None:
-            heard = ear_stream.probability(linear.linear[window])
-            new_filter = index in linear.new_filter
-            if ear.hears(
-                heard, power(linear.linear[window]), power(linear.echo[window]), new_filter=new_filter
-            ):
-                probability = max(probability, heard)
-        voiced = probability >= endpointer.threshold
-        if voiced and not was_voiced and voiced_from is not None:
-            voiced_from.append(index * FRAME_S)
-        was_voiced = voiced
-        starts += [
-            e for e in endpointer.feed(float(probability), FRAME_S) if e.kind is EventKind.SPEECH_START
-        ]
-    return starts
-
-
-@dataclass(frozen=True)
-class Linear:
-    """The linear canceller's output and the echo it took out, for the linear ear, and the frames
-    in which it went on from another filter (the room kept, placed, or solved)."""
-
-    linear: np.ndarray
-    echo: np.ndarray
-    new_filter: frozenset[int] = frozenset()
-
-
-def cancel(
-    engine: Any, mic: np.ndarray, played: np.ndarray, reference_delay_s: float, *, room: Any = None
-) -> tuple[np.ndarray, Linear, list[float]]:
-    """The canceller's outputs, suppressed (for the VAD) and linear (for Whisper and the linear
-    ear), aligned back by its block and as long as ``mic``, and the thread time of each 10 ms block;
-    ``room``: a room kept before to start the stream from (``engines.aec.EchoRoom``)."""
-    from engines.aec import BLOCK_SAMPLES
-
-    shift = round(reference_delay_s * rooms.SAMPLE_RATE_HZ)
-    reference = np.concatenate([np.zeros(shift, dtype=np.float32), played])[: len(mic)]
-    stream = engine.stream(room) if room is not None else engine.stream()
-    suppressed, linear, echo, costs = [], [], [], []
-    fit, new_filter = None, set[int]()
-    for index in range(len(mic) // FRAME):
-        window = slice(index * FRAME, (index + 1) * FRAME)
-        started = time.thread_time()
-        out = stream.process(mic[window], reference[window])
-        costs.append((time.thread_time() - started) * BLOCK_SAMPLES / FRAME)
-        if stream.fit is not fit:
-            fit = stream.fit
-            if fit.used and not fit.kept and not new_filter:  # the first room solved, as the session's source
-                new_filter.add(index)
-        suppressed.append(out.suppressed)
-        linear.append(out.linear)
-        echo.append(out.echo)
-    tail = np.zeros(BLOCK_SAMPLES, dtype=np.float32)
-    return (
-        np.concatenate([*suppressed, tail])[BLOCK_SAMPLES:],
-        Linear(
-            np.concatenate([*linear, tail])[BLOCK_SAMPLES:],
-            np.concatenate([*echo, tail])[BLOCK_SAMPLES:],
-            frozenset(new_filter),
-        ),
-        costs,
-    )
-
-
-def calibrated_delay_s(room: rooms.Room, delay_s: float) -> float:
-    """What ``appliance calibrate`` finds in this room: its chirps through the same path."""
-    from appliance.audio.calibrate import chirp, find_delays
-
-    sweep = chirp()
-    lead = np.zeros(8000, dtype=np.float32)
-    played = np.concatenate([lead, sweep, np.zeros(24000, dtype=np.float32)])
-    heard = rooms.echo(played, room, delay_s=delay_s, level_dbfs=rooms.NORMAL_ECHO_DBFS)
-    delays, _ = find_delays(heard, played, [len(lead) - 160])
-    return delays[0] / 1000.0
-
-
-def converged_at_s(played: np.ndarray, reference_delay_s: float) -> float:
-    """When a new stream has learnt from ``CONVERGE_S`` of playback (``EchoCancelledSource.echo_converged``)."""
-    from engines.aec.blocks import BLOCK_SAMPLES, REFERENCE_FLOOR
-
-    blocks = len(played) // BLOCK_SAMPLES
-    power = np.mean(np.square(played[: blocks * BLOCK_SAMPLES].reshape(blocks, BLOCK_SAMPLES)), axis=1)
-    needed = round(CONVERGE_S * rooms.SAMPLE_RATE_HZ / BLOCK_SAMPLES)
-    active = np.flatnonzero(power > REFERENCE_FLOOR)
-    if len(active) < needed:
-        return float("inf")
-    return float((active[needed - 1] + 1) * BLOCK_SAMPLES / rooms.SAMPLE_RATE_HZ + reference_delay_s)
-
-
-def erle_db(mic: np.ndarray, out: np.ndarray, settle_s: float = 2.0) -> float:
-    """Echo return loss enhancement after ``settle_s``: the echo's power over what is left of it."""
-    start = round(settle_s * rooms.SAMPLE_RATE_HZ)
-    return float(10 * np.log10(np.sum(mic[start:] ** 2) / max(float(np.sum(out[start:] ** 2)), 1e-12)))
-
-
-WITH_LINEAR_EAR = ("webrtc",)  # the cancellers also measured with the session's linear ear
-EAR = ", linear ear"
-REMEMBERED = ", room kept"  # the stream starts from the room a session before kept (audio.echo_room_file)
-SOLVED = (
-    ", room solved"  # a new stream solves for the room from its first echo (engines.aec.room, off as shipped)
-)
-FIRST_REPLY_AT_S = 1.0  # a person over a new session's first reply: while the canceller still learns
-RESTART_MOVED_S = 0.0013  # the echo against its reference, from the start that kept the room to this one
-GAP_S = 1.0  # silence between two replies
-# The linear ear as it was before its rules for the room's noise and the frames its filter leaves
-# as usual (appliance/pipeline/linear_ear.py).
-EAR_VARIANTS: dict[str, dict[str, Any]] = {" (before)": {"unexplained_db": None, "noise_margin_db": None}}
-WARM_UP = 1  # replies played before a barge-in case: the canceller of a session that has spoken before
 
 
 def run_room(bench: Bench, room: rooms.Room, level: str, delay_s: float) -> dict[str, Any]:
@@ -313,241 +157,6 @@ def run_room(bench: Bench, room: rooms.Room, level: str, delay_s: float) -> dict
     clean = [bench.transcribe(audio) for audio, _ in bench.people]
     result["barge_in"]["wer"]["recording"] = round(word_error_rate(refs, clean), 3)
     return result
-
-
-def barge_ins(
-    bench: Bench, room: rooms.Room, level: str, delay_s: float, reference_delay_s: float
-) -> dict[str, Any]:
-    """Each person starts ``BARGE_IN_AT_S`` into a reply, after ``WARM_UP`` earlier replies on the
-    same canceller stream. Their onset is where the endpointer puts the start of their speech with
-    no reply playing; a condition detects them when its endpointer starts speech at or after that
-    onset (less 50 ms). A start before it means the reply cut itself off on its own echo before the
-    person spoke. Once detected, the reply stops (as the session stops it) and what the turn would
-    transcribe, from 0.3 s before the onset, is heard without it."""
-    from engines.asr.text import word_error_rate
-
-    rate = rooms.SAMPLE_RATE_HZ
-    # name -> (the canceller, the VAD's threshold, the linear ear's settings: None for no ear)
-    conditions: dict[str, tuple[Any, float, dict[str, Any] | None]] = {
-        name: (engine, 0.5, None) for name, engine in bench.cancellers.items()
-    }
-    conditions.update(
-        {
-            f"{name}{EAR}{label}": (bench.cancellers[name], 0.5, ear)
-            for name in WITH_LINEAR_EAR
-            for label, ear in bench.ears.items()
-        }
-    )
-    conditions["raised"] = (None, 0.85, None)
-    latency: dict[str, list[float | None]] = {name: [] for name in [*conditions, "no reply"]}
-    self_cut = dict.fromkeys(conditions, 0)
-    texts: dict[str, list[str]] = {name: [] for name in [*conditions, "no reply"]}
-    gap = np.zeros(round(GAP_S * rate), dtype=np.float32)
-    for index, (person, _text) in enumerate(bench.people):
-        warm = [
-            part
-            for k in range(WARM_UP)
-            for part in (bench.replies[(index + 1 + k) % len(bench.replies)], gap)
-        ]
-        reply = bench.replies[index % len(bench.replies)]
-        reply_at = sum(len(part) for part in warm)
-        at = reply_at + round(BARGE_IN_AT_S * rate)
-        length = (max(reply_at + len(reply), at + len(person)) + rate) // FRAME * FRAME
-        near = rooms.noise_bed(bench.noise, length, room.noise_dbfs)
-        near[at : at + len(person)] += person
-        alone = [e for e in speech_starts(bench.vad, near, 0.5, bench.params) if e.time_s >= reply_at / rate]
-        if not alone:
-            log.warning("person %d is not heard even without a reply; left out", index)
-            continue
-        onset, detected_alone = alone[0].speech_start_s, alone[0].time_s
-        latency["no reply"].append(detected_alone - onset)
-        window = slice(max(0, round((onset - 0.3) * rate)), at + len(person) + rate // 2)
-        texts["no reply"].append(bench.transcribe(near[window]))
-        played_full = np.zeros(length, dtype=np.float32)
-        body = np.concatenate([*warm, reply])
-        played_full[: len(body)] = body
-        for name, (canceller, threshold, ear) in conditions.items():
-            path = EchoPath(room, level, delay_s, near, canceller, reference_delay_s)
-            suppressed, linear = path.heard(played_full)
-            with_ear = ear is not None and canceller is not None
-            starts = speech_starts(
-                bench.vad,
-                suppressed,
-                threshold,
-                bench.params,
-                linear=linear if with_ear else None,
-                ear_settings=ear,
-            )
-            during = [e.time_s for e in starts if e.time_s >= reply_at / rate]
-            first = during[0] if during else None
-            _note_detection(first, onset, latency[name], self_cut, name)
-            played = played_full.copy()
-            if first is not None:  # the session stops the reply; the turn hears the rest without it
-                played[round((first + STOP_LAG_S) * rate) :] = 0.0
-            suppressed, for_asr = path.heard(played)
-            texts[name].append(bench.transcribe(for_asr.linear[window]))
-            if canceller is not None and ear is None:
-                texts.setdefault(f"{name} suppressed", []).append(bench.transcribe(suppressed[window]))
-    refs = [text for _, text in bench.people][: len(texts["no reply"])]
-    summary: dict[str, Any] = {
-        "people": len(refs),
-        "detected_within_300ms": {},
-        "detect_ms": {},
-        "cut_by_own_echo": self_cut,
-        "wer": {},
-        "transcripts": texts,
-    }
-    for name, times in latency.items():
-        within, seen, summary["detect_ms"][name] = _detected(times)
-        summary["detected_within_300ms"][name] = within
-        summary["detect_ms"][name]["missed"] = len(times) - len(seen) - self_cut.get(name, 0)
-    for name, heard_texts in texts.items():
-        summary["wer"][name] = round(word_error_rate(refs, heard_texts), 3)
-    return summary
-
-
-def kept_room(
-    engine: Any, bench: Bench, room: rooms.Room, level: str, delay_s: float, reference_delay_s: float
-) -> Any:
-    """What a session before kept of ``room`` (``audio.echo_room_file``): the replies in the other
-    order through one stream, kept only when the daemon would keep it (``KEEP_DB``); else None. That
-    start's latencies differed from this one's by ``RESTART_MOVED_S`` (its reference came that much
-    later), which the new stream finds by itself (``engines.aec.room.fit_room``)."""
-    from appliance.audio.echo_room import worth_keeping
-    from engines.aec import BLOCK_SAMPLES
-
-    gap = np.zeros(round(GAP_S * rooms.SAMPLE_RATE_HZ), dtype=np.float32)
-    played = np.concatenate([part for reply in bench.replies[::-1] for part in (reply, gap)])
-    mic = rooms.echo(played, room, delay_s=delay_s, level_dbfs=LEVELS[level])
-    mic = mic + rooms.noise_bed(bench.noise, len(mic), room.noise_dbfs)
-    shift = round((reference_delay_s + RESTART_MOVED_S) * rooms.SAMPLE_RATE_HZ)
-    reference = np.concatenate([np.zeros(shift, dtype=np.float32), played])[: len(mic)]
-    stream = engine.stream()
-    for start in range(0, len(mic) - BLOCK_SAMPLES + 1, FRAME):
-        stream.process(mic[start : start + FRAME], reference[start : start + FRAME])
-    learnt = stream.room()
-    return learnt if worth_keeping(learnt) else None
-
-
-def first_reply_barge_ins(
-    bench: Bench,
-    room: rooms.Room,
-    level: str,
-    delay_s: float,
-    reference_delay_s: float,
-    kept: Any,
-    at_s: float = FIRST_REPLY_AT_S,
-) -> dict[str, Any]:
-    """Each person starts ``at_s`` into a new session's first reply, while its canceller has not
-    yet heard ``CONVERGE_S`` of playback: only the linear ear may hear them, starting from nothing
-    (``webrtc, linear ear``: the adaptive filter alone, as shipped; ``SOLVED``: the room solved from
-    the first echo) or from the room kept before. Detected as in ``barge_ins``."""
-    rate = rooms.SAMPLE_RATE_HZ
-    engine = bench.cancellers[WITH_LINEAR_EAR[0]]
-    name = WITH_LINEAR_EAR[0]
-    # name -> (the room kept, solving, the ear's settings)
-    conditions: dict[str, tuple[Any, bool, dict[str, Any]]] = {}
-    for label, ear in bench.ears.items():
-        conditions[f"{name}{EAR}{label}"] = (None, False, ear)
-        conditions[f"{name}{SOLVED}{EAR}{label}"] = (None, True, ear)
-        conditions[f"{name}{REMEMBERED}{EAR}{label}"] = (kept, False, ear)
-    latency: dict[str, list[float | None]] = {name: [] for name in conditions}
-    self_cut = dict.fromkeys(conditions, 0)
-    for index, (person, _text) in enumerate(bench.people):
-        reply = bench.replies[index % len(bench.replies)]
-        at = round(at_s * rate)
-        length = (max(len(reply), at + len(person)) + rate) // FRAME * FRAME
-        near = rooms.noise_bed(bench.noise, length, room.noise_dbfs)
-        near[at : at + len(person)] += person
-        alone = speech_starts(bench.vad, near, 0.5, bench.params)
-        if not alone:
-            continue
-        onset = alone[0].speech_start_s
-        played = np.zeros(length, dtype=np.float32)
-        played[: len(reply)] = reply
-        learning_s = converged_at_s(played, reference_delay_s)
-        mic = rooms.echo(played, room, delay_s=delay_s, level_dbfs=LEVELS[level]) + near
-        for name, (start_from, solving, ear) in conditions.items():
-            with solving_rooms(solving):
-                suppressed, linear, _ = cancel(engine, mic, played, reference_delay_s, room=start_from)
-            starts = speech_starts(
-                bench.vad,
-                suppressed,
-                0.5,
-                bench.params,
-                linear=linear,
-                learning_s=learning_s,
-                ear_settings=ear,
-            )
-            _note_detection(starts[0].time_s if starts else None, onset, latency[name], self_cut, name)
-    summary: dict[str, Any] = {
-        "at_s": at_s,
-        "kept_room_db": None if kept is None else round(kept.cancelled_db, 1),
-        "detected_within_300ms": {},
-        "detected": {},
-        "detect_ms": {},
-        "cut_by_own_echo": self_cut,
-    }
-    for name, times in latency.items():
-        within, seen, summary["detect_ms"][name] = _detected(times)
-        summary["detected_within_300ms"][name] = within
-        summary["detected"][name] = round(len(seen) / max(1, len(times)), 3)
-    return summary
-
-
-@contextlib.contextmanager
-def solving_rooms(on: bool) -> Iterator[None]:
-    """New streams made within solve for the room from their first echo (``SOLVE_TRIED_AT_S``), or
-    not (as shipped)."""
-    import engines.aec.blocks as blocks
-    from engines.aec.room import SOLVE_TRIED_AT_S
-
-    shipped = blocks.SOLVE_AT_S
-    blocks.SOLVE_AT_S = SOLVE_TRIED_AT_S if on else ()
-    try:
-        yield
-    finally:
-        blocks.SOLVE_AT_S = shipped
-
-
-def _note_detection(
-    first: float | None, onset: float, latency: list[float | None], self_cut: dict[str, int], name: str
-) -> None:
-    """One person: how long after their onset the condition ``name`` started speech (None: never),
-    or None and one more reply cut by its own echo when it started before they spoke."""
-    if first is not None and first < onset - 0.05:
-        self_cut[name] += 1
-        latency.append(None)
-    else:
-        latency.append(None if first is None else first - onset)
-
-
-def _detected(times: list[float | None]) -> tuple[float, list[float], dict[str, Any]]:
-    """The share detected within ``DETECT_WITHIN_S``, the detection times (ms) and their p50/p95."""
-    seen = [t * 1000 for t in times if t is not None]
-    within = round(sum(t is not None and t <= DETECT_WITHIN_S for t in times) / max(1, len(times)), 3)
-    return within, seen, {"p50": round(percentile(seen, 50), 0), "p95": round(percentile(seen, 95), 0)}
-
-
-@dataclass(frozen=True)
-class EchoPath:
-    """The microphone of one barge-in case: the reply's echo, the person and the noise, then the
-    canceller (None: the raw microphone)."""
-
-    room: rooms.Room
-    level: str
-    delay_s: float
-    near: np.ndarray
-    canceller: Any
-    reference_delay_s: float
-
-    def heard(self, played: np.ndarray) -> tuple[np.ndarray, Linear]:
-        """What the VAD judges (AEC3's output) and what Whisper hears (the linear canceller's)."""
-        mic = rooms.echo(played, self.room, delay_s=self.delay_s, level_dbfs=LEVELS[self.level]) + self.near
-        if self.canceller is None:
-            return mic, Linear(mic, np.zeros_like(mic))
-        suppressed, linear, _ = cancel(self.canceller, mic, played, self.reference_delay_s)
-        return suppressed, linear
 
 
 def _people(data_dir: Path, count: int) -> list[tuple[np.ndarray, str]]:

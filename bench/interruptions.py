@@ -113,7 +113,7 @@ async def run_echo_case(
     from_start: bool = False,
 ) -> dict[str, Any]:
     from appliance.audio.echo import CONVERGE_S
-    from bench.aec import solving_rooms
+    from bench.aec_barge_in import solving_rooms
     from bench.simulated_room import run_until
 
     with solving_rooms(solving):
@@ -230,7 +230,7 @@ async def main_async(args: argparse.Namespace) -> dict[str, Any]:
             engines, settings, call_path(question), clip, call_path(clip.audio), after
         )
     if args.echo:
-        from bench.aec import calibrated_delay_s
+        from bench.aec_echo import calibrated_delay_s
         from engines.audio import load_audio_16k
 
         delay_ms = calibrated_delay_s(ECHO_ROOM, ECHO_DEVICE_DELAY_S) * 1000.0

@@ -41,8 +41,9 @@ from engines.bundle import Bundle
 from engines.denoise import DenoiseParams, create_denoiser
 from engines.turn import create_turn_detector
 from engines.vad.ended_by import EndedBy
-from engines.vad.endpointer import Endpointer, EndpointerParams, EndpointEvent, EventKind
+from engines.vad.endpointer import Endpointer, EndpointEvent, EventKind
 from engines.vad.frames import frame_probabilities
+from engines.vad.params import EndpointerParams
 
 log = logging.getLogger("bench.noise")
 

@@ -29,7 +29,8 @@ from typing import Any
 
 import numpy as np
 
-from bench.turn import DEFAULT_DATA, FRAME_S, FRAME_SAMPLES
+from bench.paths import DATA as DEFAULT_DATA
+from bench.turn_replay import FRAME_S, FRAME_SAMPLES
 from bench.turn_set import Clip, build_clips, call_path, clip_arguments, load_whisper
 from engines.asr.text import normalize_text
 from engines.audio import SAMPLE_RATE_HZ

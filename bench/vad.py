@@ -51,7 +51,8 @@ def _time_frames(stream: Any, frames: list[np.ndarray]) -> list[float]:
 
 
 def _endpointer_cost(probabilities: list[float]) -> list[float]:
-    from engines.vad.endpointer import Endpointer, EndpointerParams
+    from engines.vad.endpointer import Endpointer
+    from engines.vad.params import EndpointerParams
 
     endpointer = Endpointer(EndpointerParams(mode="silence"))
     times = []

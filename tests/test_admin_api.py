@@ -462,7 +462,7 @@ def test_metrics_histograms_count_each_stored_turn_once(admin_env: AdminEnv) -> 
     first = client.get("/metrics")
     assert first.status_code == 200 and first.headers["content-type"].startswith("text/plain")
     assert 'appliance_stage_latency_seconds_count{stage="turn_latency"} 1.0' in first.text
-    assert 'appliance_turns_total{outcome="ok"} 1.0' in first.text
+    assert 'appliance_turns_total{outcome="answered"} 1.0' in first.text
     assert "appliance_turns_over_budget_total 1.0" in first.text
     assert 'appliance_turn_checks_total{verdict="checked"} 2.0' in first.text
     assert 'appliance_turn_checks_total{verdict="unfinished"} 1.0' in first.text
@@ -474,7 +474,7 @@ def test_metrics_histograms_count_each_stored_turn_once(admin_env: AdminEnv) -> 
     admin_env.store.add(recorded_turn(scale=0.1))
     second = client.get("/metrics").text
     assert 'appliance_stage_latency_seconds_count{stage="turn_latency"} 2.0' in second
-    assert 'appliance_turns_total{outcome="cancelled"} 1.0' in second
+    assert 'appliance_turns_total{outcome="interrupted"} 1.0' in second
     assert "appliance_ready 0.0" in second
     assert "appliance_llm_slots" not in second  # no LLM loaded: no made-up figures
 

@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 
 from appliance.audio import ArraySource, MemorySink
-from appliance.daemon.bundle_switch import room_for_both
+from appliance.daemon.bundle_switch import SwitchHow, room_for_both
 from appliance.pipeline.engines import SessionEngines
 from appliance.pipeline.session import Session
 from engines.bundle import Bundle
@@ -166,7 +166,7 @@ def test_a_version_that_cannot_load_leaves_the_running_one_serving_and_active(
         store.activate(following.id)
         result = asyncio.run(switch_bundle(loaded, ServiceControl(Notifier()), store, following.id))
         assert (
-            result.how == "failed"
+            result.how == SwitchHow.FAILED
             and f"version {following.id} was activated but cannot load" in result.problem
         )
         assert loaded.engines is engines and loaded.bundle.version == running.id
@@ -203,10 +203,10 @@ def test_without_room_for_both_the_daemon_restarts_cleanly_once_no_call_is_in_pr
         hanging_up = asyncio.ensure_future(hang_up_later())
         started = time.monotonic()
         results.append(await bundle_switch.switch_bundle(daemon, control, BundleStore(tmp_path), "b"))  # type: ignore[arg-type]
-        results.append(bundle_switch.Switched("waited", "", time.monotonic() - started))
+        results.append(bundle_switch.Switched("waited", SwitchHow.RESTART, time.monotonic() - started))
         await hanging_up
         await asyncio.Event().wait()
 
     code = asyncio.run(Service(load=lambda: None, serve=serve, watchdog=None).run())
     assert code == EXIT_RESTART
-    assert results[0].how == "restart" and results[1].load_s >= 0.5  # not before the call ended
+    assert results[0].how == SwitchHow.RESTART and results[1].load_s >= 0.5  # not before the call ended

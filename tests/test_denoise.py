@@ -15,7 +15,8 @@ from appliance.audio import ArraySource, MemorySink
 from appliance.audio.base import HeardFrame, SourceBase, split_frame
 from appliance.audio.denoise import DenoisedSource, suppress_noise
 from appliance.config import load_settings, override
-from appliance.engine_set import noise_suppressor, startup_problems
+from appliance.daemon.start_problems import startup_problems
+from appliance.engine_set import noise_suppressor
 from appliance.pipeline.engines import SessionEngines
 from appliance.pipeline.session import Session
 from appliance.pipeline.workers import EngineWorker

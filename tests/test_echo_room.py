@@ -15,7 +15,7 @@ from appliance.audio.echo import KEEP_ROOM_FIRST_S, LEAD_S, EchoCancelledSource,
 from appliance.audio.echo_room import KEEP_DB, RoomMemory, room_key
 from appliance.audio.files import ArraySource, MemorySink
 from appliance.config import Settings, load_settings, override
-from appliance.daemon import service as daemon
+from appliance.daemon import local_session as daemon
 from appliance.engine_set import session_config
 from appliance.pipeline.workers import EngineWorker
 from bench import rooms

@@ -14,13 +14,13 @@ import pytest
 from appliance.audio.echo import EchoCancelledSource, TappedSink
 from appliance.audio.files import ArraySource, MemorySink
 from appliance.config import Settings, load_settings, override
-from appliance.daemon import service as daemon
+from appliance.daemon import local_session as daemon
 from appliance.engine_set import session_config
 from appliance.pipeline.echo_gate import EchoGate
 from appliance.pipeline.session import Session
 from appliance.pipeline.workers import EngineWorker
 from engines.aec import EchoCanceller
-from engines.vad.endpointer import EndpointerParams
+from engines.vad.params import EndpointerParams
 from tests.fixtures.pipeline import SILENCE_ONLY, ReactiveSource, make_fakes, tone
 
 

@@ -6,7 +6,8 @@ from typing import Any
 
 import pytest
 
-from engines.vad.endpointer import Endpointer, EndpointerParams, EndpointEvent, EventKind
+from engines.vad.endpointer import Endpointer, EndpointEvent, EventKind
+from engines.vad.params import EndpointerParams
 
 F = 0.032  # one 512-sample frame at 16 kHz
 ON, OFF = 0.9, 0.1

@@ -270,7 +270,7 @@ def test_a_bundle_folder_with_a_manifest_and_no_model_files_is_refused_by_the_ch
     """The admin page's write and `appliance config check` both run this check: a folder holding a
     manifest whose model files are not there was accepted (200) and then the daemon did not start."""
     from appliance.config import load_settings, override
-    from appliance.engine_set import startup_problems
+    from appliance.daemon.start_problems import startup_problems
 
     store, _, _ = _versioned_root(tmp_path / "bundle")
     (store.active_version().path / "model.bin").unlink()

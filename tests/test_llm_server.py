@@ -13,7 +13,8 @@ from pathlib import Path
 import pytest
 
 from appliance.config import load_settings, override
-from appliance.engine_set import llm_engine, llm_server_problems
+from appliance.daemon.start_problems import llm_server_problems
+from appliance.engine_set import llm_engine
 from bench.llm_server import LlamaServer
 from engines.bundle import Bundle
 from engines.errors import BackendUnavailable

@@ -12,7 +12,8 @@ from appliance.audio.files import MemorySink
 from appliance.pipeline.overlap import NOT_TRANSCRIBED, Heard, OverlapKind, classify
 from appliance.pipeline.params import OverlapParams
 from appliance.pipeline.playback import Player
-from engines.vad.endpointer import Endpointer, EndpointerParams, EventKind
+from engines.vad.endpointer import Endpointer, EventKind
+from engines.vad.params import EndpointerParams
 
 PARAMS = OverlapParams()
 

@@ -17,7 +17,7 @@ from appliance.pipeline.params import OverlapParams
 from appliance.pipeline.session import Session
 from appliance.trace.labels import OverlapKind
 from engines.asr import Transcript
-from engines.vad.endpointer import EndpointerParams
+from engines.vad.params import EndpointerParams
 from tests.fixtures.pipeline import SILENCE_ONLY, FakeAsr, ReactiveSource, make_fakes, silence, tone
 
 QUESTION_HZ, STOP_HZ, AFTER_HZ = 440.0, 660.0, 880.0

@@ -28,7 +28,7 @@ from appliance.trace.labels import OverlapKind
 from appliance.transfer import TransferFailed
 from engines.llm import Message
 from engines.tts.params import TtsParams
-from engines.vad.endpointer import EndpointerParams
+from engines.vad.params import EndpointerParams
 from tests.fixtures.pipeline import (
     SILENCE_ONLY,
     SYSTEM_PROMPT,

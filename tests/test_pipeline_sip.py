@@ -16,7 +16,7 @@ from appliance.config import load_settings
 from appliance.engine_set import session_config
 from appliance.pipeline.engines import SessionEngines
 from appliance.pipeline.session import Session
-from appliance.sip import CallAudio, CallHandler
+from appliance.sip.call import CallAudio, CallHandler
 from appliance.trace import TIMESTAMPS
 from engines.audio import load_audio, resample
 from tests.fixtures.pipeline import english_words

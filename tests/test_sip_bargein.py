@@ -19,13 +19,12 @@ from appliance.pipeline.engines import SessionEngines
 from appliance.pipeline.session import Session
 from appliance.rtp import g711
 from appliance.rtp.packet import RtpPacket, parse_rtp
-from appliance.sip import CallAudio
-from appliance.sip.call import CallHandler
+from appliance.sip.call import CallAudio, CallHandler
 from appliance.sip.message import SipResponse, parse_message
 from appliance.trace.labels import OverlapKind
 from bench.overlap_set import recorded_word, spoken
 from engines.audio import load_audio, resample
-from engines.vad.endpointer import EndpointerParams
+from engines.vad.params import EndpointerParams
 from tests.fixtures.net import send_datagram
 from tests.fixtures.pipeline import SILENCE_ONLY, make_fakes
 from tests.test_sip_helpers import LOOPBACK, running_server

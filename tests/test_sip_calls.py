@@ -16,7 +16,9 @@ import numpy as np
 import pytest
 
 from appliance.rtp.packet import RtpPacket
-from appliance.sip import Call, CallAudio, EchoHandler, PlaybackHandler, SipServer
+from appliance.sip.call import Call, CallAudio
+from appliance.sip.handlers import EchoHandler, PlaybackHandler
+from appliance.sip.server import SipServer
 from engines.audio import load_audio, resample
 from engines.bundle import Bundle
 from tests.test_sip_helpers import (

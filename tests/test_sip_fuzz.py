@@ -16,9 +16,10 @@ from appliance.rtp import g711
 from appliance.rtp.dtmf import DtmfDetector, DtmfError
 from appliance.rtp.jitter import JitterBuffer
 from appliance.rtp.packet import RtpError, RtpPacket, parse_rtp
-from appliance.sip import Call, CallAudio, EchoHandler
+from appliance.sip.call import Call, CallAudio
 from appliance.sip.checks import check_request
 from appliance.sip.dialog import Dialog, make_response
+from appliance.sip.handlers import EchoHandler
 from appliance.sip.headers import HeaderError
 from appliance.sip.message import SipRequest, SipSyntaxError, parse_message
 from appliance.sip.sdp import SdpError, negotiate, parse_sdp

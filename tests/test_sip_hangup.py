@@ -15,7 +15,7 @@ from appliance.audio.call import call_session_kwargs
 from appliance.config import AgentConfig
 from appliance.pipeline.params import CallParams
 from appliance.pipeline.session import Session, SessionConfig
-from appliance.sip import CallAudio
+from appliance.sip.call import CallAudio
 from tests.fixtures.pipeline import SILENCE_ONLY, Fakes, make_fakes, tone, tool_calling_fakes
 from tests.test_sip_helpers import free_udp_port, requires_sipp, run_sipp, running_server, write_rtp_pcap
 

@@ -24,7 +24,8 @@ from appliance.config import SipConfig
 from appliance.rtp import g711
 from appliance.rtp.dtmf import EVENT_NAMES, TelephoneEvent
 from appliance.rtp.packet import RtpPacket, parse_rtp
-from appliance.sip import CallHandler, SipServer
+from appliance.sip.call import CallHandler
+from appliance.sip.server import SipServer
 
 SCENARIOS = Path(__file__).parent / "fixtures" / "sip"
 LOOPBACK = "127.0.0.1"

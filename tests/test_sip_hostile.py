@@ -12,9 +12,10 @@ from collections.abc import Iterator
 import pytest
 
 from appliance.rtp.stream import MediaParams
-from appliance.sip import CallAudio, SipServer
+from appliance.sip.call import CallAudio
 from appliance.sip.message import SipResponse
 from appliance.sip.sdp import SdpError, parse_sdp
+from appliance.sip.server import SipServer
 from engines.net import NameLookupGuard, NameLookupRefused, name_lookup_allowed
 from tests.fixtures.loopwatch import watch_loop
 from tests.test_sip_helpers import LOOPBACK, free_udp_port, running_server, sip_config

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from appliance.config import SipConfig
-from appliance.sip import CallAudio, CallHandler
+from appliance.sip.call import CallAudio, CallHandler
 from appliance.sip.register import Registration, RegistrationStatus
 from appliance.sip.server import SipServer
 from bench.sip_register import KamailioRegistrar

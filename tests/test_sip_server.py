@@ -9,8 +9,9 @@ import socket
 import pytest
 
 from appliance.ratelog import ThrottledLog
-from appliance.sip import CallAudio, SipServer
+from appliance.sip.call import CallAudio
 from appliance.sip.message import SipRequest, SipResponse, parse_message
+from appliance.sip.server import SipServer
 from appliance.sip.transactions import Retransmitter
 from tests.fixtures.net import send_datagram
 from tests.test_sip_helpers import LOOPBACK, free_udp_port, running_server

@@ -8,7 +8,8 @@ from typing import Any
 
 import numpy as np
 
-from appliance.sip import Call, CallAudio, EchoHandler
+from appliance.sip.call import Call, CallAudio
+from appliance.sip.handlers import EchoHandler
 from appliance.sip.tcp import SipTcpConnection, TcpLimits, stream_content_length
 from engines.audio import load_audio
 from tests.fixtures.net import closed_within

@@ -24,8 +24,7 @@ from appliance.config import SipConfig, load_settings
 from appliance.engine_set import session_config
 from appliance.pipeline.engines import SessionEngines
 from appliance.pipeline.session import Session
-from appliance.sip import CallAudio
-from appliance.sip.call import Call
+from appliance.sip.call import Call, CallAudio
 from bench.sip_register import KamailioRegistrar
 from engines.audio import load_audio, resample
 from tests.fixtures.baresip import baresip_phone, baresip_said, requires_baresip

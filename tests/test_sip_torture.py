@@ -11,8 +11,8 @@ import socket
 
 import pytest
 
-from appliance.sip import EchoHandler
 from appliance.sip.checks import check_request
+from appliance.sip.handlers import EchoHandler
 from appliance.sip.headers import parse_name_addr, parse_via
 from appliance.sip.message import SipRequest, SipResponse, SipSyntaxError, parse_message
 from tests.fixtures.net import send_datagram

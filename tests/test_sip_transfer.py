@@ -21,7 +21,7 @@ from appliance.agent_params import ToolConfig
 from appliance.audio.call import call_session_kwargs
 from appliance.pipeline.params import CallParams
 from appliance.pipeline.session import Session
-from appliance.sip import CallAudio
+from appliance.sip.call import CallAudio
 from tests.fixtures.baresip import baresip_phone, baresip_said, requires_baresip
 from tests.fixtures.pipeline import SILENCE_ONLY, make_fakes, tone, tool_calling_fakes
 from tests.test_sip_helpers import (

@@ -14,7 +14,7 @@ from typing import ClassVar
 import pytest
 
 from appliance.config import AgentConfig, ConfigError, Settings, load_settings, override
-from appliance.engine_set import tool_problems
+from appliance.daemon.start_problems import tool_problems
 from appliance.tools import ToolBox, ToolCall, ToolCallError, parse_calls, starts_a_call
 from appliance.tools.facts import FactsFileError, FactsIndex, read_facts
 from appliance.tools.lan import ToolFailed, build_url, call_service

@@ -12,7 +12,8 @@ import numpy as np
 import pytest
 
 from appliance.config import load_settings, override
-from appliance.engine_set import build_engines, open_bundle, startup_problems, turn_detector
+from appliance.daemon.start_problems import startup_problems
+from appliance.engine_set import build_engines, open_bundle, turn_detector
 from bench.turn_set import call_path
 from engines.audio import load_audio_16k
 from engines.bundle import Bundle

@@ -10,8 +10,8 @@ import pytest
 
 from engines.audio import load_audio_16k
 from engines.vad import VadEngine
-from engines.vad.endpointer import EndpointerParams
 from engines.vad.frames import FRAME_S, frame_probabilities
+from engines.vad.params import EndpointerParams
 from engines.vad.segments import speech_segments
 
 Regions = list[tuple[float, float]]

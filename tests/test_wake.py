@@ -16,12 +16,13 @@ import pytest
 from appliance.audio import ArraySource, MemorySink
 from appliance.audio.call import call_session_kwargs
 from appliance.config import load_settings, override
-from appliance.engine_set import session_config, startup_problems, wake_word
+from appliance.daemon.start_problems import startup_problems
+from appliance.engine_set import session_config, wake_word
 from appliance.pipeline.activation import Activation
 from appliance.pipeline.engines import SessionEngines
 from appliance.pipeline.session import Session
 from appliance.pipeline.workers import EngineWorker
-from appliance.sip import CallAudio
+from appliance.sip.call import CallAudio
 from appliance.trace.labels import OpenedBy
 from engines.audio import load_audio_16k, resample
 from engines.bundle import Bundle

@@ -82,8 +82,8 @@ _CHOICES = {"bundle": ("dir",), "llm": ("model",), "asr": ("model",), "tts": ("v
 
 def validate_file_data(data: dict[str, Any], source: str) -> Settings:
     """The file's settings, checked by the schema and by what would stop the daemon from starting
-    (``appliance.engine_set.startup_problems``: the bundle's models and voice, the persona's length)."""
-    from appliance.engine_set import startup_problems
+    (``appliance.daemon.start_problems``: the bundle's models and voice, the persona's length)."""
+    from appliance.daemon.start_problems import startup_problems
 
     settings = _schema_checked(data, source)
     problems = startup_problems(settings)
@@ -93,7 +93,7 @@ def validate_file_data(data: dict[str, Any], source: str) -> Settings:
 
 
 def _schema_checked(data: dict[str, Any], source: str) -> Settings:
-    from appliance.engine_set import startup_problems
+    from appliance.daemon.start_problems import startup_problems
 
     try:
         return _FileSettings(**data)
@@ -146,7 +146,7 @@ def apply_changes(
     """Merge ``changes`` into the file at ``path``, validate (``machine_check``: whether the new
     settings can start on this machine, ``appliance.daemon.start_check``; without one, the bundle's choices
     alone), write; the file's settings and the changed keys."""
-    from appliance.engine_set import startup_problems
+    from appliance.daemon.start_problems import startup_problems
 
     merged, changed = merge_changes(read_file_data(path), changes)
     file_settings = _schema_checked(merged, "changes")

@@ -26,7 +26,7 @@ from appliance.admin.protocol import ConnectionLimits
 from appliance.admin.schemas import BundleSummary, EngineState, LlmLoad
 from appliance.admin.server import serve
 from appliance.admin.tls import admin_tls
-from appliance.config import Settings
+from appliance.config import EndpointerMode, Settings
 from appliance.trace import TraceStore
 
 log = logging.getLogger(__name__)
@@ -75,7 +75,7 @@ def engine_states(
         _llm_described(settings),
         ("tts", "piper", settings.tts.voice, "piper-tts"),
     ]
-    if settings.endpointer.mode == "smart_turn":
+    if settings.endpointer.mode == EndpointerMode.SMART_TURN:
         described.append(("turn", "onnxruntime (cpu)", "smart-turn-v3.2", "onnxruntime"))
     partial = settings.asr.separate_partial_model
     if partial is not None:

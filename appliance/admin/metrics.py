@@ -16,12 +16,21 @@ from prometheus_client.registry import Collector
 
 from appliance.admin.backend import AdminBackend
 from appliance.admin.schemas import StatusReport
-from appliance.admin.views import BUDGET_STAGE
+from appliance.admin.views import BUDGET_STAGE, turn_outcome
 from appliance.grounding import WithheldWhy
 from appliance.quality import signals as quality_signals
 from appliance.service.loop_watch import STALL_S, current_figures
+from appliance.sip.labels import RegistrationState
 from appliance.trace import STAGES, TurnTrace
-from appliance.trace.labels import EndedBy, Judge, OpenedBy, OverlapKind, WordsNotExpected
+from appliance.trace.labels import (
+    EndedBy,
+    Judge,
+    OpenedBy,
+    OverlapKind,
+    TurnCheck,
+    TurnOutcome,
+    WordsNotExpected,
+)
 
 # 25 ms .. 30 s: a GPU turn is ~0.15 s, a CPU turn several seconds.
 LATENCY_BUCKETS_S = (
@@ -128,7 +137,7 @@ def _device_gauges(status: StatusReport) -> Iterator[GaugeMetricFamily | Counter
             "1 while the extension is registered with the site's phone system (sip.registrar)",
             labels=["user", "registrar"],
         )
-        registered.add_metric(labels, int(registration.state == "registered"))
+        registered.add_metric(labels, int(registration.state == RegistrationState.REGISTERED))
         yield registered
         failures = CounterMetricFamily(
             "appliance_sip_registration_failures",
@@ -205,7 +214,10 @@ class TraceMetrics:
             registry=self.registry,
         )
         self.turns = Counter(
-            "appliance_turns", "turns recorded, by outcome", ["outcome"], registry=self.registry
+            "appliance_turns",
+            "turns recorded, by outcome (as the admin page shows it)",
+            ["outcome"],
+            registry=self.registry,
         )
         self.over_budget = Counter(
             "appliance_turns_over_budget", "turns whose latency exceeded the budget", registry=self.registry
@@ -268,7 +280,7 @@ class TraceMetrics:
             buckets=COMPRESSION_BUCKETS,
             registry=self.registry,
         )
-        for verdict in ("checked", "unfinished", "failed"):
+        for verdict in TurnCheck:
             self.turn_checks.labels(verdict=verdict)
         self.withheld = Counter(
             "appliance_clauses_withheld",
@@ -308,19 +320,18 @@ class TraceMetrics:
             self.withheld.labels(why=reason.value)
         for stage in STAGES:
             self.stage_seconds.labels(stage=stage)
-        for outcome in ("ok", "cancelled", "error"):
-            self.turns.labels(outcome=outcome)
+        for outcome in TurnOutcome:
+            self.turns.labels(outcome=outcome.value)
         self.registry.register(_LiveGauges(backend))
         self._seen: OrderedDict[str, None] = OrderedDict()
         self._remember = remember_turns
         self._lock = threading.Lock()
 
     def observe(self, trace: TurnTrace) -> None:
-        outcome = "error" if trace.error else "cancelled" if trace.cancelled else "ok"
-        self.turns.labels(outcome=outcome).inc()
-        self.turn_checks.labels(verdict="checked").inc(trace.turn_checks)
-        self.turn_checks.labels(verdict="unfinished").inc(trace.turn_incomplete)
-        self.turn_checks.labels(verdict="failed").inc(trace.turn_check_failed)
+        self.turns.labels(outcome=turn_outcome(trace).value).inc()
+        self.turn_checks.labels(verdict=TurnCheck.CHECKED.value).inc(trace.turn_checks)
+        self.turn_checks.labels(verdict=TurnCheck.UNFINISHED.value).inc(trace.turn_incomplete)
+        self.turn_checks.labels(verdict=TurnCheck.FAILED.value).inc(trace.turn_check_failed)
         if trace.endpoint_by in _ENDINGS:
             self.endings.labels(by=trace.endpoint_by).inc()
         if trace.words_not_expected in _WORDS_REASONS:
@@ -342,7 +353,7 @@ class TraceMetrics:
             if probability is not None:
                 self.verdicts.labels(judge=judge.value).observe(probability)
         self._observe_quality(trace)
-        if outcome != "ok":
+        if trace.error or trace.cancelled:  # the stages of turns that ran their course
             return
         for stage in STAGES:
             seconds = trace.stage_s(stage)

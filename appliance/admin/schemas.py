@@ -7,6 +7,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from appliance.grounding import WithheldWhy
+from appliance.sip.labels import RegistrationState
 from appliance.trace.labels import EndedBy, OpenedBy, OverlapKind, TurnOutcome, WordsNotExpected
 
 Role = Literal["viewer", "admin"]
@@ -101,7 +102,7 @@ class BundleSummary(Body):
 
 
 class SipRegistrationView(Body):
-    state: Literal["off", "registering", "registered", "failing"]
+    state: RegistrationState
     detail: str = Field("", description="why it fails, or when it is renewed")
     registrar: str
     user: str

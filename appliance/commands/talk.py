@@ -13,6 +13,7 @@ from appliance.commands.common import EXIT_FAILED, EXIT_OK, add_config_option, s
 from appliance.config import Settings
 from appliance.trace.record import TurnTrace
 from appliance.turn_report import describe_turn, turn_summary
+from engines.wake.params import ActivationMode
 
 TAIL_SILENCE_S = 1.5  # appended to the file so that the end of speech is confirmed as it would be live
 
@@ -79,7 +80,7 @@ async def _talk(settings: Settings, source: Any, reply_path: Path | None) -> tup
 def _no_turn(settings: Settings, wav: Path) -> str:
     """Why a file began no turn, and the fix: with the wake word on, speech without it begins none."""
     wake = settings.wake
-    if wake.activation == "wake_word":
+    if wake.activation == ActivationMode.WAKE_WORD:
         spoken = wake.model.replace("_", " ")
         return (
             f'no turn began in {wav}: wake.activation = "wake_word" and the wake word ({spoken!r}) was not '

@@ -25,6 +25,7 @@ from appliance.daemon.crash_guard import CrashGuard
 from appliance.service.runner import ServiceControl
 from engines.bundle_store import BundleStore
 from engines.errors import BundleError, EngineError
+from engines.labels import Label
 
 if TYPE_CHECKING:
     from appliance.daemon.load import Daemon
@@ -38,10 +39,16 @@ ROOM_FACTOR = 1.2  # the new set is taken to need what the whole process holds n
 RETIRE_POLL_S = 0.1
 
 
+class SwitchHow(Label):
+    HOT = "hot"  # loaded beside the running engines; sessions moved between turns
+    RESTART = "restart"  # no memory for both: the daemon restarts on it once no call is in progress
+    FAILED = "failed"  # it cannot load: the running version serves on and is the active one again
+
+
 @dataclass(frozen=True)
 class Switched:
     version: str
-    how: str  # "hot": loaded beside the old one; "restart"; "failed"
+    how: SwitchHow
     load_s: float = 0.0  # the new set's loading, while the old one served
     moved_s: float = 0.0  # from the new set ready to the last session on it
     peak_rss_bytes: int = 0
@@ -72,7 +79,7 @@ async def watch_bundle(
             continue
         result = await switch_bundle(daemon, control, store, active)
         announce(result)
-        if result.how == "restart":
+        if result.how == SwitchHow.RESTART:
             return
 
 
@@ -95,7 +102,7 @@ async def switch_bundle(
         log.error("%s", problem)
         if running is not None:
             store.activate(running)
-        return Switched(version, "failed", time.monotonic() - started, problem=problem)
+        return Switched(version, SwitchHow.FAILED, time.monotonic() - started, problem=problem)
     load_s = time.monotonic() - started
     peak = process.memory_info().rss
     old = daemon.engines
@@ -116,7 +123,7 @@ async def switch_bundle(
         moved_s,
         peak / 1e6,
     )
-    return Switched(version, "hot", load_s, moved_s, peak)
+    return Switched(version, SwitchHow.HOT, load_s, moved_s, peak)
 
 
 async def _load_beside(daemon: Daemon) -> tuple[SessionEngines, Bundle, dict[str, float]]:
@@ -153,4 +160,4 @@ async def _restart_when_idle(daemon: Daemon, control: ServiceControl, version: s
     while any(session.on_call or not session.idle for session in daemon.sessions):
         await asyncio.sleep(RETIRE_POLL_S)
     control.request_restart()
-    return Switched(version, "restart", peak_rss_bytes=rss)
+    return Switched(version, SwitchHow.RESTART, peak_rss_bytes=rss)

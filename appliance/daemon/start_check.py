@@ -46,7 +46,7 @@ def check_start(
 ) -> StartCheck:
     """``ports_free`` False: listeners are checked for clashes only (`appliance config check`, run
     while the daemon may hold its own ports)."""
-    from appliance.engine_set import startup_problems
+    from appliance.daemon.start_problems import startup_problems
 
     problems = [
         *startup_problems(settings),

@@ -9,7 +9,7 @@ from appliance.pipeline.echo_gate import EchoGate
 from appliance.pipeline.params import CallParams, HistoryParams, OverlapParams
 from appliance.pipeline.partials import PartialsConfig
 from appliance.pipeline.turn import TurnConfig
-from engines.vad.endpointer import EndpointerParams
+from engines.vad.params import EndpointerParams
 from engines.wake.params import WakeParams
 
 

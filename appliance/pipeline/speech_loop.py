@@ -34,6 +34,8 @@ from appliance.trace.labels import OpenedBy, WordsNotExpected
 from appliance.trace.record import TurnTrace
 from engines.audio import power
 from engines.vad.endpointer import Endpointer, EndpointEvent, EventKind
+from engines.vad.params import EndpointerMode
+from engines.wake.params import ActivationMode
 
 log = logging.getLogger(__name__)
 
@@ -98,7 +100,9 @@ class SpeechLoop:
         self.voiced = False  # the last frame was voiced (at the endpointer's threshold)
         self.by_linear_ear = False  # ... and only in the linear canceller's output
         self.heard_at = 0.0  # monotonic: the last frame arrived
-        self.activation = Activation(config.wake) if config.wake.activation == "wake_word" else None
+        self.activation = (
+            Activation(config.wake) if config.wake.activation == ActivationMode.WAKE_WORD else None
+        )
         self._wake_stream: Any = None
         self._answering = False
         self.opened_by = OpenedBy.ALWAYS  # of the utterance in progress
@@ -281,7 +285,7 @@ class SpeechLoop:
         """Why the reply's language model cannot judge this pause's words at no extra wait (None when it
         can): it must judge turns and not be answering another session (whose reply would delay our
         prompt's evaluation). The turn's trace keeps the reason; /metrics counts it."""
-        if self.params.mode != "smart_turn" or not self.params.judge_words:
+        if self.params.mode != EndpointerMode.SMART_TURN or not self.params.judge_words:
             return WordsNotExpected.OFF
         llm = self._engines.llm if self._engines is not None else None
         if llm is None or not llm.judges_turns:

@@ -22,10 +22,10 @@ import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Literal
 
 from appliance.sip.client import ClientTransactions, NoAnswer
 from appliance.sip.digest import ChallengeError, answer
+from appliance.sip.labels import RegistrationState
 from appliance.sip.message import SipRequest, SipResponse
 from appliance.sip_params import SipParams
 from engines.setting_files import SECRET, read_setting_text
@@ -33,7 +33,6 @@ from engines.setting_files import SECRET, read_setting_text
 log = logging.getLogger(__name__)
 
 Address = tuple[str, int]
-State = Literal["off", "registering", "registered", "failing"]
 RETRY_FIRST_S = 5.0
 RENEW_AT = 0.8  # of the lifetime granted
 MAX_GRANTED_S = 86400 * 7
@@ -62,7 +61,7 @@ class RegistrationFailed(Exception):
 
 @dataclass(frozen=True)
 class RegistrationStatus:
-    state: State = "off"
+    state: RegistrationState = RegistrationState.OFF
     detail: str = ""  # why it fails, or what it waits for
     registrar: str = ""
     user: str = ""
@@ -139,12 +138,12 @@ class Registration:
         if self._task is not None:
             self._task.cancel()
             await asyncio.gather(self._task, return_exceptions=True)
-        if self.status.state == "registered":
+        if self.status.state == RegistrationState.REGISTERED:
             with contextlib.suppress(RegistrationFailed, asyncio.TimeoutError):
                 await asyncio.wait_for(self.register(0), UNREGISTER_WAIT_S)
             log.info("SIP: %s unregistered from %s", self.aor, self.config.registrar)
         self._client.stop()
-        self._set("off", "stopped")
+        self._set(RegistrationState.OFF, "stopped")
 
     def on_response(self, response: SipResponse) -> bool:
         """A response to one of our REGISTERs (True), or not ours (False)."""
@@ -154,7 +153,7 @@ class Registration:
         backoff = RETRY_FIRST_S
         retry_max = self.config.register_retry_max_s
         while True:
-            self._set("registering", "")
+            self._set(RegistrationState.REGISTERING, "")
             try:
                 granted = await self.register(self.config.register_expires_s)
             except asyncio.CancelledError:
@@ -166,7 +165,7 @@ class Registration:
                 asked = err.retry_after_s if isinstance(err, RegistrationFailed) else None
                 wait = min(asked or backoff, retry_max)
                 self.status = replace(self.status, failures=self.status.failures + 1)
-                self._set("failing", f"{reason}; trying again in {wait:.0f} s")
+                self._set(RegistrationState.FAILING, f"{reason}; trying again in {wait:.0f} s")
                 log.error(
                     "SIP: registration of %s with %s failed: %s; trying again in %.0f s",
                     self.aor,
@@ -189,7 +188,7 @@ class Registration:
                     granted,
                     least,
                 )
-            self._set("registered", f"renewed in {renew_in:.0f} s", expires_s=granted)
+            self._set(RegistrationState.REGISTERED, f"renewed in {renew_in:.0f} s", expires_s=granted)
             await asyncio.sleep(renew_in)
             self.status = replace(self.status, renewals=self.status.renewals + 1)
 
@@ -315,16 +314,16 @@ class Registration:
         expires = bounded_seconds(response.get("Expires") or "", low=0, high=MAX_GRANTED_S)
         return int(expires) if expires is not None else asked_s
 
-    def _set(self, state: State, detail: str, *, expires_s: int | None = None) -> None:
+    def _set(self, state: RegistrationState, detail: str, *, expires_s: int | None = None) -> None:
         changed = state != self.status.state
         self.status = replace(
             self.status,
             state=state,
             detail=detail,
             since=self.clock() if changed else self.status.since,
-            expires_s=expires_s if state == "registered" else None,
+            expires_s=expires_s if state == RegistrationState.REGISTERED else None,
         )
-        if changed and state == "registered":
+        if changed and state == RegistrationState.REGISTERED:
             log.info("SIP: registered %s with %s (%s)", self.aor, self.config.registrar, detail)
 
 

@@ -7,7 +7,16 @@ from __future__ import annotations
 from engines.labels import Label
 from engines.vad.ended_by import EndedBy
 
-__all__ = ["EndedBy", "Judge", "Stage", "TurnOutcome", "WordsNotExpected"]
+__all__ = [
+    "EndedBy",
+    "Judge",
+    "OpenedBy",
+    "OverlapKind",
+    "Stage",
+    "TurnCheck",
+    "TurnOutcome",
+    "WordsNotExpected",
+]
 
 
 class WordsNotExpected(Label):
@@ -29,6 +38,14 @@ class TurnOutcome(Label):
     ERROR = "error"
     HANGUP = "hangup"  # the call ended during the reply
     STOPPED = "stopped"  # the session was stopped during it (the daemon shutting down)
+
+
+class TurnCheck(Label):
+    """The turn detector's checks of a turn's pauses, as /metrics counts them."""
+
+    CHECKED = "checked"  # asked
+    UNFINISHED = "unfinished"  # said the utterance was unfinished
+    FAILED = "failed"  # could not answer (the sound's timers decided)
 
 
 class Judge(Label):

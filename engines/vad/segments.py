@@ -5,8 +5,9 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from engines.vad.endpointer import Endpointer, EndpointerParams, EventKind
+from engines.vad.endpointer import Endpointer, EventKind
 from engines.vad.frames import FRAME_S
+from engines.vad.params import EndpointerParams
 
 __all__ = ["SpeechSegment", "speech_segments"]
 

@@ -6,14 +6,22 @@ from typing import Literal
 
 from pydantic import Field
 
+from engines.labels import Label
 from engines.params import Params
 
 WAKE_MODELS = ("okay_nabu", "hey_jarvis", "hey_mycroft", "alexa")
 
 
+class ActivationMode(Label):
+    """What lets speech begin a turn (``wake.activation``)."""
+
+    ALWAYS = "always"
+    WAKE_WORD = "wake_word"
+
+
 class WakeParams(Params):
-    activation: Literal["always", "wake_word"] = Field(
-        "always",
+    activation: ActivationMode = Field(
+        ActivationMode.ALWAYS,
         description="always: any speech begins a turn | wake_word: only speech after the wake word (and "
         "within follow_up_ms of a reply, or over a reply); for kiosks where people pass by talking",
     )
