@@ -21,6 +21,7 @@ from appliance.pipeline.params import OverlapParams
 from appliance.pipeline.partials import PartialsConfig
 from appliance.pipeline.session import SessionConfig
 from appliance.pipeline.turn import Grounding, TurnConfig
+from appliance.trace.labels import SessionKind
 from engines.aec import EchoCanceller
 from engines.asr import AsrEngine
 from engines.asr.params import AsrParams
@@ -198,12 +199,12 @@ def echo_gate(settings: Settings, *, echo_cancelled: bool) -> EchoGate:
     return EchoGate.of(settings.vad, settings.vad, echo_cancelled=echo_cancelled)
 
 
-def cancels_echo(settings: Settings, *, kind: str, speaker: bool) -> bool:
+def cancels_echo(settings: Settings, *, kind: SessionKind, speaker: bool) -> bool:
     """Whether a session of ``kind`` ("microphone" or "sip") runs the echo canceller:
     ``audio.echo_cancellation`` auto means the local microphone when a speaker plays the replies."""
     mode = settings.audio.echo_cancellation
     if mode == "auto":
-        return kind == "microphone" and speaker
+        return kind == SessionKind.MICROPHONE and speaker
     return mode == "on"
 
 

@@ -18,6 +18,7 @@ from appliance.admin.security import SESSION_COOKIE
 from appliance.auth.passwords import write_password_file
 from appliance.config import Settings
 from appliance.grounding import WithheldWhy
+from appliance.trace.labels import EndedBy, SessionKind, SessionState, TurnOutcome
 from tests.fixtures.admin import (
     ADMIN_PASSWORD,
     ADMIN_USER,
@@ -381,12 +382,12 @@ def test_sessions_follow_the_live_registry(admin_env: AdminEnv) -> None:
     client = admin_env.client()
     admin_env.login(client)
     assert client.get("/api/sessions").json() == []
-    admin_env.registry.open_session("sip-1", "sip", peer="sip:100@10.0.0.5")
+    admin_env.registry.open_session("sip-1", SessionKind.SIP, peer="sip:100@10.0.0.5")
     heard = ["how old is the"]
     admin_env.registry.open_session(
-        "mic", "microphone", state_of=lambda: "listening", heard_of=lambda: heard[0]
+        "mic", SessionKind.MICROPHONE, state_of=lambda: SessionState.LISTENING, heard_of=lambda: heard[0]
     )
-    admin_env.registry.update_session("sip-1", state="speaking", turn_done=True)
+    admin_env.registry.update_session("sip-1", state=SessionState.SPEAKING, turn_done=True)
     sessions = {s["session_id"]: s for s in client.get("/api/sessions").json()}
     assert sessions["sip-1"]["state"] == "speaking" and sessions["sip-1"]["turns"] == 1
     assert sessions["sip-1"]["heard"] == ""
@@ -403,8 +404,8 @@ def test_wake_words_are_counted_per_session_and_since_the_start(admin_env: Admin
     client = admin_env.client()
     admin_env.login(client)
     wakes = {"kiosk": 2, "call": 1}
-    admin_env.registry.open_session("kiosk", "microphone", wakes_of=lambda: wakes["kiosk"])
-    admin_env.registry.open_session("call", "sip", wakes_of=lambda: wakes["call"])
+    admin_env.registry.open_session("kiosk", SessionKind.MICROPHONE, wakes_of=lambda: wakes["kiosk"])
+    admin_env.registry.open_session("call", SessionKind.SIP, wakes_of=lambda: wakes["call"])
     sessions = {s["session_id"]: s for s in client.get("/api/sessions").json()}
     assert sessions["kiosk"]["wakes"] == 2 and sessions["call"]["wakes"] == 1
     admin_env.registry.close_session("call")
@@ -417,10 +418,10 @@ def test_wake_words_are_counted_per_session_and_since_the_start(admin_env: Admin
 def test_turns_and_latency_come_from_the_trace_store(admin_env: AdminEnv) -> None:
     fast = recorded_turn(transcript="fast one", scale=0.1)
     slow = recorded_turn(transcript="slow one", scale=1.0)
-    fast.endpoint_by, fast.turn_checks = "smart_turn", 1
-    slow.endpoint_by, slow.turn_checks, slow.turn_incomplete = "incomplete_silence", 2, 2
+    fast.endpoint_by, fast.turn_checks = EndedBy.SMART_TURN, 1
+    slow.endpoint_by, slow.turn_checks, slow.turn_incomplete = EndedBy.INCOMPLETE_SILENCE, 2, 2
     slow.partials, slow.prefill_reused, slow.llm_evaluated_tokens = 3, 6, 8
-    slow.outcome = "hangup"
+    slow.outcome = TurnOutcome.HANGUP
     admin_env.store.add(fast)
     admin_env.store.add(slow)
     client = admin_env.client()
@@ -457,7 +458,7 @@ def test_metrics_histograms_count_each_stored_turn_once(admin_env: AdminEnv) -> 
     client = admin_env.client()
     admin_env.login(client)
     checked = recorded_turn(scale=1.0)
-    checked.endpoint_by, checked.turn_checks, checked.turn_incomplete = "incomplete_silence", 2, 1
+    checked.endpoint_by, checked.turn_checks, checked.turn_incomplete = EndedBy.INCOMPLETE_SILENCE, 2, 1
     admin_env.store.add(checked)
     first = client.get("/metrics")
     assert first.status_code == 200 and first.headers["content-type"].startswith("text/plain")

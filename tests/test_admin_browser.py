@@ -23,6 +23,7 @@ from appliance.engine_set import session_config
 from appliance.pipeline.engines import SessionEngines
 from appliance.pipeline.oneshot import one_turn
 from appliance.trace import TurnTrace
+from appliance.trace.labels import SessionKind, SessionState
 from tests.conftest import REPO
 from tests.fixtures.admin import (
     ADMIN_PASSWORD,
@@ -129,8 +130,8 @@ def logged_in(
 
 def _real_turn(env: AdminEnv, engines: SessionEngines, data_dir: Path) -> None:
     """One turn through the real pipeline (Silero, Whisper, Qwen, Piper), recorded in the store."""
-    env.registry.open_session("mic", "microphone")
-    env.registry.update_session("mic", state="listening")
+    env.registry.open_session("mic", SessionKind.MICROPHONE)
+    env.registry.update_session("mic", state=SessionState.LISTENING)
     source = wav_file_source(data_dir / QUESTION, realtime=True)
     sink = MemorySink(engines.tts.sample_rate_hz)
     result: list[object] = []
@@ -154,7 +155,7 @@ def _real_turn(env: AdminEnv, engines: SessionEngines, data_dir: Path) -> None:
     worker.join(320)
     (trace,) = result
     assert isinstance(trace, TurnTrace) and trace.error is None, trace
-    env.registry.update_session("mic", state="idle", turn_done=True)
+    env.registry.update_session("mic", state=SessionState.IDLE, turn_done=True)
 
 
 def _page_labels(name: str) -> dict[str, str]:

@@ -21,6 +21,7 @@ from schemathesis.schemas import APIOperation
 
 from appliance.admin.security import SESSION_COOKIE
 from appliance.config import Settings
+from appliance.trace.labels import SessionKind
 from tests.fixtures.admin import AdminEnv, make_admin_env, mark_engines_ready, recorded_turn
 
 EXAMPLES_PER_OPERATION = 20
@@ -40,7 +41,7 @@ def fuzzed_env(
     # A high login limit: the fuzzer tries many wrong passwords, and the limit itself is tested elsewhere.
     env = make_admin_env(tmp_path_factory.mktemp("fuzz"), settings, admin_users_file, login_max_failures=1000)
     mark_engines_ready(env.registry)
-    env.registry.open_session("sip-1", "sip", peer="sip:100@192.0.2.10")
+    env.registry.open_session("sip-1", SessionKind.SIP, peer="sip:100@192.0.2.10")
     for scale in (0.1, 0.5, 1.0):
         env.store.add(recorded_turn(scale=scale))
     yield env

@@ -16,6 +16,7 @@ from appliance.audio.echo import LEAD_S, STEADY_S, CaptureClock, EchoCancelledSo
 from appliance.config import load_settings, override
 from appliance.engine_set import cancels_echo, echo_canceller, echo_gate
 from appliance.pipeline.workers import EngineWorker
+from appliance.trace.labels import SessionKind
 from bench import rooms
 from engines.aec import BLOCK_SAMPLES, BlockCanceller, EchoCanceller, create_canceller
 from engines.audio import load_audio_16k
@@ -123,13 +124,13 @@ def test_blocks_keep_the_length_and_delay_the_output_by_one_block(monkeypatch: p
 def test_which_sessions_cancel_their_echo_and_at_what_threshold() -> None:
     auto = load_settings(None)
     assert auto.audio.echo_cancellation == "auto"
-    assert cancels_echo(auto, kind="microphone", speaker=True)
-    assert not cancels_echo(auto, kind="microphone", speaker=False)  # nothing plays into the room
-    assert not cancels_echo(auto, kind="sip", speaker=True)  # a phone cancels its own echo
+    assert cancels_echo(auto, kind=SessionKind.MICROPHONE, speaker=True)
+    assert not cancels_echo(auto, kind=SessionKind.MICROPHONE, speaker=False)  # nothing plays into the room
+    assert not cancels_echo(auto, kind=SessionKind.SIP, speaker=True)  # a phone cancels its own echo
     on = override(auto, audio={"echo_cancellation": "on"})
-    assert cancels_echo(on, kind="sip", speaker=True)
+    assert cancels_echo(on, kind=SessionKind.SIP, speaker=True)
     off = override(auto, audio={"echo_cancellation": "off"})
-    assert not cancels_echo(off, kind="microphone", speaker=True)
+    assert not cancels_echo(off, kind=SessionKind.MICROPHONE, speaker=True)
     assert echo_canceller(off, microphone=True) is None
     assert echo_canceller(auto, microphone=False) is None  # no local microphone: nobody needs it
     assert echo_canceller(on, microphone=False) is not None  # calls do

@@ -18,6 +18,7 @@ from appliance.config import Settings, load_settings, override
 from appliance.daemon import local_session as daemon
 from appliance.engine_set import session_config
 from appliance.pipeline.workers import EngineWorker
+from appliance.trace.labels import SessionKind
 from bench import rooms
 from engines.aec import (
     BLOCK_SAMPLES,
@@ -338,7 +339,7 @@ def test_the_daemon_starts_the_local_microphone_from_the_kept_room_and_never_a_c
             (aec_engine, EngineWorker("aec")),
             ArraySource(np.zeros(512, np.float32), realtime=False),
             MemorySink(RATE),
-            kind=kind,
+            kind=SessionKind(kind),
             speaker=True,
             config=session_config(settings),
         )

@@ -19,6 +19,7 @@ from appliance.engine_set import session_config
 from appliance.pipeline.echo_gate import EchoGate
 from appliance.pipeline.session import Session
 from appliance.pipeline.workers import EngineWorker
+from appliance.trace.labels import SessionKind
 from engines.aec import EchoCanceller
 from engines.vad.params import EndpointerParams
 from tests.fixtures.pipeline import SILENCE_ONLY, ReactiveSource, make_fakes, tone
@@ -35,7 +36,7 @@ def _wire(
         canceller,
         source,
         sink,
-        kind=kind,
+        kind=SessionKind(kind),
         speaker=speaker,
         config=session_config(settings),
     )

@@ -10,34 +10,83 @@ from pathlib import Path
 
 import pytest
 
-from appliance.admin.schemas import OverlapHeard, TurnView, WithheldClause
+from appliance.admin.schemas import LiveSession, OverlapHeard, SipRegistrationView, TurnView, WithheldClause
+from appliance.config import ActivationMode, EndpointerMode
+from appliance.daemon.bundle_switch import SwitchHow
 from appliance.grounding import WithheldWhy
-from appliance.trace.labels import EndedBy, Judge, OverlapKind, TurnOutcome, WordsNotExpected
+from appliance.sip.labels import Availability, RegistrationState
+from appliance.trace.labels import (
+    EndedBy,
+    Judge,
+    OpenedBy,
+    OverlapKind,
+    SessionKind,
+    SessionState,
+    TurnCheck,
+    TurnOutcome,
+    WordsNotExpected,
+)
 from tests.fixtures.admin import AdminEnv
 
 ROOT = Path(__file__).resolve().parents[1]
 # Keyword arguments and attributes that carry a label across modules.
-LABEL_NAMES = frozenset({"by", "endpoint_by", "outcome", "judge", "why", "words_not_expected"})
+LABEL_NAMES = frozenset(
+    {"by", "endpoint_by", "outcome", "judge", "why", "words_not_expected", "how", "state", "activation"}
+)
+# Names that libraries use too (``mode="json"``): a literal there is a label only when it is one's value.
+SHARED_NAMES = frozenset({"kind", "mode"})
+VOCABULARIES: tuple[type[Enum], ...] = (
+    EndedBy,
+    Judge,
+    OpenedBy,
+    OverlapKind,
+    SessionKind,
+    SessionState,
+    TurnCheck,
+    TurnOutcome,
+    WordsNotExpected,
+    WithheldWhy,
+    EndpointerMode,
+    ActivationMode,
+    SwitchHow,
+    RegistrationState,
+    Availability,
+)
+LABEL_VALUES = frozenset(member.value for vocabulary in VOCABULARIES for member in vocabulary)
+
+
+def _name_of(node: ast.expr) -> str | None:
+    if isinstance(node, ast.Attribute):
+        return node.attr
+    return node.id if isinstance(node, ast.Name) else None
+
+
+def _text(node: ast.expr) -> str | None:
+    if isinstance(node, ast.Constant) and isinstance(node.value, str) and node.value:
+        return node.value
+    return None
 
 
 def plain_string_labels(source: str, filename: str) -> list[str]:
-    """``by="silence"`` or ``trace.outcome = "hangup"``: a label written as a string literal."""
+    """``by="silence"``, ``trace.outcome = "hangup"`` or ``settings.endpointer.mode == "smart_turn"``: a
+    label written, or read, as a string literal."""
     found = []
     for node in ast.walk(ast.parse(source, filename)):
-        if isinstance(node, ast.keyword) and node.arg in LABEL_NAMES:
+        if isinstance(node, ast.keyword) and node.arg is not None:
             pairs = [(node.arg, node.value)]
         elif isinstance(node, ast.Assign):
             pairs = [(t.attr, node.value) for t in node.targets if isinstance(t, ast.Attribute)]
+        elif isinstance(node, ast.Compare) and len(node.comparators) == 1:
+            left, right = node.left, node.comparators[0]
+            pairs = [(_name_of(left) or "", right), (_name_of(right) or "", left)]
         else:
             continue
         for name, value in pairs:
-            if (
-                name in LABEL_NAMES
-                and isinstance(value, ast.Constant)
-                and isinstance(value.value, str)
-                and value.value
-            ):
-                found.append(f"{filename}:{value.lineno}: {name}={value.value!r}")
+            text = _text(value)
+            if text is None:
+                continue
+            if name in LABEL_NAMES or (name in SHARED_NAMES and text in LABEL_VALUES):
+                found.append(f"{filename}:{value.lineno}: {name}={text!r}")
     return found
 
 
@@ -50,8 +99,17 @@ def test_no_label_is_emitted_as_a_plain_string() -> None:
 
 
 def test_the_check_sees_a_label_written_as_a_string() -> None:
-    source = 'trace.outcome = "hung_up"\nself._end(by="silence")\nx = f(by=EndedBy.SILENCE)\n'
-    assert plain_string_labels(source, "m.py") == ["m.py:1: outcome='hung_up'", "m.py:2: by='silence'"]
+    source = (
+        'trace.outcome = "hung_up"\nself._end(by="silence")\nx = f(by=EndedBy.SILENCE)\n'
+        'if settings.endpointer.mode == "smart_turn": pass\ny = model.dump(mode="json")\n'
+        'z = Session(kind="microphone")\n'
+    )
+    assert sorted(plain_string_labels(source, "m.py")) == [
+        "m.py:1: outcome='hung_up'",
+        "m.py:2: by='silence'",
+        "m.py:4: mode='smart_turn'",
+        "m.py:6: kind='microphone'",
+    ]
 
 
 def _schema_enum(model: type, field: str) -> set[str]:
@@ -70,6 +128,9 @@ def _schema_enum(model: type, field: str) -> set[str]:
         (TurnView, "words_not_expected", WordsNotExpected),
         (WithheldClause, "why", WithheldWhy),
         (OverlapHeard, "kind", OverlapKind),
+        (SipRegistrationView, "state", RegistrationState),
+        (LiveSession, "kind", SessionKind),
+        (LiveSession, "state", SessionState),
     ],
 )
 def test_the_admin_schema_knows_every_label(model: type, field: str, labels: type[Enum]) -> None:
@@ -92,6 +153,8 @@ def test_metrics_and_the_page_know_every_label(admin_env: AdminEnv) -> None:
         ("appliance_clauses_withheld_total", "why", WithheldWhy),
         ("appliance_overlaps_total", "kind", OverlapKind),
         ("appliance_turn_complete_probability_count", "judge", Judge),
+        ("appliance_turns_total", "outcome", TurnOutcome),
+        ("appliance_turn_checks_total", "verdict", TurnCheck),
     ):
         shown = set(re.findall(rf'^{metric}\{{{key}="(\w+)"\}}', metrics, re.M))
         assert shown == {label.value for label in labels}, metric

@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 
 from appliance.trace import STAGES, TIMESTAMPS, TraceStore, TurnTrace, percentile, summarize
+from appliance.trace.labels import EndedBy, OpenedBy, TurnOutcome
 
 
 def _trace(turn_id: str, latency_s: float, *, base: float = 100.0) -> TurnTrace:
@@ -93,6 +94,19 @@ def test_store_is_bounded_and_survives_a_restart(tmp_path: Path) -> None:
     assert reopened.count() == 10
     assert reopened.recent(10)[-1].turn_id == "t16"
     reopened.close()
+
+
+def test_stored_labels_come_back_as_their_enums_and_unknown_ones_as_none(tmp_path: Path) -> None:
+    store = TraceStore(tmp_path / "turns.db", max_turns=10)
+    trace = TurnTrace(turn_id="t1", session_id="s", transcript="hello")
+    trace.endpoint_by, trace.outcome, trace.opened_by = EndedBy.FUSED, TurnOutcome.HANGUP, OpenedBy.WAKE_WORD
+    store.add(trace)
+    store.close()
+    (back,) = TraceStore(tmp_path / "turns.db", max_turns=10).recent(5)
+    assert back.endpoint_by is EndedBy.FUSED and back.outcome is TurnOutcome.HANGUP
+    assert back.opened_by is OpenedBy.WAKE_WORD and back.words_not_expected == ""
+    newer = TurnTrace.from_dict(trace.to_dict() | {"endpoint_by": "a_later_rule", "opened_by": ""})
+    assert newer.endpoint_by == "" and newer.opened_by == ""
 
 
 def test_a_write_still_queued_when_its_session_is_stopped_is_kept(tmp_path: Path) -> None:

@@ -31,6 +31,7 @@ from appliance.admin.schemas import (
     TriedAnswer,
 )
 from appliance.trace import TurnTrace
+from appliance.trace.labels import SessionKind, SessionState
 
 
 class AdminBackend(Protocol):
@@ -170,9 +171,9 @@ class LiveRegistry:
     def open_session(
         self,
         session_id: str,
-        kind: str,
+        kind: SessionKind,
         peer: str = "",
-        state_of: Callable[[], str] | None = None,
+        state_of: Callable[[], SessionState] | None = None,
         heard_of: Callable[[], str] | None = None,
         wakes_of: Callable[[], int] | None = None,
     ) -> None:
@@ -190,7 +191,9 @@ class LiveRegistry:
             if wakes_of is not None:
                 self._wakes_of[session_id] = wakes_of
 
-    def update_session(self, session_id: str, *, state: str | None = None, turn_done: bool = False) -> None:
+    def update_session(
+        self, session_id: str, *, state: SessionState | None = None, turn_done: bool = False
+    ) -> None:
         with self._lock:
             current = self._sessions.get(session_id)
             if current is None:

@@ -8,7 +8,15 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from appliance.grounding import WithheldWhy
 from appliance.sip.labels import RegistrationState
-from appliance.trace.labels import EndedBy, OpenedBy, OverlapKind, TurnOutcome, WordsNotExpected
+from appliance.trace.labels import (
+    EndedBy,
+    OpenedBy,
+    OverlapKind,
+    SessionKind,
+    SessionState,
+    TurnOutcome,
+    WordsNotExpected,
+)
 
 Role = Literal["viewer", "admin"]
 
@@ -149,10 +157,10 @@ class StatusReport(Body):
 
 class LiveSession(Body):
     session_id: str
-    kind: str = Field(description="microphone, sip or file")
+    kind: SessionKind = Field(description="microphone, sip, file or demo")
     peer: str = ""
-    state: str = Field(
-        "idle", description="idle, listening, thinking, speaking, or waiting for the wake word"
+    state: SessionState = Field(
+        SessionState.IDLE, description="idle, listening, thinking, speaking, or waiting for the wake word"
     )
     heard: str = Field(
         "", description="partial transcript of what the person is saying now (asr.partial_interval_ms)"

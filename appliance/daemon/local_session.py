@@ -21,6 +21,7 @@ from appliance.engine_set import cancels_echo, echo_gate
 from appliance.pipeline.session import SessionConfig
 from appliance.pipeline.workers import EngineWorker
 from appliance.service.runner import ServiceControl
+from appliance.trace.labels import SessionKind
 from appliance.trace.record import TurnTrace
 from appliance.turn_report import describe_turn, turn_summary
 from engines.aec import EchoCanceller
@@ -44,7 +45,13 @@ async def local_session(
     source, sink = _local_audio(daemon.settings)
     speaker = not isinstance(sink, NullSink)
     source, sink, config = with_echo_cancellation(
-        daemon.settings, canceller_of(daemon), source, sink, kind="microphone", speaker=speaker, config=config
+        daemon.settings,
+        canceller_of(daemon),
+        source,
+        sink,
+        kind=SessionKind.MICROPHONE,
+        speaker=speaker,
+        config=config,
     )
     turns = 0
 
@@ -64,7 +71,7 @@ async def local_session(
             source,
             sink,
             session_id="local",
-            kind="microphone",
+            kind=SessionKind.MICROPHONE,
             peer=str(daemon.microphone),
             config=config,
             on_turn=on_turn,
@@ -80,7 +87,7 @@ def with_echo_cancellation(
     source: AudioSource,
     sink: AudioSink,
     *,
-    kind: str,
+    kind: SessionKind,
     speaker: bool,
     config: SessionConfig,
 ) -> tuple[AudioSource, AudioSink, SessionConfig]:
@@ -93,7 +100,7 @@ def with_echo_cancellation(
     engine, worker = aec
     # A call's far end is another phone each time; the local microphone's room stays where it is.
     memory = None
-    if kind == "microphone" and audio.echo_room_file is not None:
+    if kind == SessionKind.MICROPHONE and audio.echo_room_file is not None:
         memory = RoomMemory(audio.echo_room_file, room_key(audio))
     source, sink = cancel_echo(
         source,
@@ -173,7 +180,7 @@ async def demo_turn(
             ArraySource(audio, realtime=True, name="demo"),
             sink,
             session_id="demo",
-            kind="demo",
+            kind=SessionKind.DEMO,
             peer="the bundle's voice",
             config=config,
             max_turns=1,

@@ -21,6 +21,7 @@ from appliance.daemon.load import Daemon, close, load, load_with_fallback, open_
 from appliance.engine_set import session_config
 from appliance.pipeline.session import SessionConfig
 from appliance.service.runner import ServiceControl
+from appliance.trace.labels import SessionKind
 
 if TYPE_CHECKING:
     from appliance.sip.server import SipServer
@@ -184,7 +185,7 @@ async def _answer_calls(
             canceller_of(daemon),
             CallSource(call),
             CallSink(call),
-            kind="sip",
+            kind=SessionKind.SIP,
             speaker=True,
             config=config,
         )
@@ -194,7 +195,7 @@ async def _answer_calls(
             source,
             sink,
             session_id=f"call-{call.call_id}",
-            kind="sip",
+            kind=SessionKind.SIP,
             peer=str(call.caller),
             config=call_config,
             call=SipLine(call),

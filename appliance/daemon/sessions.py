@@ -12,6 +12,7 @@ from appliance.audio.denoise import suppress_noise
 from appliance.daemon.load import Daemon
 from appliance.pipeline.call_policy import CallLine
 from appliance.pipeline.session import Session, SessionConfig
+from appliance.trace.labels import SessionKind, SessionState
 from appliance.trace.record import TurnTrace
 
 if TYPE_CHECKING:
@@ -26,15 +27,15 @@ class SessionRegistry(Protocol):
     def open_session(
         self,
         session_id: str,
-        kind: str,
+        kind: SessionKind,
         peer: str = "",
-        state_of: Callable[[], str] | None = None,
+        state_of: Callable[[], SessionState] | None = None,
         heard_of: Callable[[], str] | None = None,
         wakes_of: Callable[[], int] | None = None,
     ) -> None: ...
 
     def update_session(
-        self, session_id: str, *, state: str | None = None, turn_done: bool = False
+        self, session_id: str, *, state: SessionState | None = None, turn_done: bool = False
     ) -> None: ...
 
     def close_session(self, session_id: str) -> None: ...
@@ -46,15 +47,17 @@ class NullRegistry:
     def open_session(
         self,
         session_id: str,
-        kind: str,
+        kind: SessionKind,
         peer: str = "",
-        state_of: Callable[[], str] | None = None,
+        state_of: Callable[[], SessionState] | None = None,
         heard_of: Callable[[], str] | None = None,
         wakes_of: Callable[[], int] | None = None,
     ) -> None:
         return None
 
-    def update_session(self, session_id: str, *, state: str | None = None, turn_done: bool = False) -> None:
+    def update_session(
+        self, session_id: str, *, state: SessionState | None = None, turn_done: bool = False
+    ) -> None:
         return None
 
     def close_session(self, session_id: str) -> None:
@@ -68,7 +71,7 @@ async def run_session(
     sink: AudioSink,
     *,
     session_id: str,
-    kind: str,
+    kind: SessionKind,
     peer: str,
     config: SessionConfig,
     max_turns: int | None = None,

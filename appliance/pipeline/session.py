@@ -40,7 +40,7 @@ from appliance.pipeline.speech_loop import SpeechLoop
 from appliance.pipeline.speech_over_reply import SessionParts, SpeechOverReply
 from appliance.pipeline.turn import Turn
 from appliance.pipeline.turn_keeper import TurnKeeper
-from appliance.trace.labels import TurnOutcome, WordsNotExpected
+from appliance.trace.labels import SessionState, TurnOutcome, WordsNotExpected
 from appliance.trace.record import TurnTrace, new_turn_id
 from appliance.trace.store import TraceStore
 from engines.vad.endpointer import Endpointer, EndpointEvent, EventKind
@@ -135,14 +135,14 @@ class Session:
         return self.turns.active is not None and self.turns.active.turn.player.playing
 
     @property
-    def state(self) -> str:
+    def state(self) -> SessionState:
         """What the admin page shows: speaking (a reply playing), thinking (a turn running), listening,
         or waiting for the wake word (wake.activation = wake_word, nobody addressing it)."""
         if self.speaking:
-            return "speaking"
+            return SessionState.SPEAKING
         if self.turns.active is not None:
-            return "thinking"
-        return "listening" if self.hearing.addressed else "waiting for the wake word"
+            return SessionState.THINKING
+        return SessionState.LISTENING if self.hearing.addressed else SessionState.WAITING_FOR_WAKE_WORD
 
     @property
     def wakes(self) -> int:
@@ -207,7 +207,7 @@ class Session:
             await self.partials.close()
             ended = TurnOutcome.HANGUP if self._source_ended else TurnOutcome.STOPPED
             hung_up = self._source_ended and self.source.ends_with_listener
-            await self.turns.close(cancel=stopped_early or hung_up, outcome=ended.value, if_stopped=ended)
+            await self.turns.close(cancel=stopped_early or hung_up, outcome=ended, if_stopped=ended)
             self.engines.llm.end_conversation(self.session_id)
 
     async def _move_to_offered_engines(self) -> None:
@@ -291,9 +291,9 @@ class Session:
         self.partials.stop()
         end_s = event.speech_end_s if event.speech_end_s is not None else event.time_s
         trace = self.turns.new_trace(speculative=not confirmed)
-        trace.words_not_expected = "" if words_missing is None else words_missing.value
+        trace.words_not_expected = "" if words_missing is None else words_missing
         trace.speech_start = self._speech_start_mono
-        trace.opened_by = self.hearing.opened_by.value
+        trace.opened_by = self.hearing.opened_by
         trace.speech_end = self.hearing.monotonic_at(end_s, now) - self.source.heard_late_s
         turn = self.turns.new_turn(
             trace,

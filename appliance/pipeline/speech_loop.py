@@ -298,7 +298,7 @@ class SpeechLoop:
     def stamp_endpoint(self, trace: TurnTrace, event: EndpointEvent, now: float) -> None:
         """What ended the utterance and what was judged during it, on the turn that answers it."""
         trace.mark("endpoint", now)
-        trace.endpoint_by = event.by.value if event.by is not None else ""
+        trace.endpoint_by = event.by if event.by is not None else ""
         self.checks.stamp(trace)
 
     def close(self) -> None:

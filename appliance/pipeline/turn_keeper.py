@@ -14,6 +14,7 @@ import logging
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Literal
 
 import numpy as np
 
@@ -103,7 +104,7 @@ class TurnKeeper:
         """A turn without speech: keys typed (answered by the model), or a sentence only said."""
         await self.close(cancel=True)
         trace = self.new_trace(speculative=False)
-        trace.endpoint_by = by.value
+        trace.endpoint_by = by
         trace.speech_start = trace.speech_end = typed_at if typed is not None else now
         trace.mark("endpoint", now)
         turn = self.new_turn(trace, np.zeros(0, dtype=np.float32), typed=typed, say=say)
@@ -150,7 +151,11 @@ class TurnKeeper:
             await self.close(cancel=False)
 
     async def close(
-        self, *, cancel: bool, outcome: str = "", if_stopped: TurnOutcome = TurnOutcome.STOPPED
+        self,
+        *,
+        cancel: bool,
+        outcome: TurnOutcome | Literal[""] = "",
+        if_stopped: TurnOutcome = TurnOutcome.STOPPED,
     ) -> None:
         """Close the active turn: cancel it (``outcome``: why it was cut, when the session ends) or
         let it finish; record it either way. ``if_stopped``: the outcome when the session itself is
@@ -177,7 +182,7 @@ class TurnKeeper:
             active.task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await active.task
-            active.turn.trace.outcome = if_stopped.value
+            active.turn.trace.outcome = if_stopped
             await self._finish(active.turn, active.heard)
             raise
         await self._finish(active.turn, active.heard)

@@ -24,6 +24,7 @@ from appliance.sip.dialog import make_response
 from appliance.sip.digest import ExtensionSecret
 from appliance.sip.indialog import DialogFlow
 from appliance.sip.invite import InviteFlow
+from appliance.sip.labels import Availability
 from appliance.sip.message import SipRequest, SipResponse, SipSyntaxError, parse_message
 from appliance.sip.register import Registration, read_password
 from appliance.sip.stats import ServerStats
@@ -357,16 +358,22 @@ class SipServer(asyncio.DatagramProtocol):
         """A proxy's keepalive probe: 200 while a call can be taken, 503 with Retry-After when full or
         still loading, so that a dispatcher sends the next call elsewhere; the state either way."""
         occupied, limit = self.table.occupied(), self.config.max_calls
-        state = "loading" if not self.accepting else "full" if occupied >= limit else "ready"
+        state = (
+            Availability.LOADING
+            if not self.accepting
+            else Availability.FULL
+            if occupied >= limit
+            else Availability.READY
+        )
         headers = [
             *self._capabilities(source),
-            ("X-Appliance-State", state),
+            ("X-Appliance-State", state.value),
             ("X-Appliance-Calls", f"{occupied}/{limit}"),
         ]
         if self.registration is not None:
             status = self.registration.status
             headers.append(("X-Appliance-Registration", f"{status.state} {status.user}@{status.registrar}"))
-        if state != "ready":
+        if state != Availability.READY:
             headers.append(("Retry-After", str(self.config.retry_after_s)))
             self.transport.respond(request, source, 503, headers=headers)
         else:

@@ -12,6 +12,8 @@ __all__ = [
     "Judge",
     "OpenedBy",
     "OverlapKind",
+    "SessionKind",
+    "SessionState",
     "Stage",
     "TurnCheck",
     "TurnOutcome",
@@ -70,6 +72,25 @@ class OverlapKind(Label):
     BACKCHANNEL = "backchannel"  # the reply went on
     STOP_WORD = "stop_word"  # the reply stopped; nothing was answered
     INTERRUPTION = "interruption"  # the reply stopped; what the person said was the next turn
+
+
+class SessionKind(Label):
+    """What a live session listens to, as the admin page lists it."""
+
+    MICROPHONE = "microphone"
+    SIP = "sip"  # a phone call
+    FILE = "file"
+    DEMO = "demo"  # no microphone: one spoken question answered at the start
+
+
+class SessionState(Label):
+    """What a live session is doing, as the admin page shows it."""
+
+    IDLE = "idle"  # not started yet
+    LISTENING = "listening"
+    THINKING = "thinking"  # a turn running
+    SPEAKING = "speaking"  # a reply playing
+    WAITING_FOR_WAKE_WORD = "waiting for the wake word"  # wake.activation = wake_word, nobody addressing it
 
 
 class OpenedBy(Label):

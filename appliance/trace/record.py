@@ -6,7 +6,9 @@ import json
 import time
 import uuid
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import Any, Literal
+
+from appliance.trace.labels import EndedBy, OpenedBy, TurnOutcome, WordsNotExpected
 
 # In the order they happen in an undisturbed turn. ``asr_start`` may come before ``endpoint``
 # (speculative start), which is the point of starting early.
@@ -41,6 +43,14 @@ def new_turn_id() -> str:
     return uuid.uuid4().hex[:12]
 
 
+_LABEL_FIELDS: dict[str, Any] = {
+    "outcome": TurnOutcome,
+    "endpoint_by": EndedBy,
+    "words_not_expected": WordsNotExpected,
+    "opened_by": OpenedBy,
+}
+
+
 @dataclass
 class TurnTrace:
     """Timestamps are ``time.monotonic()`` seconds; ``None`` when the turn never got there."""
@@ -65,12 +75,12 @@ class TurnTrace:
     error: str | None = None
     # "" for a turn that ran its course (or was cut by barge-in: ``cancelled``); TurnOutcome.HANGUP
     # or STOPPED when the session was stopped with the reply still playing.
-    outcome: str = ""
+    outcome: TurnOutcome | Literal[""] = ""
     speculative: bool = False  # ASR started before the endpoint was confirmed
     audio_s: float = 0.0  # utterance audio given to ASR
     reply_audio_s: float = 0.0  # reply audio actually played
     llm_tokens: int = 0
-    endpoint_by: str = ""  # what ended the turn (EndedBy); "" in older records
+    endpoint_by: EndedBy | Literal[""] = ""  # what ended the turn; "" in older records
     turn_checks: int = 0  # times the turn detector was asked during the utterance
     turn_incomplete: int = 0  # ... and did not hear it as finished (below endpointer.turn_complete_threshold)
     turn_check_failed: int = 0  # ... and could not answer
@@ -78,9 +88,7 @@ class TurnTrace:
     # The reply model's P(the words end the person's message) for the pause this turn started at
     # (endpointer.judge_words); None when the words were not judged.
     words_complete_p: float | None = None
-    words_not_expected: str = (
-        ""  # why the words did not judge that pause (WordsNotExpected), "" if they could
-    )
+    words_not_expected: WordsNotExpected | Literal[""] = ""  # why the words did not judge that pause
     turn_complete_p: float | None = None  # the last check's probability that the turn was complete
     partials: int = 0  # partial transcripts made while the person spoke (asr.partial_interval_ms)
     partial_asr_ms: float = 0.0  # their ASR time, summed
@@ -113,7 +121,7 @@ class TurnTrace:
     overlaps: list[dict[str, Any]] = field(default_factory=list)
     # What let the speech begin a turn (appliance.pipeline.activation.OpenedBy): always, the wake
     # word, the follow-up window after a reply, or speech over a turn still answering.
-    opened_by: str = ""
+    opened_by: OpenedBy | Literal[""] = ""
     # Output quality (appliance.quality): Whisper's confidence in the transcript, the person saying
     # again what they said the turn before, and the bundle version whose engines answered.
     asr_avg_logprob: float | None = None
@@ -157,6 +165,10 @@ class TurnTrace:
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> TurnTrace:
         known = {k: v for k, v in data.items() if k in cls.__dataclass_fields__}
+        for name, labels in _LABEL_FIELDS.items():
+            value = known.get(name)
+            if isinstance(value, str) and value:  # a label this version does not know reads as none
+                known[name] = labels(value) if value in labels._value2member_map_ else ""
         return cls(**known)
 
     def log_line(self) -> str:

@@ -325,7 +325,7 @@ class Endpointer:
         self._verdicts = PauseVerdicts()
         self._audio_at_s = None
         # The silence that ends this pause: until a verdict says otherwise, the long one in smart_turn.
-        if self.params.mode == "silence":
+        if self.params.mode == EndpointerMode.SILENCE:
             self._pause_silence_s, self._pause_by = self.params.end_silence_s, EndedBy.SILENCE
         else:
             self._pause_silence_s, self._pause_by = (

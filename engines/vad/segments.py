@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 from engines.vad.endpointer import Endpointer, EventKind
 from engines.vad.frames import FRAME_S
-from engines.vad.params import EndpointerParams
+from engines.vad.params import EndpointerMode, EndpointerParams
 
 __all__ = ["SpeechSegment", "speech_segments"]
 
@@ -34,7 +34,7 @@ def speech_segments(
     (``threshold``: the VAD's, ``vad.threshold`` by default). Without ``params`` the silence alone
     ends an utterance: no end-of-turn model answers here."""
     endpointer = Endpointer(
-        EndpointerParams(mode="silence") if params is None else params, threshold=threshold
+        EndpointerParams(mode=EndpointerMode.SILENCE) if params is None else params, threshold=threshold
     )
     segments: list[SpeechSegment] = []
     events = []
