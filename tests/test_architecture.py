@@ -211,3 +211,22 @@ def test_a_module_over_the_limit_is_found(tmp_path: Path) -> None:
     (tmp_path / "bench").mkdir()
     (tmp_path / "bench" / "small.py").write_text("x = 1\n" * 10, encoding="utf-8")
     assert _too_long(tmp_path) == ["appliance/sip/server.py: 501 lines (at most 500)"]
+
+
+def unnamed_modules(root: Path) -> list[str]:
+    """Modules of ``appliance/`` that ARCHITECTURE.md does not name by their path."""
+    text = (root / "ARCHITECTURE.md").read_text(encoding="utf-8")
+    paths = sorted(p for p in (root / "appliance").rglob("*.py") if p.name != "__init__.py")
+    return [rel for rel in (p.relative_to(root).as_posix() for p in paths) if f"`{rel}`" not in text]
+
+
+def test_architecture_md_names_every_module() -> None:
+    assert not unnamed_modules(REPO), "name these in ARCHITECTURE.md's 'Every module'"
+
+
+def test_a_module_the_architecture_does_not_name_is_found(tmp_path: Path) -> None:
+    (tmp_path / "appliance" / "sip").mkdir(parents=True)
+    (tmp_path / "appliance" / "sip" / "named.py").write_text("", encoding="utf-8")
+    (tmp_path / "appliance" / "sip" / "new_room.py").write_text("", encoding="utf-8")
+    (tmp_path / "ARCHITECTURE.md").write_text("- `appliance/sip/named.py`: here\n", encoding="utf-8")
+    assert unnamed_modules(tmp_path) == ["appliance/sip/new_room.py"]

@@ -358,13 +358,8 @@ class SipServer(asyncio.DatagramProtocol):
         """A proxy's keepalive probe: 200 while a call can be taken, 503 with Retry-After when full or
         still loading, so that a dispatcher sends the next call elsewhere; the state either way."""
         occupied, limit = self.table.occupied(), self.config.max_calls
-        state = (
-            Availability.LOADING
-            if not self.accepting
-            else Availability.FULL
-            if occupied >= limit
-            else Availability.READY
-        )
+        full = Availability.FULL if occupied >= limit else Availability.READY
+        state = full if self.accepting else Availability.LOADING
         headers = [
             *self._capabilities(source),
             ("X-Appliance-State", state.value),
