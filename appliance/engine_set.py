@@ -245,6 +245,7 @@ def session_config(settings: Settings, *, echo_cancelled: bool = False) -> Sessi
         partials=PartialsConfig(timing=settings.asr, llm=settings.llm),
         history=settings.agent,
         call=settings.sip,
+        transfer_domain=settings.sip.transfer_domain(),
         overlap=_only(settings.endpointer, OverlapParams),
         wake=settings.wake,
     )

@@ -182,7 +182,7 @@ class SipParams(CallParams):
     @model_validator(mode="after")
     def _transfers(self) -> SipParams:
         for name in self.transfer_targets:
-            if self.transfer_uri(name) is None:
+            if self.transfer_uri(name, self.transfer_domain()) is None:
                 raise ValueError(
                     f"transfer target {name!r} is an extension but sip.registrar is not set: "
                     f'give it as a SIP URI ("sip:2000@10.20.0.2") or set sip.registrar'

@@ -84,6 +84,16 @@ def test_the_operator_digit_inside_a_number_is_a_digit() -> None:
     assert _type(policy, "10") == [Typing("1"), Typing("10")]
 
 
+def test_an_extension_is_reached_at_the_transfer_domain_the_policy_is_given() -> None:
+    params = PARAMS.model_copy(update={"transfer_targets": {"stores": "2100"}})
+    policy = CallPolicy(params, now=0.0, transfer_domain="pbx.site.example:5070")
+    assert policy.handle(TurnFinished(1.0, ends_call=False, transfer_to="stores")) == [
+        Transfer("stores", "sip:2100@pbx.site.example:5070")
+    ]
+    unplaced = CallPolicy(params, now=0.0)  # no phone system: an extension is reached nowhere
+    assert not any(isinstance(a, Transfer) for a in unplaced.handle(TurnFinished(1.0, False, "stores")))
+
+
 def test_a_refused_transfer_is_said_and_the_call_goes_on() -> None:
     policy = CallPolicy(PARAMS, now=0.0)
     assert policy.handle(TurnFinished(1.0, ends_call=False, transfer_to="front desk")) == [

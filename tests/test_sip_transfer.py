@@ -166,9 +166,11 @@ def test_transfer_targets_are_checked_with_the_fix() -> None:
     with pytest.raises(ValidationError, match=r"'reception' is not one of sip\.transfer_targets"):
         SipConfig(transfer_targets=TARGETS, operator_digit="0", operator_target="reception")
     at_pbx = SipConfig(registrar="10.20.0.2", register_user="2301", transfer_targets={"front desk": "2000"})
-    assert at_pbx.transfer_uri("front desk") == "sip:2000@10.20.0.2"
+    assert at_pbx.transfer_uri("front desk", at_pbx.transfer_domain()) == "sip:2000@10.20.0.2"
     on_a_port = SipConfig(registrar="127.0.0.1:5090", register_user="2301", transfer_targets={"desk": "2100"})
-    assert on_a_port.transfer_uri("desk") == "sip:2100@127.0.0.1:5090"  # not 5060
+    assert (
+        on_a_port.transfer_uri("desk", on_a_port.transfer_domain()) == "sip:2100@127.0.0.1:5090"
+    )  # not 5060
 
 
 @pytest.mark.parametrize(

@@ -25,7 +25,9 @@ class CallDriver:
         self, line: policy.CallLine, turns: TurnKeeper, config: SessionConfig, session_id: str
     ) -> None:
         self.line = line
-        self.policy = policy.CallPolicy(config.call, now=time.monotonic())
+        self.policy = policy.CallPolicy(
+            config.call, transfer_domain=config.transfer_domain, now=time.monotonic()
+        )
         self._turns = turns
         turns.on_finished = self._turn_finished
         self._session_id = session_id

@@ -111,8 +111,11 @@ CallAction = CutReply | Typing | AnswerTyped | Say | Transfer | HangUp
 
 
 class CallPolicy:
-    def __init__(self, params: CallParams, *, now: float) -> None:
+    def __init__(self, params: CallParams, *, now: float, transfer_domain: str = "") -> None:
+        """``transfer_domain``: where an extension of ``transfer_targets`` is reached (the phone
+        system's domain, ``SipParams.transfer_domain``); without one only SIP URIs are."""
         self.params = params
+        self.transfer_domain = transfer_domain
         self._keys: list[str] = []
         self._ignored = 0
         self._last_key_at = 0.0
@@ -193,7 +196,7 @@ class CallPolicy:
             actions.append(HangUp("the agent ended the call (after its goodbye)"))
         target, self._transfer_after_reply = event.transfer_to or self._transfer_after_reply, None
         if target and not self._transferring:
-            uri = self.params.transfer_uri(target)
+            uri = self.params.transfer_uri(target, self.transfer_domain)
             if uri is None:
                 return [
                     *actions,

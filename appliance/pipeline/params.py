@@ -158,18 +158,15 @@ class CallParams(Params):
     def keypad_timeout_s(self) -> float:
         return ms_to_s(self.keypad_timeout_ms)
 
-    def transfer_uri(self, name: str) -> str | None:
-        """Where ``name`` of transfer_targets is reached (an extension at the registrar's domain)."""
+    def transfer_uri(self, name: str, domain: str) -> str | None:
+        """Where ``name`` of transfer_targets is reached: its SIP URI, or an extension at ``domain``
+        (the phone system's, ``SipParams.transfer_domain``; none without one)."""
         value = self.transfer_targets.get(name)
         if value is None:
             return None
         if value.startswith("sip:"):
             return value
-        domain = self.transfer_domain()
         return f"sip:{value}@{domain}" if domain else None
-
-    def transfer_domain(self) -> str:
-        return ""
 
 
 # fmt: off

@@ -21,6 +21,7 @@ class SessionConfig:
     partials: PartialsConfig = field(default_factory=PartialsConfig)
     history: HistoryParams = field(default_factory=HistoryParams)
     call: CallParams = field(default_factory=CallParams)
+    transfer_domain: str = ""  # where an extension of call.transfer_targets is reached (the phone system)
     overlap: OverlapParams = field(default_factory=OverlapParams)
     wake: WakeParams = field(default_factory=WakeParams)
     keep_traces: int = 100  # recent turns kept in memory on the session (all go to the store)
