@@ -13,13 +13,13 @@ from typing import Any, Literal
 from pydantic import Field, ValidationError
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
-from appliance.admin_params import AdminParams
+from appliance.admin.params import AdminParams
 from appliance.agent_params import AgentParams
 from appliance.audio.params import AudioParams
-from appliance.bundle_params import BundleParams
+from appliance.daemon.bundle_params import BundleParams
 from appliance.pipeline.echo_gate import EchoGateParams
 from appliance.pipeline.params import OverlapParams, PartialsParams, PrefillParams
-from appliance.sip_params import SipParams
+from appliance.sip.params import SipParams
 from appliance.trace.params import TraceParams
 from engines.aec.params import AecParams
 from engines.asr.params import AsrParams
@@ -38,7 +38,7 @@ ENV_PREFIX = "APPLIANCE_"
 
 
 class BundleConfig(BundleParams):
-    """[bundle]: appliance/bundle_params.py."""
+    """[bundle]: appliance/daemon/bundle_params.py."""
 
 
 class AudioConfig(AudioParams, AecParams):
@@ -98,11 +98,11 @@ class AgentConfig(AgentParams):
 
 
 class SipConfig(SipParams):
-    """[sip]: appliance/sip_params.py (with the call's keys of appliance/pipeline/params.py)."""
+    """[sip]: appliance/sip/params.py (with the call's keys of appliance/pipeline/params.py)."""
 
 
 class AdminConfig(AdminParams):
-    """[admin]: appliance/admin_params.py."""
+    """[admin]: appliance/admin/params.py."""
 
 
 class TraceConfig(TraceParams):

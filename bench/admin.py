@@ -23,17 +23,13 @@ from typing import Any
 import httpx
 from fastapi import FastAPI
 
-from appliance.admin import (
-    LiveRegistry,
-    LocalBackend,
-    UserDirectory,
-    bind_socket,
-    create_app,
-    engine_states,
-    serve,
-)
+from appliance.admin.app import create_app
+from appliance.admin.backend import LiveRegistry
+from appliance.admin.daemon import engine_states
+from appliance.admin.local import LocalBackend
 from appliance.admin.protocol import ConnectionLimits
-from appliance.admin.users import set_password
+from appliance.admin.server import bind_socket, serve
+from appliance.admin.users import UserDirectory, set_password
 from appliance.config import AdminConfig, load_settings
 from appliance.daemon.bundle_view import summarize_bundle
 from appliance.engine_set import open_bundle

@@ -14,8 +14,8 @@ from typing import Any
 import httpx
 from fastapi import FastAPI
 
-from appliance.admin import bind_socket, serve
 from appliance.admin.protocol import ConnectionLimits
+from appliance.admin.server import bind_socket, serve
 from appliance.admin.tls import AdminTls, fingerprint_of
 from appliance.certificates import device_certificate
 from appliance.config import AdminConfig

@@ -13,8 +13,9 @@ from typing import Any
 
 import pytest
 
-from appliance.admin import bind_socket, engine_states, llm_load, serve
+from appliance.admin.daemon import engine_states, llm_load
 from appliance.admin.protocol import ConnectionLimits
+from appliance.admin.server import bind_socket, serve
 from appliance.admin.tls import AdminTls
 from appliance.audio import MemorySink
 from appliance.audio.files import wav_file_source

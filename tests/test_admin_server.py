@@ -12,8 +12,9 @@ from typing import Any
 import httpx
 import pytest
 
-from appliance.admin import bind_socket, engine_states, run_admin_page, serve
+from appliance.admin.daemon import engine_states, run_admin_page
 from appliance.admin.protocol import ConnectionLimits
+from appliance.admin.server import bind_socket, serve
 from appliance.config import AdminConfig, Settings
 from tests.fixtures.admin import ADMIN_PASSWORD, ADMIN_USER, AdminEnv, make_admin_env, recorded_turn
 from tests.fixtures.loopwatch import watch_loop

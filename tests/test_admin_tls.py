@@ -17,9 +17,9 @@ import httpx
 import pytest
 from cryptography import x509
 
-from appliance.admin import create_app
+from appliance.admin.app import create_app
+from appliance.admin.params import AdminParams
 from appliance.admin.tls import AdminTls, admin_tls, fingerprint_of, spki_pin
-from appliance.admin_params import AdminParams
 from appliance.config import ConfigError, load_settings
 from tests.fixtures.admin import ADMIN_PASSWORD, ADMIN_USER, AdminEnv, mark_engines_ready
 from tests.test_admin_browser import CHROMIUM, CHROMIUM_ARGS, ServerThread, playwright_api

@@ -136,8 +136,9 @@ def test_the_admin_page_never_imports_the_engines(modules: dict[str, Path]) -> N
     for name in (n for n in modules if n == "appliance.admin" or n.startswith("appliance.admin.")):
         engines = {m for m in _imports(modules[name], everywhere=True) if m.startswith("engines.")}
         # engines.files and engines.setting_files are the ground floor of file handling (atomic
-        # writes, TOML, the bounded read of a file a setting names), not engines.
-        ground = ("engines.files", "engines.setting_files")
+        # writes, TOML, the bounded read of a file a setting names), and engines.params that of every
+        # setting (its base, units, address checks): not engines.
+        ground = ("engines.files", "engines.setting_files", "engines.params")
         assert all(m.startswith(ground) for m in engines), f"{name} imports {engines}"
 
 

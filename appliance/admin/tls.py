@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from appliance.admin_params import AdminParams
+from appliance.admin.params import AdminParams
 from appliance.certificates import (
     DEVICE_CERT,
     TlsSetupError,

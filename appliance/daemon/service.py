@@ -82,7 +82,7 @@ def _watch_bundle(
             if result.how == SwitchHow.FAILED:
                 registry.add_notice(result.problem)
             registry.set_bundle(daemon.bundle)
-            from appliance.admin import engine_states
+            from appliance.admin.daemon import engine_states
 
             for state in engine_states(daemon.settings, daemon.load_seconds):
                 registry.set_engine(state)
@@ -131,8 +131,8 @@ def _start_listeners(
     if settings.admin.enabled:
         listening["the admin page"] = asyncio.Event()
     if settings.admin.enabled and daemon.store is not None:
-        from appliance.admin import engine_states, llm_load, run_admin_page
         from appliance.admin.backend import LiveRegistry
+        from appliance.admin.daemon import engine_states, llm_load, run_admin_page
         from appliance.daemon.panel import panel_hooks
 
         live = LiveRegistry()

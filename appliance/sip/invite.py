@@ -18,6 +18,7 @@ from appliance.sip.calls import CallTable
 from appliance.sip.checks import SUPPORTED_METHODS
 from appliance.sip.dialog import make_response
 from appliance.sip.message import SipRequest
+from appliance.sip.params import SipParams
 from appliance.sip.sdp import (
     AudioAnswer,
     SdpError,
@@ -32,7 +33,6 @@ from appliance.sip.sdp import (
 from appliance.sip.stats import ServerStats
 from appliance.sip.transactions import Retransmitter, transaction_key
 from appliance.sip.transport import Address, EndCall, SipTransport, Spawn
-from appliance.sip_params import SipParams
 
 log = logging.getLogger(__name__)
 

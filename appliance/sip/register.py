@@ -27,7 +27,7 @@ from appliance.sip.client import ClientTransactions, NoAnswer
 from appliance.sip.digest import ChallengeError, answer
 from appliance.sip.labels import RegistrationState
 from appliance.sip.message import SipRequest, SipResponse
-from appliance.sip_params import SipParams
+from appliance.sip.params import SipParams
 from engines.setting_files import SECRET, read_setting_text
 
 log = logging.getLogger(__name__)

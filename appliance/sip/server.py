@@ -26,6 +26,7 @@ from appliance.sip.indialog import DialogFlow
 from appliance.sip.invite import InviteFlow
 from appliance.sip.labels import Availability
 from appliance.sip.message import SipRequest, SipResponse, SipSyntaxError, parse_message
+from appliance.sip.params import SipParams
 from appliance.sip.register import Registration, read_password
 from appliance.sip.stats import ServerStats
 from appliance.sip.tcp import SipTcpConnection, TcpLimits
@@ -33,7 +34,6 @@ from appliance.sip.tls import SipTls, TlsFailed, sip_tls
 from appliance.sip.tls_accept import listen_tls
 from appliance.sip.transactions import ResponseCache
 from appliance.sip.transport import Address, SipTransport
-from appliance.sip_params import SipParams
 
 __all__ = ["ServerStats", "SipServer"]
 

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from appliance.certificates import TlsSetupError, fingerprint_of, fingerprint_of_der
-from appliance.sip_params import SipParams
+from appliance.sip.params import SipParams
 
 Address = tuple[str, int]
 HANDSHAKE_TIMEOUT_S = 10.0

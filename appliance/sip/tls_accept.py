@@ -13,9 +13,9 @@ import logging
 import ssl
 from collections.abc import Callable
 
+from appliance.sip.params import SipParams
 from appliance.sip.tcp import SipTcpConnection, TcpLimits
 from appliance.sip.tls import HANDSHAKE_TIMEOUT_S, Address, SipTls
-from appliance.sip_params import SipParams
 
 log = logging.getLogger(__name__)
 
