@@ -73,7 +73,7 @@ def _row(
     session: Any, clip: OverlapClip, after_s: float, said_at: float | None, flushed_at: list[float]
 ) -> dict[str, Any]:
     """One case's outcome: what was decided, whether the reply went on, how soon it fell silent."""
-    traces = [t for t in session.traces if t.transcript]
+    traces = [t for t in session.turns.traces if t.transcript]
     reply = traces[0] if traces else None
     overlaps = reply.overlaps if reply is not None else []
     decision = overlaps[0] if overlaps else {}

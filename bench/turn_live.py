@@ -86,7 +86,7 @@ def run_clip(engines: Any, settings: Any, audio: np.ndarray, clip: Clip) -> Clip
         config=session_config(settings),
     )
     asyncio.run(asyncio.wait_for(session.run(), 300))
-    traces = [t for t in session.traces if t.transcript]
+    traces = [t for t in session.turns.traces if t.transcript]
     started = source.started_at
     ends = [
         round(t.speech_end - started, 3) for t in traces if started is not None and t.speech_end is not None

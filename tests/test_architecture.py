@@ -185,7 +185,6 @@ SESSION_MAX_LINES = 250
 # them from here). A module not listed that grows past the limit fails.
 OVER_THE_LIMIT = {
     "appliance/pipeline/turn.py": 618,
-    "appliance/pipeline/session.py": 307,  # the session's own limit is SESSION_MAX_LINES
 }
 
 

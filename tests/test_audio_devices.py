@@ -160,7 +160,7 @@ def test_a_full_turn_through_portaudio_microphone_and_speaker(
 
     asyncio.run(run())
 
-    (trace,) = session.traces
+    (trace,) = session.turns.traces
     assert trace.error is None and not trace.cancelled
     assert "brooklyn" in trace.transcript.lower()
     assert all(getattr(trace, name) is not None for name in TIMESTAMPS)

@@ -47,7 +47,7 @@ def test_a_session_moves_to_the_offered_engines_between_turns_only() -> None:
     )
 
     async def offer_while_the_first_reply_plays() -> None:
-        while not session.speaking:
+        while not session.turns.playing:
             await asyncio.sleep(0.01)
         offered.append(new.engines)
 
@@ -55,7 +55,7 @@ def test_a_session_moves_to_the_offered_engines_between_turns_only() -> None:
         await asyncio.gather(session.run(max_turns=2), offer_while_the_first_reply_plays())
 
     asyncio.run(asyncio.wait_for(run(), 30))
-    first, second = session.traces
+    first, second = session.turns.traces
     assert first.reply == "The first answer is rather long." and not first.cancelled
     assert (first.bundle_version, second.bundle_version) == ("", "b2")
     assert len(old.asr.calls) == 1 and len(new.asr.calls) == 1
@@ -189,8 +189,7 @@ def test_without_room_for_both_the_daemon_restarts_cleanly_once_no_call_is_in_pr
 
     @dataclasses.dataclass(eq=False)
     class Call:  # what the switch reads of a session
-        on_call: bool = True
-        idle: bool = True
+        in_use: bool = True
 
     daemon = types.SimpleNamespace(sessions={Call()}, bundle=types.SimpleNamespace(version="a"))
     results: list[bundle_switch.Switched] = []

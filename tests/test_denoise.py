@@ -214,7 +214,7 @@ def test_a_question_in_babble_is_answered_with_the_suppressor_in_front_of_the_va
         asyncio.run(asyncio.wait_for(session.run(max_turns=1), 300))
     finally:
         worker.shutdown()
-    (trace,) = session.traces
+    (trace,) = session.turns.traces
     assert trace.error is None and not trace.cancelled
     heard = set(english_words(trace.transcript.lower()))
     assert {"how", "old"} <= heard and heard & {"brooklyn", "bridge"}, trace.transcript

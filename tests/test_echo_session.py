@@ -131,7 +131,7 @@ def test_the_echo_of_a_whole_reply_does_not_interrupt_it(
     echo is bench aec's "paused/min", and twice in one reply is a fault."""
     room = _room(data_dir)
     session = _run(engines, room, settings, delay_ms=echo_delay_ms, turns=1)
-    (trace,) = session.traces
+    (trace,) = session.turns.traces
     assert "bridge" in trace.transcript.lower()  # the question (tiny.en may mishear "Brooklyn")
     assert room.start is not None and room.first_play is not None
     paused_at = [round(at - room.start - room.first_play / 16000, 2) for at in room.speaker.flushed_at]
@@ -141,7 +141,7 @@ def test_the_echo_of_a_whole_reply_does_not_interrupt_it(
     assert room.speaker.flushes <= 1, (
         f"paused at {paused_at} s into the reply; ran dry (s, samples): {ran_dry}"
     )
-    assert session.barge_ins == 0 and not trace.cancelled
+    assert session.turns.barge_ins == 0 and not trace.cancelled
     assert trace.played_reply.split() == REPLY.split()
     assert trace.reply_audio_s is not None and trace.reply_audio_s > 8.0
     assert isinstance(engines.llm, FakeLlm)
@@ -162,9 +162,9 @@ def test_without_the_canceller_the_same_echo_interrupts_the_reply_at_the_normal_
         normal,
         delay_ms=None,
         turns=1,
-        until=lambda s: s.barge_ins >= 1 and room.speaker.flushes >= 1,
+        until=lambda s: s.turns.barge_ins >= 1 and room.speaker.flushes >= 1,
     )
-    assert session.barge_ins >= 1 and room.speaker.flushes >= 1
+    assert session.turns.barge_ins >= 1 and room.speaker.flushes >= 1
 
 
 @pytest.mark.parametrize(
@@ -187,10 +187,10 @@ def test_a_person_speaking_over_the_reply_interrupts_it_and_is_transcribed(
     room.speak(person, after_s=3.5)  # past the canceller's first seconds of learning (CONVERGE_S)
     session = _run(engines, room, settings, delay_ms=echo_delay_ms, turns=2)
 
-    first, second = session.traces
+    first, second = session.turns.traces
     # The reply was cut by the person (a pause in their sentence may also drop a speculative turn,
     # which counts as one more barge-in); the turn that answers heard the whole sentence.
-    assert session.barge_ins >= 1 and first.cancelled and room.speaker.flushes >= 1
+    assert session.turns.barge_ins >= 1 and first.cancelled and room.speaker.flushes >= 1
     assert first.played_reply and len(first.played_reply.split()) < len(REPLY.split())
     assert room.person_at is not None and first.playback_start is not None and second.speech_start is not None
     clean = word_error_rate([reference], [pipeline_asr.transcribe(person).text])
@@ -211,7 +211,7 @@ def test_a_short_stop_word_over_the_reply_stops_it(
     room.speak(rooms.at_level(spoken(piper_tts, "Hold on."), rooms.SPEECH_DBFS), after_s=5.0)
     session = _run(engines, room, settings, delay_ms=echo_delay_ms, turns=1)
 
-    (trace,) = session.traces
+    (trace,) = session.turns.traces
     assert trace.overlaps and trace.overlaps[0]["kind"] == "stop_word", trace.overlaps
     assert trace.cancelled and room.speaker.flushes >= 1
     assert trace.played_reply and len(trace.played_reply.split()) < len(REPLY.split())
@@ -260,7 +260,7 @@ def test_a_stop_word_while_a_new_session_learns_the_room_is_heard_from_the_room_
     room.speak(rooms.at_level(spoken(piper_tts, "Hold on."), rooms.SPEECH_DBFS), after_s=1.0)
     session = _run(engines, room, settings, delay_ms=echo_delay_ms, turns=1, kept=start_from)
 
-    (trace,) = session.traces
+    (trace,) = session.turns.traces
     if kept:
         assert trace.overlaps and trace.overlaps[0]["kind"] == "stop_word", trace.overlaps
         assert trace.overlaps[0]["by_linear_ear"] and trace.cancelled

@@ -109,4 +109,4 @@ def test_the_microphone_is_ignored_while_a_new_canceller_learns_the_room(converg
     source.session = session
     asyncio.run(asyncio.wait_for(session.run(max_turns=1), 60))
     assert source.injected_at is not None
-    assert session.barge_ins == (1 if converged else 0)
+    assert session.turns.barge_ins == (1 if converged else 0)

@@ -38,7 +38,7 @@ def _talk(
 def test_an_okay_over_the_reply_lets_it_play_to_its_end(real_engines: SessionEngines, data_dir: Path) -> None:
     okay = spoken(real_engines.tts, "Okay.")
     session, _source, sink = _talk(real_engines, load_audio_16k(data_dir / HOW_OLD), okay)
-    reply, *others = [t for t in session.traces if t.transcript]
+    reply, *others = [t for t in session.turns.traces if t.transcript]
     assert [o["kind"] for o in reply.overlaps] == [OverlapKind.BACKCHANNEL]
     assert not reply.cancelled and reply.played_reply == reply.reply  # heard to its end
     assert not others, f"the okay was answered: {[t.transcript for t in others]}"
@@ -53,7 +53,7 @@ def test_stop_over_the_reply_silences_it_and_nothing_is_answered(
 ) -> None:
     stop = recorded_word(data_dir, "stop")
     session, source, sink = _talk(real_engines, load_audio_16k(data_dir / HOW_OLD), stop)
-    reply, *others = [t for t in session.traces if t.transcript]
+    reply, *others = [t for t in session.turns.traces if t.transcript]
     assert [o["kind"] for o in reply.overlaps] == [OverlapKind.STOP_WORD], reply.overlaps
     assert reply.cancelled and not others
     assert source.overlap_at is not None and sink.flushed_at[0] - source.overlap_at < 0.3
@@ -66,7 +66,7 @@ def test_a_new_question_over_the_reply_stops_it_and_is_answered(
 ) -> None:
     question = load_audio_16k(data_dir / NEW_QUESTION)
     session, _source, _sink = _talk(real_engines, load_audio_16k(data_dir / HOW_OLD), question)
-    reply, *others = [t for t in session.traces if t.transcript]
+    reply, *others = [t for t in session.turns.traces if t.transcript]
     assert [o["kind"] for o in reply.overlaps] == [OverlapKind.INTERRUPTION]
     assert reply.cancelled and len(others) == 1 and others[0].reply
 
@@ -78,5 +78,5 @@ def test_in_interrupt_mode_an_okay_stops_the_reply_as_before(
     session, _source, _sink = _talk(
         real_engines, load_audio_16k(data_dir / HOW_OLD), okay, overlap="interrupt"
     )
-    reply = next(t for t in session.traces if t.transcript)
+    reply = next(t for t in session.turns.traces if t.transcript)
     assert reply.cancelled and not reply.overlaps

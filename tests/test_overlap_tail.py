@@ -70,7 +70,7 @@ def _over_a_reply(after: str) -> tuple[Session, list[str]]:
 
 def test_the_rest_of_a_stop_word_is_not_answered() -> None:
     session, asked = _over_a_reply("on.")
-    reply, *others = [t for t in session.traces if t.transcript]
+    reply, *others = [t for t in session.turns.traces if t.transcript]
     assert [o["kind"] for o in reply.overlaps] == [OverlapKind.STOP_WORD]
     assert reply.cancelled and not others, [t.transcript for t in others]
     assert len(asked) == 1
@@ -78,7 +78,7 @@ def test_the_rest_of_a_stop_word_is_not_answered() -> None:
 
 def test_a_question_right_after_a_stop_word_is_answered() -> None:
     session, asked = _over_a_reply("what about parking")
-    reply, *others = [t for t in session.traces if t.transcript]
+    reply, *others = [t for t in session.turns.traces if t.transcript]
     assert [o["kind"] for o in reply.overlaps] == [OverlapKind.STOP_WORD]
     assert [t.transcript.lower() for t in others] == ["what about parking"] and others[0].reply
     assert len(asked) == 2

@@ -54,7 +54,7 @@ def _one_turn(engines: SessionEngines, audio: np.ndarray, config: SessionConfig)
         engines=engines, source=source, sink=MemorySink(engines.tts.sample_rate_hz), config=config
     )
     asyncio.run(asyncio.wait_for(session.run(max_turns=1), 300))
-    (trace,) = session.traces
+    (trace,) = session.turns.traces
     return trace
 
 
@@ -111,8 +111,8 @@ def test_speech_over_the_reply_interrupts_it_and_is_itself_heard_in_partials(
 
     asyncio.run(asyncio.wait_for(session.run(max_turns=2), 300))
 
-    assert session.barge_ins == 1
-    first, second = session.traces
+    assert session.turns.barge_ins == 1
+    first, second = session.turns.traces
     assert first.cancelled and "brooklyn" in first.transcript.lower()
     # The reply fell silent as the person began (a pause) and was cut as an interruption after a
     # second of their speech, not at their end.
@@ -149,10 +149,10 @@ def test_a_partial_of_one_session_does_not_disturb_another_sessions_reply(
 
     asyncio.run(asyncio.wait_for(both(), 300))
 
-    (reply_turn,) = first.traces
+    (reply_turn,) = first.turns.traces
     assert reply_turn.error is None and not reply_turn.cancelled
     assert "brooklyn" in reply_turn.transcript.lower() and english_words(reply_turn.reply)
-    (answered,) = second.traces
+    (answered,) = second.turns.traces
     assert answered.error is None and "platforms" in answered.transcript.lower()
     assert answered.partials >= 2
     assert english_words(answered.reply)

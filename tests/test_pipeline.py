@@ -62,8 +62,8 @@ def test_one_turn_flows_through_every_stage_in_order(tmp_path) -> None:
 
     _run(session.run())
 
-    assert session.turns_done == 1
-    (trace,) = session.traces
+    assert session.turns.done == 1
+    (trace,) = session.turns.traces
     assert not trace.cancelled and trace.error is None
     stamps = [getattr(trace, name) for name in TIMESTAMPS]
     assert all(s is not None for s in stamps), trace
@@ -97,7 +97,7 @@ def test_second_turn_sees_the_first_in_its_history() -> None:
         sink=MemorySink(16000),
     )
     _run(session.run())
-    assert session.turns_done == 2
+    assert session.turns.done == 2
     second_history = fakes.llm.calls[-1].history
     assert [(m.role, m.content) for m in second_history] == [
         ("user", _as_asked(fakes.asr.text)),
@@ -116,7 +116,7 @@ def test_speculative_start_hides_the_endpoint_wait() -> None:
     session = Session(config=SILENCE_ONLY, engines=fakes.engines, source=source, sink=sink)
     _run(session.run())
 
-    (trace,) = session.traces
+    (trace,) = session.turns.traces
     assert trace.speculative
     assert trace.asr_start < trace.endpoint  # type: ignore[operator]
     assert trace.asr_done < trace.endpoint  # type: ignore[operator]
@@ -137,11 +137,11 @@ def test_resumed_speech_drops_the_speculative_turn() -> None:
     )
     _run(session.run())
 
-    assert session.dropped_speculative == 1
-    assert session.turns_done == 1
+    assert session.turns.dropped_speculative == 1
+    assert session.turns.done == 1
     assert len(fakes.asr.calls) == 2
     assert fakes.asr.calls[0].audio_s < 1.5 < fakes.asr.calls[1].audio_s  # the second heard it all
-    (trace,) = session.traces
+    (trace,) = session.turns.traces
     assert trace.audio_s == pytest.approx(fakes.asr.calls[1].audio_s)
     # Nothing of the dropped turn was played: the sink holds exactly one reply.
     assert sink.duration_s == pytest.approx(len(REPLY.split()) * fakes.tts.word_s, abs=0.01)
@@ -177,12 +177,12 @@ def test_barge_in_stops_playback_and_keeps_only_what_was_played() -> None:
     _run(session.run(max_turns=2))
 
     assert source.injected_at is not None
-    assert session.barge_ins == 1
-    first = session.traces[0]
+    assert session.turns.barge_ins == 1
+    first = session.turns.traces[0]
     assert first.cancelled
     # Its quality signals: the reply cut by barge-in; the fake hears the same words again next.
     assert quality_signals(first) == ["barge_in"] and not first.repeated
-    assert session.traces[1].repeated and "repeated" in quality_signals(session.traces[1])
+    assert session.turns.traces[1].repeated and "repeated" in quality_signals(session.turns.traces[1])
     full_s = len(REPLY.split()) * fakes.tts.word_s
     # Speech was injected 0.6 s into playback and paused it at its first voiced frame: about 0.6 s
     # was heard, the rest (about 3.1 s) never reached the sink.
@@ -208,20 +208,20 @@ def test_barge_in_stops_the_llm_within_one_token() -> None:
     _run(session.run(max_turns=1))
     _run(fakes.engines.llm_worker.call(lambda: None))  # the LLM thread has finished its job
     first_call = fakes.llm.calls[0]
-    assert session.traces[0].cancelled
+    assert session.turns.traces[0].cancelled
     assert first_call.cancelled_at is not None, "generation was still running and must see the cancel"
     assert first_call.tokens < len(REPLY.split())
     # At most the token being computed when the cancel came was finished; then generation stopped.
     assert first_call.tokens_after_cancel <= 1
-    assert first_call.cancelled_at - session.traces[0].turn_done < 0.15 + 0.05  # type: ignore[operator]
+    assert first_call.cancelled_at - session.turns.traces[0].turn_done < 0.15 + 0.05  # type: ignore[operator]
 
 
 def test_gate_while_playing_ignores_speech_over_the_reply() -> None:
     session, source, fakes, sink = _barge_in_session(gate=True)
     _run(session.run(max_turns=1))
     assert source.injected_at is not None
-    assert session.barge_ins == 0
-    trace = session.traces[0]
+    assert session.turns.barge_ins == 0
+    trace = session.turns.traces[0]
     assert not trace.cancelled
     assert trace.played_reply.split() == REPLY.split()
     assert sink.duration_s == pytest.approx(len(REPLY.split()) * fakes.tts.word_s, abs=0.01)
@@ -245,8 +245,8 @@ def test_an_engine_failure_says_the_fallback_and_the_session_keeps_listening(cap
     )
     _run(session.run())
 
-    assert session.turns_done == 2
-    failed, ok = session.traces
+    assert session.turns.done == 2
+    failed, ok = session.turns.traces
     assert failed.error is not None and failed.error.startswith("llm-failed")
     assert f"turn {failed.turn_id}" in caplog.text and "injected" in caplog.text
     assert config.turn.replies.fallback_reply in fakes.tts.texts
@@ -269,7 +269,7 @@ def test_silence_and_noise_start_no_turn() -> None:
         sink=MemorySink(16000),
     )
     _run(session.run())
-    assert session.turns_done == 0 and not fakes.asr.calls
+    assert session.turns.done == 0 and not fakes.asr.calls
 
 
 def test_stop_event_cancels_a_running_turn() -> None:
@@ -283,7 +283,7 @@ def test_stop_event_cancels_a_running_turn() -> None:
     async def main() -> float:
         stop = asyncio.Event()
         task = asyncio.create_task(session.run(stop=stop))
-        while not session.speaking:
+        while not session.turns.playing:
             await asyncio.sleep(0.02)
         stop.set()
         started = time.monotonic()
@@ -292,7 +292,7 @@ def test_stop_event_cancels_a_running_turn() -> None:
 
     took_s = asyncio.run(asyncio.wait_for(main(), 20))
     assert took_s < 0.5
-    assert session.traces[0].cancelled
+    assert session.turns.traces[0].cancelled
 
 
 def test_two_sessions_share_the_engines_at_once() -> None:
@@ -314,8 +314,8 @@ def test_two_sessions_share_the_engines_at_once() -> None:
 
     _run(both())
     for session, sink in zip(sessions, sinks, strict=True):
-        assert session.turns_done == 1
-        assert session.traces[0].session_id == session.session_id
+        assert session.turns.done == 1
+        assert session.turns.traces[0].session_id == session.session_id
         assert sink.duration_s == pytest.approx(2 * fakes.tts.word_s, abs=0.01)
         assert len(session.conversation.messages) == 2  # each session has its own history
     assert len(fakes.llm.calls) == 2 and all(len(c.history) == 1 for c in fakes.llm.calls)
@@ -337,7 +337,7 @@ def test_a_turn_that_must_wait_for_the_llm_says_so_first() -> None:
         ),
     )
     _run(session.run())
-    (trace,) = session.traces
+    (trace,) = session.turns.traces
     assert trace.busy_reply and trace.error is None
     assert fakes.tts.texts[0] == "One moment, please."
     assert trace.reply == "The canteen opens at eight."  # the model's words, the busy line apart
@@ -357,7 +357,7 @@ def test_a_reply_reading_out_the_system_prompt_is_cut_and_the_fallback_said_inst
         sink=sink,
     )
     _run(session.run())
-    (trace,) = session.traces
+    (trace,) = session.turns.traces
     assert trace.played_reply.endswith(ReplyParams().fallback_reply)
     assert "assistant on a device" not in trace.played_reply
     assert [w["why"] for w in trace.withheld] == ["internal"]
@@ -419,9 +419,9 @@ def test_a_call_is_a_session_whose_reply_is_queued_for_the_caller() -> None:
     call = _FakeCall(np.concatenate([tone(0.6), silence(2.0)]))  # the caller stays until the answer is out
     session = Session(config=SILENCE_ONLY, engines=fakes.engines, **call_session_kwargs(call))
     _run(session.run())
-    assert session.session_id == "call-c1" and session.turns_done == 1
+    assert session.session_id == "call-c1" and session.turns.done == 1
     assert sum(len(a) for a in call.queued) / 16000 == pytest.approx(3 * fakes.tts.word_s, abs=0.01)
-    assert session.traces[0].played_reply == "Thanks for calling."
+    assert session.turns.traces[0].played_reply == "Thanks for calling."
 
 
 def test_a_turn_still_playing_when_the_caller_hangs_up_is_stored_with_what_was_played(tmp_path) -> None:
@@ -491,7 +491,7 @@ def test_a_failing_turn_detector_ends_the_turn_on_silence(caplog) -> None:
     )
     _run(session.run())
 
-    (trace,) = session.traces
+    (trace,) = session.turns.traces
     assert trace.endpoint_by == "silence" and trace.turn_check_failed == 1 and detector.calls == 1
     assert trace.error is None and trace.reply == REPLY
     assert "the turn detector failed" in caplog.text
@@ -505,8 +505,8 @@ def test_a_verdict_still_out_when_speech_resumes_is_ignored() -> None:
     session = _smart_session(detector, audio, realtime=True)
     _run(session.run())
 
-    (trace,) = session.traces
-    assert session.turns_done == 1 and session.dropped_speculative == 1
+    (trace,) = session.turns.traces
+    assert session.turns.done == 1 and session.turns.dropped_speculative == 1
     assert trace.endpoint_by == "smart_turn" and trace.turn_checks == 2
     assert trace.audio_s > 1.8  # both halves reached the ASR
 
@@ -532,7 +532,7 @@ def test_stopping_a_session_mid_reply_cuts_the_turn_at_once_and_keeps_it(tmp_pat
 
     async def stop_while_speaking() -> float:
         task = asyncio.create_task(session.run())
-        while not session.speaking:
+        while not session.turns.playing:
             await asyncio.sleep(0.05)
         await asyncio.sleep(0.5)
         started = time.monotonic()
@@ -636,7 +636,7 @@ def test_unfinished_words_hold_a_turn_that_sounds_finished() -> None:
     the turn waits the long silence instead of ending at the check."""
     session, _fakes = _words_session(_ScriptedDetector(0.99), 0.001)
     _run(session.run())
-    (trace,) = session.traces
+    (trace,) = session.turns.traces
     assert trace.endpoint_by == "incomplete_silence" and trace.words_complete_p == 0.001
     assert (trace.stage_s("endpoint_wait") or 0.0) > 1.1
 
@@ -644,7 +644,7 @@ def test_unfinished_words_hold_a_turn_that_sounds_finished() -> None:
 def test_finished_words_and_sound_end_the_turn_together() -> None:
     session, _fakes = _words_session(_ScriptedDetector(0.99), 0.8)
     _run(session.run())
-    (trace,) = session.traces
+    (trace,) = session.turns.traces
     assert trace.endpoint_by == "fused" and trace.words_complete_p == 0.8 and trace.turn_complete_p == 0.99
     assert (trace.stage_s("endpoint_wait") or 9.0) < 0.6
 
@@ -655,7 +655,7 @@ def test_with_the_llm_busy_or_not_judging_the_sound_decides_alone_and_nothing_wa
     for busy, llm_p in ((True, 0.001), (False, None)):
         session, _fakes = _words_session(_ScriptedDetector(0.99), llm_p, busy=busy, first_token_s=0.8)
         _run(session.run())
-        (trace,) = session.traces
+        (trace,) = session.turns.traces
         assert trace.endpoint_by == "smart_turn" and trace.words_complete_p is None, (busy, trace)
         assert (trace.stage_s("endpoint_wait") or 9.0) < 0.5  # not held for the slow first token
 
@@ -677,7 +677,7 @@ class _KeypadSource(ArraySource):
     def pressed(self) -> list[str]:
         assert self.session is not None
         now = time.monotonic()
-        if self.started is None and self.session.speaking:
+        if self.started is None and self.session.turns.playing:
             self.started = now
         if self.started is None or now - self.started < self.after_s or not self.keys:
             return []
@@ -703,8 +703,8 @@ def test_keys_typed_during_a_reply_cut_it_and_are_answered_as_a_turn(keys: str, 
     source.session = session
     _run(session.run(max_turns=2))
 
-    spoken, typed = session.traces
-    assert spoken.cancelled and session.barge_ins == 1  # the first key cut the reply
+    spoken, typed = session.turns.traces
+    assert spoken.cancelled and session.turns.barge_ins == 1  # the first key cut the reply
     assert typed.transcript == "Typed on the phone's keypad: 4719" and typed.endpoint_by == "keypad"
     assert typed.reply == REPLY and not typed.cancelled and len(fakes.asr.calls) == 1  # no ASR for keys
     waited = typed.stage_s("turn_latency")
@@ -744,7 +744,7 @@ def test_a_silent_caller_is_asked_once_whether_they_are_there_then_the_call_ends
     _run(session.run())  # ends by itself, long before the 30 s of silence
     took = time.monotonic() - started
 
-    answered, prompt = session.traces
+    answered, prompt = session.turns.traces
     assert answered.reply == REPLY
     assert prompt.endpoint_by == "silence_prompt" and prompt.reply == "Hello, are you there?"
     assert prompt.transcript == "" and prompt.reply_audio_s > 0  # said, nothing heard
@@ -769,7 +769,7 @@ def test_the_model_ends_a_call_after_its_goodbye_and_a_kiosk_keeps_listening(on_
     )
     started = time.monotonic()
     _run(session.run(max_turns=None if on_call else 1))
-    (trace,) = session.traces
+    (trace,) = session.turns.traces
     assert trace.tool_calls == ["end_call"] and trace.reply == AgentConfig().goodbye_reply  # not the model's
     assert not trace.cancelled and trace.reply_audio_s > 0  # the goodbye was played before the end
     if on_call:
@@ -823,7 +823,7 @@ def test_a_transfer_the_person_did_not_ask_for_is_not_made() -> None:
         seconds=4.0,
     )
     _run(session.run(max_turns=1))
-    (trace,) = session.traces
+    (trace,) = session.turns.traces
     assert source.transfers == []
     assert trace.tool_calls == ["refused:not_asked:transfer_call"]
     assert trace.reply == "I can answer questions about the site."
@@ -841,12 +841,14 @@ def test_the_model_puts_the_caller_through_after_saying_so(why: str | None) -> N
         seconds=6.0,
     )
     _run(session.run(max_turns=None if why is None else 2))
-    asked = session.traces[0]
+    asked = session.turns.traces[0]
     assert (
         asked.tool_calls == ["transfer_call"] and asked.reply == "I'll put you through to the front desk."
     )  # sip.transfer_preamble, not the model
     assert source.transfers == ["sip:2000@10.20.0.2"]
     if why is None:
-        assert len(session.traces) == 1  # put through: the session ended the call
+        assert len(session.turns.traces) == 1  # put through: the session ended the call
     else:
-        assert session.traces[1].reply == "Sorry, I could not put you through to the front desk just now."
+        assert (
+            session.turns.traces[1].reply == "Sorry, I could not put you through to the front desk just now."
+        )

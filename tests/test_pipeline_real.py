@@ -40,7 +40,7 @@ def test_a_spoken_question_gets_a_spoken_english_answer(
 
     asyncio.run(asyncio.wait_for(session.run(max_turns=1), 300))
 
-    (trace,) = session.traces
+    (trace,) = session.turns.traces
     assert trace.error is None and not trace.cancelled
     assert "brooklyn bridge" in trace.transcript.lower()
     assert english_words(trace.reply), trace.reply
@@ -86,8 +86,8 @@ def test_speech_during_the_reply_interrupts_it_and_history_keeps_what_was_heard(
     asyncio.run(asyncio.wait_for(session.run(max_turns=1), 300))
 
     assert source.injected_at is not None, "the reply never started playing"
-    assert session.barge_ins == 1
-    (trace,) = session.traces
+    assert session.turns.barge_ins == 1
+    (trace,) = session.turns.traces
     assert trace.cancelled
     clause_words = " ".join(trace.reply.split()).split()
     heard = trace.played_reply.split()
@@ -154,7 +154,7 @@ def test_an_engine_failure_is_answered_with_the_spoken_fallback(
     for _engine, worker in engines.pairs().values():
         worker.shutdown()
 
-    (trace,) = session.traces
+    (trace,) = session.turns.traces
     assert trace.error is not None and trace.error.startswith("llm-failed")
     assert f"turn {trace.turn_id}" in caplog.text
     heard = _transcribe(real_engines, sink.audio, sink.sample_rate_hz).lower()

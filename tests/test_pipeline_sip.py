@@ -115,7 +115,7 @@ def test_a_call_gets_a_spoken_answer_and_the_appliance_hangs_up(
     )
     assert returncode == 0, output  # SIPp got the appliance's BYE after the answer
     (session,) = sessions
-    (trace,) = session.traces
+    (trace,) = session.turns.traces
     assert session.session_id.startswith("call-")
     assert trace.error is None and not trace.cancelled
     assert "brooklyn" in trace.transcript.lower(), trace.transcript
@@ -144,7 +144,7 @@ def test_two_simultaneous_calls_are_both_answered_by_the_one_llm(
     sessions: list[Session] = []
     outcomes = asyncio.run(_calls(tmp_path, pcaps, _answer_calls(real_engines, sessions)))
     assert [code for code, _, _ in outcomes] == [0, 0], [output for _, output, _ in outcomes]
-    traces = {session.session_id: session.traces[0] for session in sessions}
+    traces = {session.session_id: session.turns.traces[0] for session in sessions}
     assert len(traces) == 2
     transcripts = sorted(trace.transcript.lower() for trace in traces.values())
     assert "platform" in transcripts[1] and "brooklyn" in transcripts[0], transcripts
@@ -186,7 +186,7 @@ def test_a_number_typed_on_the_keypad_is_answered_as_a_turn(
     ((returncode, output, _reply_8k),) = asyncio.run(_calls(tmp_path, [pcap], answer))
     assert returncode == 0, output
     (session,) = sessions
-    spoken, typed = session.traces
+    spoken, typed = session.turns.traces
     assert "brooklyn" in spoken.transcript.lower(), spoken.transcript
     assert typed.transcript == "Typed on the phone's keypad: 4719" and typed.endpoint_by == "keypad"
     assert english_words(typed.reply) and typed.played_reply, typed.reply

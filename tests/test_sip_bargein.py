@@ -129,8 +129,8 @@ def test_caller_talking_over_the_reply_stops_it_within_a_few_frames() -> None:
 
     reply_start, barge_at, reply_end = asyncio.run(_call_with_barge_in(handler, _tone_8k(0.8), _tone_8k(0.6)))
     session = sessions[0]
-    assert session.barge_ins == 1
-    assert session.traces[0].cancelled
+    assert session.turns.barge_ins == 1
+    assert session.turns.traces[0].cancelled
     full_reply_s = len(REPLY.split()) * fakes.tts.word_s
     assert barge_at - reply_start > 0.55
     # The fake VAD needs ~0.1 s of speech; then the flush empties the RTP queue: the caller hears the
@@ -155,8 +155,8 @@ def test_a_caller_speaking_over_the_reply_is_heard_by_the_real_engines_and_answe
         real_engines, data_dir, _speech_8k(data_dir / INTERRUPTION), call_s=16.0
     )
     assert barge_at - reply_start >= 0.25  # the caller heard the reply before talking over it
-    assert session.barge_ins == 1, [t.transcript for t in session.traces]
-    first, *later = session.traces
+    assert session.turns.barge_ins == 1, [t.transcript for t in session.turns.traces]
+    first, *later = session.turns.traces
     assert "brooklyn" in first.transcript.lower() and first.cancelled
     assert len(first.played_reply.split()) < len(first.reply.split())  # the reply was cut
     # Silero needs about 0.1-0.2 s of the caller's voice above the raised threshold, then the RTP queue
@@ -191,7 +191,7 @@ def _real_call(
 def test_on_a_call_an_okay_over_the_reply_lets_it_go_on(real_engines: SessionEngines, data_dir: Path) -> None:
     okay = _speech_8k_of(spoken(real_engines.tts, "Okay."))
     session, *_times = _real_call(real_engines, data_dir, okay)
-    first, *later = [t for t in session.traces if t.transcript]
+    first, *later = [t for t in session.turns.traces if t.transcript]
     assert [o["kind"] for o in first.overlaps] == [OverlapKind.BACKCHANNEL], first.overlaps
     assert not first.cancelled and first.played_reply == first.reply and not later
 
@@ -201,7 +201,7 @@ def test_on_a_call_stop_over_the_reply_silences_it_unanswered(
 ) -> None:
     stop = _speech_8k_of(recorded_word(data_dir, "stop"))
     session, _reply_start, barge_at, reply_end = _real_call(real_engines, data_dir, stop)
-    first, *later = [t for t in session.traces if t.transcript]
+    first, *later = [t for t in session.turns.traces if t.transcript]
     assert [o["kind"] for o in first.overlaps] == [OverlapKind.STOP_WORD], first.overlaps
     assert first.cancelled and not later
     assert reply_end - barge_at < 0.8  # the RTP went quiet at the caller's first voiced frames

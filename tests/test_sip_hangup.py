@@ -64,7 +64,7 @@ def test_the_model_hangs_up_after_its_goodbye_is_played(tmp_path: Path) -> None:
     )
     returncode, output, session, took = _call_until_bye(tmp_path, fakes, SILENCE_ONLY, silence_s=25.0)
     assert returncode == 0, output  # SIPp got the appliance's BYE and answered it
-    (goodbye,) = session.traces
+    (goodbye,) = session.turns.traces
     assert goodbye.tool_calls == ["end_call"] and goodbye.reply == AgentConfig().goodbye_reply
     assert goodbye.reply_audio_s > 0 and not goodbye.cancelled  # played whole before the BYE
     assert took < 20.0, took  # ended by the appliance, long before the caller's 25 s of silence
@@ -76,7 +76,7 @@ def test_a_silent_caller_is_asked_once_then_the_appliance_hangs_up(tmp_path: Pat
     fakes = make_fakes("The depot opens at seven.")
     returncode, output, session, took = _call_until_bye(tmp_path, fakes, config, silence_s=25.0)
     assert returncode == 0, output
-    answered, prompt = session.traces
+    answered, prompt = session.turns.traces
     assert answered.reply == "The depot opens at seven."
     assert prompt.endpoint_by == "silence_prompt" and prompt.reply == "Are you still there?"
     assert took < 20.0, took

@@ -224,7 +224,7 @@ def test_a_call_over_tls_with_srtp_required_is_answered_and_its_key_heard(
                     calls and calls[-1].ended if srtp else "488" in log.read_text(errors="replace")
                 ):
                     await asyncio.sleep(0.2)
-                    if srtp and not pressed and sessions and sessions[-1].traces:
+                    if srtp and not pressed and sessions and sessions[-1].turns.traces:
                         _press(console, "/sndcode 5\n")
                         pressed = True
                 stats = server.stats
@@ -242,7 +242,7 @@ def test_a_call_over_tls_with_srtp_required_is_answered_and_its_key_heard(
     _nothing_readable(wire, signalling={pbx.tls_port, *tls_ports}, media={call.stream.local_port})
     assert call.stream.stats.packets_received > 100 and call.stream.stats.srtp_rejected == 0
     (session,) = sessions
-    (trace,) = session.traces
+    (trace,) = session.turns.traces
     assert "brooklyn" in trace.transcript.lower(), trace.transcript
     assert trace.played_reply.strip(), trace
     assert "5" in call.stream.stats.digits, (call.stream.stats, said[-2000:])

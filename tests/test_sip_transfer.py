@@ -87,7 +87,7 @@ def test_a_call_is_answered_with_the_sites_greeting(tmp_path: Path) -> None:
     returncode, output, sessions = _call(tmp_path, "transfer.xml", greeting=greeting, key_at_s=6.0)
     assert returncode == 0, output
     (session,) = sessions
-    greeted, said = session.traces
+    greeted, said = session.turns.traces
     assert greeted.endpoint_by == "greeting" and greeted.reply == greeting and greeted.reply_audio_s > 1.0
     assert said.endpoint_by == "operator_key"
 
@@ -97,7 +97,7 @@ def test_the_operator_key_puts_the_caller_through_and_the_appliance_hangs_up(tmp
     # SIPp checked the Refer-To, answered 202, reported 100 then 200, and got the appliance's BYE.
     assert returncode == 0, output
     (session,) = sessions
-    (said,) = session.traces
+    (said,) = session.turns.traces
     assert said.endpoint_by == "operator_key" and said.reply == "I'll put you through to the operator."
     assert said.reply_audio_s > 0
 
@@ -123,7 +123,7 @@ def test_a_transfer_the_phone_system_challenges_is_sent_again_with_the_extension
     )
     assert returncode == 0, output  # a wrong digest would have been answered 403 and failed SIPp
     (session,) = sessions
-    (said,) = session.traces
+    (said,) = session.turns.traces
     assert said.endpoint_by == "operator_key"
 
 
@@ -140,7 +140,7 @@ def test_a_caller_who_challenges_the_transfer_gets_no_digest_of_the_extensions_p
     )
     assert returncode == 0, output  # no second REFER, with or without an Authorization
     (session,) = sessions
-    preamble, failed = session.traces
+    preamble, failed = session.turns.traces
     assert preamble.endpoint_by == "operator_key"
     assert failed.endpoint_by == "transfer_failed"
 
@@ -149,7 +149,7 @@ def test_a_refused_transfer_is_said_and_the_call_goes_on(tmp_path: Path) -> None
     returncode, output, sessions = _call(tmp_path, "transfer_refused.xml", pause_ms=8000)
     assert returncode == 0, output  # the caller hung up when it chose to: the call went on
     (session,) = sessions
-    preamble, failed = session.traces
+    preamble, failed = session.turns.traces
     assert preamble.endpoint_by == "operator_key"
     assert failed.endpoint_by == "transfer_failed"
     assert failed.reply == "Sorry, I could not put you through to the operator just now."
@@ -281,7 +281,7 @@ def test_the_model_puts_the_caller_through_to_a_desk_phone_that_rings(tmp_path: 
     assert returncode == 0, desk_output + phone[-3000:]
     (timed,) = calls
     (session,) = sessions
-    (asked,) = session.traces  # one turn: the call ended with the transfer
+    (asked,) = session.turns.traces  # one turn: the call ended with the transfer
     assert (
         asked.tool_calls == ["transfer_call"] and asked.reply == "I'll put you through to the front desk."
     )  # sip.transfer_preamble, not the model

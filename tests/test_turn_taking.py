@@ -65,7 +65,7 @@ def test_a_finished_sentence_ends_at_the_first_check(real_engines: SessionEngine
     _, quiet = _sentence(data_dir)  # a quiet room (this recording's own background starts a turn)
     session = _run(real_engines, np.concatenate([quiet[:8000], speech, quiet]))
 
-    (trace,) = session.traces
+    (trace,) = session.turns.traces
     assert trace.endpoint_by == "fused", trace
     assert (trace.turn_checks, trace.turn_check_failed) == (1, 0)
     assert trace.turn_complete_p is not None and trace.turn_check_ms is not None and trace.turn_check_ms > 0
@@ -81,7 +81,7 @@ def test_the_sound_decides_alone_when_the_words_are_not_judged(
     speech, quiet = _sentence(data_dir)
     session = _run(real_engines, np.concatenate([quiet[:8000], speech, quiet]), judge_words=False)
 
-    (trace,) = session.traces
+    (trace,) = session.turns.traces
     assert trace.endpoint_by == "smart_turn" and trace.words_complete_p is None, trace
     assert trace.turn_complete_p is not None and trace.turn_complete_p >= 0.9
     assert "figures" in trace.transcript.lower(), trace.transcript
@@ -93,9 +93,11 @@ def test_a_pause_in_the_middle_is_not_taken_for_the_end(real_engines: SessionEng
     pause = quiet[:11200]  # 0.7 s of the recording's own background: longer than end_silence_ms
     session = _run(real_engines, np.concatenate([quiet[:8000], speech[:cut], pause, speech[cut:], quiet]))
 
-    (trace,) = session.traces  # one turn: the sentence was answered once, as a whole
-    assert session.turns_done == 1
-    assert session.dropped_speculative >= 1  # the turn started at the pause was dropped when speech resumed
+    (trace,) = session.turns.traces  # one turn: the sentence was answered once, as a whole
+    assert session.turns.done == 1
+    assert (
+        session.turns.dropped_speculative >= 1
+    )  # the turn started at the pause was dropped when speech resumed
     words = trace.transcript.lower()
     assert "drop" in words and "figures" in words, trace.transcript
     # The whole sentence then ends on the second pause's verdicts: at once when sure, else after a silence.
@@ -110,8 +112,8 @@ def test_silence_mode_ends_the_pause_as_a_turn(real_engines: SessionEngines, dat
         real_engines, np.concatenate([quiet[:8000], speech[:cut], pause, speech[cut:], quiet]), mode="silence"
     )
 
-    assert session.turns_done == 2  # what the fixed 500 ms does to a 0.7 s pause: two turns
-    assert all(t.endpoint_by == "silence" and t.turn_checks == 0 for t in session.traces)
+    assert session.turns.done == 2  # what the fixed 500 ms does to a 0.7 s pause: two turns
+    assert all(t.endpoint_by == "silence" and t.turn_checks == 0 for t in session.turns.traces)
 
 
 def _paused(data_dir: Path, recording: str, cut_s: float) -> np.ndarray:
@@ -127,11 +129,11 @@ def test_a_pause_after_the_is_answered_once_as_a_whole(real_engines: SessionEngi
     words "Sunday is the" end the message is tiny, the turn is held, the sentence answered once."""
     session = _run(real_engines, _paused(data_dir, SUNDAY, SUNDAY_THE_ENDS_S))
 
-    assert len(session.traces) == 1, [
-        (t.transcript, t.endpoint_by, t.words_complete_p) for t in session.traces
+    assert len(session.turns.traces) == 1, [
+        (t.transcript, t.endpoint_by, t.words_complete_p) for t in session.turns.traces
     ]
-    (trace,) = session.traces
-    assert session.dropped_speculative >= 1
+    (trace,) = session.turns.traces
+    assert session.turns.dropped_speculative >= 1
     words = trace.transcript.lower()
     assert "sunday" in words and "week" in words, trace.transcript
     assert trace.words_complete_p is not None, trace
@@ -145,9 +147,11 @@ def test_the_words_hold_a_pause_the_sound_alone_ends(real_engines: SessionEngine
     alone = _run(real_engines, audio, judge_words=False)
     both = _run(real_engines, audio)
 
-    assert alone.turns_done == 2, [(t.transcript, t.endpoint_by) for t in alone.traces]
-    assert both.turns_done == 1, [(t.transcript, t.endpoint_by, t.words_complete_p) for t in both.traces]
-    assert "hearts" in both.traces[0].transcript.lower(), both.traces[0].transcript
+    assert alone.turns.done == 2, [(t.transcript, t.endpoint_by) for t in alone.turns.traces]
+    assert both.turns.done == 1, [
+        (t.transcript, t.endpoint_by, t.words_complete_p) for t in both.turns.traces
+    ]
+    assert "hearts" in both.turns.traces[0].transcript.lower(), both.turns.traces[0].transcript
 
 
 class _SlowPromptPass:
@@ -181,9 +185,11 @@ def test_live_with_slow_words_a_pause_after_the_is_still_answered_once(
     of end_silence_ms. The pause after "the" waits for them instead of ending on the sound's timer."""
     session = _live(real_engines, _paused(data_dir, SUNDAY, SUNDAY_THE_ENDS_S), delay_s=0.7)
 
-    summary = [(t.transcript, t.endpoint_by, t.turn_complete_p, t.words_complete_p) for t in session.traces]
-    assert len(session.traces) == 1, summary
-    assert "week" in session.traces[0].transcript.lower(), summary
+    summary = [
+        (t.transcript, t.endpoint_by, t.turn_complete_p, t.words_complete_p) for t in session.turns.traces
+    ]
+    assert len(session.turns.traces) == 1, summary
+    assert "week" in session.turns.traces[0].transcript.lower(), summary
 
 
 def test_live_with_slow_words_a_finished_sentence_ends_when_they_arrive(
@@ -196,7 +202,7 @@ def test_live_with_slow_words_a_finished_sentence_ends_when_they_arrive(
     audio = np.concatenate([quiet[:8000], speech, quiet, quiet])
     session = _live(real_engines, audio, delay_s=0.7, words_wait_ms=2000)
 
-    (trace,) = session.traces
+    (trace,) = session.turns.traces
     assert trace.endpoint_by == "fused" and trace.words_complete_p is not None, trace
     assert trace.words_not_expected == ""
     waited = trace.stage_s("endpoint_wait")
@@ -207,7 +213,7 @@ def test_when_the_words_cannot_judge_the_trace_says_why(real_engines: SessionEng
     speech, quiet = _sentence(data_dir)
     session = _run(real_engines, np.concatenate([quiet[:8000], speech, quiet]), judge_words=False)
 
-    (trace,) = session.traces
+    (trace,) = session.turns.traces
     assert trace.words_not_expected == "off" and trace.words_complete_p is None, trace
     assert '"words":"not expected, off"' in trace.log_line()
 

@@ -16,6 +16,7 @@ import pytest
 from appliance.audio import ArraySource, MemorySink
 from appliance.audio.call import call_session_kwargs
 from appliance.config import load_settings, override
+from appliance.daemon.sessions import shown_state
 from appliance.daemon.start_problems import startup_problems
 from appliance.engine_set import session_config, wake_word
 from appliance.pipeline.activation import Activation
@@ -23,7 +24,7 @@ from appliance.pipeline.engines import SessionEngines
 from appliance.pipeline.session import Session
 from appliance.pipeline.workers import EngineWorker
 from appliance.sip.call import CallAudio
-from appliance.trace.labels import OpenedBy
+from appliance.trace.labels import OpenedBy, SessionState
 from engines.audio import load_audio_16k, resample
 from engines.bundle import Bundle
 from engines.errors import BundleError
@@ -114,23 +115,23 @@ def test_with_a_wake_word_only_speech_after_it_is_answered(
     try:
         # Someone passing by asks the same question: no turn, nothing said.
         passing = _answered(engines, np.concatenate([silence(0.3), question, silence(2.0)]), params)
-        assert passing.turns_done == 0 and not passing.traces
-        assert passing.state == "waiting for the wake word" and passing.wakes == 0
+        assert passing.turns.done == 0 and not passing.turns.traces
+        assert shown_state(passing) == SessionState.WAITING_FOR_WAKE_WORD and passing.hearing.wakes == 0
         # "Hey Jarvis", then the question: one turn, opened by the wake word, answered.
         phrase = _said(piper_tts, "Hey Jarvis")
         audio = np.concatenate([silence(0.3), phrase, silence(0.4), question, silence(2.0)])
         session = _answered(engines, audio, params)
     finally:
         worker.shutdown()
-    (trace,) = session.traces
-    assert trace.opened_by == OpenedBy.WAKE_WORD.value and session.wakes == 1
+    (trace,) = session.turns.traces
+    assert trace.opened_by == OpenedBy.WAKE_WORD.value and session.hearing.wakes == 1
     assert "brooklyn" in trace.transcript.lower() and "jarvis" not in trace.transcript.lower(), (
         trace.transcript
     )
     assert trace.reply_audio_s > 0.3
     # As shipped (always), the passer-by's question would have been answered.
     always = _answered(real_engines, np.concatenate([silence(0.3), question, silence(2.0)]), WakeParams())
-    assert always.traces[0].opened_by == OpenedBy.ALWAYS.value
+    assert always.turns.traces[0].opened_by == OpenedBy.ALWAYS.value
 
 
 def _small_bundle(tmp_path: Path, library: bytes | None) -> Path:
@@ -204,6 +205,6 @@ def test_on_a_sipp_call_only_the_question_after_the_wake_word_is_answered(
         worker.shutdown()
     assert returncode == 0, output
     (session,) = sessions
-    (trace,) = session.traces  # the first question, before the phrase, began no turn
+    (trace,) = session.turns.traces  # the first question, before the phrase, began no turn
     assert trace.opened_by == OpenedBy.WAKE_WORD.value
     assert "brooklyn" in trace.transcript.lower(), trace.transcript

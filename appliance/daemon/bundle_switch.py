@@ -157,7 +157,7 @@ async def _restart_when_idle(daemon: Daemon, control: ServiceControl, version: s
         available / 1e6,
         rss * ROOM_FACTOR / 1e6,
     )
-    while any(session.on_call or not session.idle for session in daemon.sessions):
+    while any(session.in_use for session in daemon.sessions):
         await asyncio.sleep(RETIRE_POLL_S)
     control.request_restart()
     return Switched(version, SwitchHow.RESTART, peak_rss_bytes=rss)

@@ -187,11 +187,13 @@ async def demo_turn(
         )
     finally:
         await sink.close()
-    if not session.traces:
+    if not session.turns.traces:
         heard = f"after the wake word {wake!r} (wake.threshold)" if wake else "as speech"
         print(f"the demo question was not heard {heard}; check vad.threshold", flush=True)
         control.status("demo turn: no speech detected")
         return
-    summary = turn_summary(session.traces[0], reply_wav=reply_path, reply_audio_s=sink.duration_s, fast=False)
+    summary = turn_summary(
+        session.turns.traces[0], reply_wav=reply_path, reply_audio_s=sink.duration_s, fast=False
+    )
     print(describe_turn(summary), flush=True)
     control.status(f"demo turn done: latency {summary['turn_latency_s']} s; no microphone")

@@ -51,6 +51,6 @@ def panel_hooks(daemon: Daemon, config: SessionConfig, control: ServiceControl) 
 
 async def _restart_when_idle(daemon: Daemon, control: ServiceControl) -> None:
     control.status("restarting (asked from the admin page) once no call is in progress")
-    while any(session.on_call or not session.idle for session in daemon.sessions):
+    while any(session.in_use for session in daemon.sessions):
         await asyncio.sleep(IDLE_POLL_S)
     control.request_restart()

@@ -104,9 +104,9 @@ async def run_session(
         session_id,
         kind,
         peer,
-        state_of=lambda: session.state,
-        heard_of=lambda: session.heard,
-        wakes_of=lambda: session.wakes,
+        state_of=lambda: shown_state(session),
+        heard_of=lambda: session.partials.record.latest if session.endpointer.in_speech else "",
+        wakes_of=lambda: session.hearing.wakes,
     )
     daemon.sessions.add(session)
     try:
@@ -115,3 +115,13 @@ async def run_session(
         daemon.sessions.discard(session)
         registry.close_session(session_id)
     return session
+
+
+def shown_state(session: Session) -> SessionState:
+    """What the admin page shows of a session: speaking (a reply playing), thinking (a turn running),
+    listening, or waiting for the wake word (wake.activation = wake_word, nobody addressing it)."""
+    if session.turns.playing:
+        return SessionState.SPEAKING
+    if session.turns.active is not None:
+        return SessionState.THINKING
+    return SessionState.LISTENING if session.hearing.addressed else SessionState.WAITING_FOR_WAKE_WORD

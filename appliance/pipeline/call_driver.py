@@ -60,6 +60,11 @@ class CallDriver:
             actions += self.policy.handle(over)
         await self._do([*actions, *self.policy.handle(policy.Tick(now, busy=busy))], now)
 
+    async def tick_ends_call(self, now: float, *, busy: bool) -> bool:
+        """The tick; True when the session should end the call now (its last turn over)."""
+        await self.tick(now, busy=busy)
+        return self.hang_up is not None and self._turns.active is None
+
     def _turn_finished(self, turn: Turn) -> None:
         event = policy.TurnFinished(time.monotonic(), ends_call=turn.ends_call, transfer_to=turn.transfer_to)
         self._after_turn += self.policy.handle(event)

@@ -31,4 +31,4 @@ async def one_turn(
         await session.run(max_turns=1)
     finally:
         await sink.close()
-    return session.traces[0] if session.traces else None
+    return session.turns.traces[0] if session.turns.traces else None

@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from appliance.pipeline.engines import TurnEngines
+from appliance.pipeline.engines import SessionEngines, TurnEngines
 from appliance.pipeline.params import PartialsParams, PrefillParams
 from engines.asr import AsrEngine
 from engines.cancel import CancelEvent, Cancelled
@@ -91,6 +91,27 @@ class Partials:
     the user's next message. ``asr``: the Whisper for partials (on the ASR worker; default the
     turn's own). ``wait``: await each step before the next frame (a file fed faster than real time,
     where there is no clock to overlap with)."""
+
+    @classmethod
+    def of_session(
+        cls,
+        engines: SessionEngines,
+        config: PartialsConfig,
+        messages_for: Callable[[str], list[Message]],
+        *,
+        realtime: bool,
+        session_id: str,
+    ) -> Partials:
+        """A session's partials on ``engines`` (a file fed faster than real time waits for each)."""
+        return cls(
+            engines,
+            config,
+            messages_for,
+            asr=engines.partial_asr,
+            wait=not realtime,
+            conversation=session_id,
+            tools=engines.tools,
+        )
 
     def __init__(
         self,

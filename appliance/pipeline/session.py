@@ -1,11 +1,11 @@
 """A session: one audio endpoint (microphone and speaker, a call, a file) with its own VAD state,
 endpointer and conversation; the engines are shared with every other session.
 
-It routes between three parts that know nothing of each other: the speech loop (speech_loop.py:
-frames -> echo gate -> VAD -> endpointer, the verdicts on each pause), the turns (turn_keeper.py: the
-one in progress, turn.py, and the record of those done) and, on a call, the call policy
-(call_policy.py, carried out by call_driver.py: keypad, silence prompt, goodbye, transfer).
-The endpointer's events start, confirm, drop or interrupt turns:
+It routes between parts that know nothing of each other: the speech loop (speech_loop.py: frames ->
+echo gate -> VAD -> endpointer, the verdicts on each pause), the turns (turn_keeper.py: the one in
+progress, turn.py, and those done), the partials (partials.py: partial transcripts and the LLM's
+prefill while someone speaks) and, on a call, the call policy (call_policy.py, carried out by
+call_driver.py: keypad, silence prompt, goodbye, transfer). The endpointer's events drive the turns:
 
     SPEECH_START    while a turn is running: barge-in, cancel it; over a reply being heard, the
                     reply was paused at the first voiced frame and the overlap decides (overlap.py)
@@ -14,9 +14,6 @@ The endpointer's events start, confirm, drop or interrupt turns:
                     the message), read while it evaluates them, goes back to the endpointer too
     RESUMED         the person kept talking: drop that turn
     ENDPOINT        confirm it (or start one now if none is running): playback may begin
-
-While an utterance goes on, partial transcripts and the LLM's prefill of their stable words run in
-the background (appliance/pipeline/partials.py, ``asr.partial_interval_ms``).
 """
 
 from __future__ import annotations
@@ -24,7 +21,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections import deque
 from collections.abc import Callable
 
 import numpy as np
@@ -38,9 +34,8 @@ from appliance.pipeline.partials import Partials
 from appliance.pipeline.session_config import SessionConfig
 from appliance.pipeline.speech_loop import SpeechLoop
 from appliance.pipeline.speech_over_reply import SessionParts, SpeechOverReply
-from appliance.pipeline.turn import Turn
 from appliance.pipeline.turn_keeper import TurnKeeper
-from appliance.trace.labels import SessionState, TurnOutcome, WordsNotExpected
+from appliance.trace.labels import TurnOutcome, WordsNotExpected
 from appliance.trace.record import TurnTrace, new_turn_id
 from appliance.trace.store import TraceStore
 from engines.vad.endpointer import Endpointer, EndpointEvent, EventKind
@@ -100,55 +95,12 @@ class Session:
         )
 
     def _partials_on(self, engines: SessionEngines) -> Partials:
-        return Partials(
-            engines,
-            self.config.partials,
-            self.conversation.with_user,
-            asr=engines.partial_asr,
-            wait=not self.source.realtime,
-            conversation=self.session_id,
-            tools=engines.tools,
-        )
+        config, with_user, realtime = self.config.partials, self.conversation.with_user, self.source.realtime
+        return Partials.of_session(engines, config, with_user, realtime=realtime, session_id=self.session_id)
 
     @property
     def endpointer(self) -> Endpointer:
         return self.hearing.endpointer
-
-    @property
-    def traces(self) -> deque[TurnTrace]:
-        return self.turns.traces
-
-    @property
-    def turns_done(self) -> int:
-        return self.turns.done
-
-    @property
-    def dropped_speculative(self) -> int:
-        return self.turns.dropped_speculative
-
-    @property
-    def barge_ins(self) -> int:
-        return self.turns.barge_ins
-
-    @property
-    def speaking(self) -> bool:
-        return self.turns.active is not None and self.turns.active.turn.player.playing
-
-    @property
-    def state(self) -> SessionState:
-        """What the admin page shows: speaking (a reply playing), thinking (a turn running), listening,
-        or waiting for the wake word (wake.activation = wake_word, nobody addressing it)."""
-        if self.speaking:
-            return SessionState.SPEAKING
-        if self.turns.active is not None:
-            return SessionState.THINKING
-        return SessionState.LISTENING if self.hearing.addressed else SessionState.WAITING_FOR_WAKE_WORD
-
-    @property
-    def wakes(self) -> int:
-        """Wake words heard in this session (with wake.activation = wake_word), turn or not."""
-        activation = self.hearing.activation
-        return 0 if activation is None else activation.wakes
 
     @property
     def idle(self) -> bool:
@@ -156,13 +108,9 @@ class Session:
         return self.turns.active is None and not self.endpointer.in_speech
 
     @property
-    def on_call(self) -> bool:
-        return self.call is not None
-
-    @property
-    def heard(self) -> str:
-        """The latest partial transcript of the utterance in progress ("" when none)."""
-        return self.partials.record.latest if self.endpointer.in_speech else ""
+    def in_use(self) -> bool:
+        """On a call, or a turn running, or someone speaking: not to be interrupted by a restart."""
+        return self.call is not None or not self.idle
 
     async def run(self, *, stop: asyncio.Event | None = None, max_turns: int | None = None) -> None:
         """Listen until the source ends, ``stop`` is set, or ``max_turns`` turns have finished."""
@@ -173,7 +121,7 @@ class Session:
                 if frame is not None:
                     await self._on_frame(frame)
                 elif self.over_reply.pending:
-                    await self.over_reply.step(time.monotonic(), voiced=False, reply=self._reply())
+                    await self.over_reply.step(time.monotonic(), voiced=False, reply=self.turns.heard_reply())
                 if self.call is not None:
                     await self.call.keys(time.monotonic())
                 if not self.source.realtime:
@@ -182,11 +130,11 @@ class Session:
                     await self.hearing.wait_for_words()
                     await self.turns.wait_confirmed()
                 await self.turns.reap()
-                if self.call is not None:
-                    await self.call.tick(time.monotonic(), busy=not self.idle)
-                    if self.call.hang_up is not None and self.turns.active is None:
-                        log.info("session %s: ending the call: %s", self.session_id, self.call.hang_up)
-                        break
+                if self.call is not None and await self.call.tick_ends_call(
+                    time.monotonic(), busy=not self.idle
+                ):
+                    log.info("session %s: ending the call: %s", self.session_id, self.call.hang_up)
+                    break
                 await self._move_to_offered_engines()
                 if stop is not None and stop.is_set():
                     stopped_early = True
@@ -230,7 +178,7 @@ class Session:
     async def _on_frame(self, heard: np.ndarray | HeardFrame) -> None:
         await self.hearing.feed(
             heard,
-            playing=self.speaking,
+            playing=self.turns.playing,
             echo_converged=self.source.echo_converged,
             answering=self.turns.active is not None,
         )
@@ -238,18 +186,11 @@ class Session:
             await self.over_reply.step(
                 self.hearing.heard_at,
                 voiced=self.hearing.voiced,
-                reply=self._reply(),
+                reply=self.turns.heard_reply(),
                 by_linear_ear=self.hearing.by_linear_ear,
             )
         if self.endpointer.in_speech and self.turns.active is None:
             await self.partials.on_frame(self.endpointer.time_s, self.hearing.audio_between)
-
-    def _reply(self) -> Turn | None:
-        """The turn whose reply may be heard now (confirmed and not over)."""
-        active = self.turns.active
-        return (
-            active.turn if active is not None and active.turn.confirmed and not active.task.done() else None
-        )
 
     async def _on_event(self, event: EndpointEvent, now: float) -> None:
         if event.kind is EventKind.SPEECH_START:

@@ -187,6 +187,11 @@ class SpeechLoop:
         """The last frame was heard (always, unless a wake word is awaited)."""
         return self._heard
 
+    @property
+    def wakes(self) -> int:
+        """Wake words heard (with wake.activation = wake_word), turn or not."""
+        return 0 if self.activation is None else self.activation.wakes
+
     async def _addressed(self, engines: SessionEngines, frame: np.ndarray, answering: bool) -> bool:
         """Whether this frame is heard; the wake word's windows run on the stream's own time, so that
         a file fed faster than real time keeps them."""

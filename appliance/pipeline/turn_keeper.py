@@ -129,6 +129,18 @@ class TurnKeeper:
         return self.active is not None and not self.active.task.done()
 
     @property
+    def playing(self) -> bool:
+        """A reply is playing."""
+        return self.active is not None and self.active.turn.player.playing
+
+    def heard_reply(self) -> Turn | None:
+        """The turn whose reply may be heard now (confirmed and not over)."""
+        active = self.active
+        return (
+            active.turn if active is not None and active.turn.confirmed and not active.task.done() else None
+        )
+
+    @property
     def unconfirmed(self) -> Turn | None:
         active = self.active
         return active.turn if active is not None and not active.turn.confirmed else None
