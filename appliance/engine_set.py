@@ -20,7 +20,8 @@ from appliance.pipeline.engines import SessionEngines
 from appliance.pipeline.params import OverlapParams
 from appliance.pipeline.partials import PartialsConfig
 from appliance.pipeline.session import SessionConfig
-from appliance.pipeline.turn import Grounding, TurnConfig
+from appliance.pipeline.turn import TurnConfig
+from appliance.pipeline.turn_sources import Grounding
 from appliance.trace.labels import SessionKind
 from engines.aec import EchoCanceller
 from engines.asr import AsrEngine

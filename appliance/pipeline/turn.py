@@ -14,7 +14,7 @@ import contextlib
 import logging
 import threading
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -24,8 +24,9 @@ from appliance.grounding import Sources, WithheldWhy
 from appliance.pipeline.engines import TurnEngines
 from appliance.pipeline.params import ReplyParams
 from appliance.pipeline.playback import Player
-from appliance.pipeline.played import played_text
 from appliance.pipeline.tool_round import run_tool_calls
+from appliance.pipeline.turn_sources import Grounding, sources_for
+from appliance.pipeline.turn_voice import Clauses, TurnFailed, TurnVoice, run_together
 from appliance.tools import ToolBox, ToolCall, as_template_text, starts_a_call
 from appliance.tools.calls import called_name
 from appliance.tools.site_sentences import SiteAnswer, selection_in
@@ -39,28 +40,6 @@ if TYPE_CHECKING:
     from engines.tts.clauses import ClauseSplitter
 
 log = logging.getLogger(__name__)
-
-# A reply repeating this many words of the system prompt in a row reads it out ("You are a helpful
-# voice assistant on ..."); fewer may fairly say what the device is.
-PERSONA_RUN_WORDS = 10
-
-
-class TurnFailed(Exception):
-    """An engine failed inside a turn; ``code`` is stable (``llm-failed``), the cause is chained."""
-
-    def __init__(self, stage: Stage, err: BaseException) -> None:
-        self.stage = stage
-        self.code = f"{stage.value}-failed"
-        super().__init__(f"{self.code}: {type(err).__name__}: {err}")
-
-
-@dataclass(frozen=True)
-class Grounding:
-    """``agent.grounding`` for a turn without tools: a figure may come only from the conversation and
-    these (``agent.allowed_figures``, the site's name); a clause with another is not said."""
-
-    allowed: tuple[str, ...] = ()
-    not_known_reply: str = "Sorry, I don't have that information here."
 
 
 @dataclass(frozen=True)
@@ -106,14 +85,11 @@ class Turn:
         self.trace = trace
         self.config = config
         self.transcript = ""
-        self.clauses: list[str] = []
-        self.clause_samples: list[int] = []  # audio synthesized per clause, at the player's rate
+        self.voice = TurnVoice(engines, player, trace, max_pending_chunks=config.max_pending_chunks)
         self.stats = GenerationStats()
         self.dropped = False  # a speculative turn abandoned because the person kept talking
-        self._confirmed = asyncio.Event()
         self._llm_cancel = threading.Event()
         self._reply_parts: list[str] = []
-        self._speaking_fallback = False
         self._sources: Sources | None = None  # what figures may come from (agent.grounding)
         self._withheld = False  # a clause was not spoken: the reply ended with agent.not_known_reply
         self._preamble: asyncio.Task[None] | None = None
@@ -126,17 +102,15 @@ class Turn:
 
     @property
     def confirmed(self) -> bool:
-        return self._confirmed.is_set()
+        return self.voice.confirmed
 
     def confirm(self) -> None:
         """The endpoint is confirmed: playback may start."""
-        self._confirmed.set()
+        self.voice.confirm()
 
     @property
     def played_text(self) -> str:
-        if self._speaking_fallback:
-            return ""
-        return played_text(self.clauses, self.clause_samples, self.player.played_samples)
+        return self.voice.played_text
 
     async def run(self) -> None:
         self.trace.audio_s = len(self.audio_16k) / 16000
@@ -152,7 +126,7 @@ class Turn:
             log.error("turn %s: %s", self.trace.turn_id, err, exc_info=err.__cause__)
             self.trace.error = str(err)
             self._llm_cancel.set()
-            await self._speak_fallback()
+            await self.voice.speak_fallback(self.config.replies.fallback_reply)
         finally:
             self._no_preamble()
             self._tell_words(None)  # none came (if one did, this does nothing)
@@ -193,60 +167,30 @@ class Turn:
             )
             self.dropped = True
             return
-        clauses: asyncio.Queue[str | None] = asyncio.Queue(self.config.max_pending_clauses)
-        chunks: asyncio.Queue[tuple[int, np.ndarray] | None] = asyncio.Queue(self.config.max_pending_chunks)
+        clauses: Clauses = asyncio.Queue(self.config.max_pending_clauses)
         messages = self._with_site_facts(self.messages_for(self.transcript))
-        await _run_together(
-            self._generate(messages, clauses),
-            self._synthesize(clauses, chunks),
-            self._play(chunks),
-        )
+        await run_together(self._generate(messages, clauses), self.voice.speak(clauses))
 
     def _with_site_facts(self, messages: list[Message]) -> list[Message]:
-        """The facts this question is given (in the prompt already, or before its words), and the
-        sources its reply's figures are checked against."""
-        tools, grounding = self.tools, self.config.grounding
-        checked = tools.agent.grounding if tools is not None else grounding is not None
-        self._sources = sources = Sources(check_figures=checked)
-        sources.add_internal(self._system_instructions(), run=PERSONA_RUN_WORDS)
-        if tools is None:
-            if grounding is not None:  # the conversation and the allowed figures are the only sources
-                sources.add_all((message.content for message in messages), said=True)
-                for allowed in grounding.allowed:
-                    sources.add(allowed, any_subject=True)
-            return messages
-        given, facts = tools.for_question(messages, self.transcript)
-        self.trace.facts_given = [fact.title or fact.text[:40] for fact in facts]
-        for text in tools.instructions():
-            sources.add_internal(text)
-        if sources.check_figures:
-            # Selecting, a figure of the facts is said only in the facts' own sentence (a chosen one):
-            # the model's free text may not state one.
-            for fact in [] if self._selects else facts:
-                sources.add(fact.text, title=fact.title)
-            sources.add_all((message.content for message in messages), said=True)  # before the facts
-            for message in messages:
-                if message.role == "user":
-                    sources.ask(message.content)
-            sources.add(tools.clock_line(), title="time date day clock", moment=True)
-            for allowed in (*tools.agent.allowed_figures, tools.agent.site_name, tools.agent.device_id):
-                sources.add(allowed, any_subject=True)
+        """The facts this question is given, and the sources its reply's figures are checked against."""
+        given, self._sources, facts = sources_for(
+            messages,
+            self.transcript,
+            tools=self.tools,
+            grounding=self.config.grounding,
+            system_prompt=self.engines.llm.system_prompt,
+            selects=self._selects,
+        )
+        if facts is not None:
+            self.trace.facts_given = [fact.title or fact.text[:40] for fact in facts]
         return given
 
-    def _system_instructions(self) -> str:
-        """The system prompt without the site's facts (a reply may repeat those)."""
-        system = self.engines.llm.system_prompt
-        if self.tools is not None and self.tools.facts_in_prompt:
-            system = system.replace(self.tools.facts_prompt_text(), "")
-        return system
-
     async def _say_only(self, text: str) -> None:
-        clauses: asyncio.Queue[str | None] = asyncio.Queue()
-        chunks: asyncio.Queue[tuple[int, np.ndarray] | None] = asyncio.Queue(self.config.max_pending_chunks)
+        clauses: Clauses = asyncio.Queue()
         self._reply_parts.append(text)
-        await self._put_clause(text, clauses)
+        await self.voice.put(text, clauses)
         await clauses.put(None)
-        await _run_together(self._synthesize(clauses, chunks), self._play(chunks))
+        await self.voice.speak(clauses)
 
     @property
     def ends_call(self) -> bool:
@@ -294,14 +238,14 @@ class Turn:
             )
         return text
 
-    async def _generate(self, messages: list[Message], clauses: asyncio.Queue[str | None]) -> None:
+    async def _generate(self, messages: list[Message], clauses: Clauses) -> None:
         from engines.tts.clauses import ClauseSplitter  # the TTS package's splitter (pure, cheap)
 
         splitter = ClauseSplitter(first_clause_words=self.config.speech.first_clause_words)
         if self.engines.llm.occupancy().full:
             # Every slot is answering another call: say so rather than stay silent for a whole reply.
             self.trace.busy_reply = True
-            await self._put_clause(self.config.replies.busy_reply, clauses)
+            await self.voice.put(self.config.replies.busy_reply, clauses)
         tools = self.tools if self.tools is not None and self.engines.llm.offers_tools else None
         calls_left = tools.agent.max_tool_calls if tools is not None else 0
         stats = self.stats
@@ -334,7 +278,7 @@ class Turn:
             log.info("turn %s: chose [%d]: %s", self.trace.turn_id, number, answer.why)
         return answer
 
-    async def _say_site_answer(self, answer: SiteAnswer, clauses: asyncio.Queue[str | None]) -> None:
+    async def _say_site_answer(self, answer: SiteAnswer, clauses: Clauses) -> None:
         """Say the facts' sentence the model chose, as written, or the product's decline."""
         from engines.tts.clauses import ClauseSplitter
 
@@ -342,14 +286,14 @@ class Turn:
         self._reply_parts.append(answer.text)
         splitter = ClauseSplitter(first_clause_words=self.config.speech.first_clause_words)
         for clause in [*splitter.push(answer.text), *splitter.flush()]:
-            await self._put_clause(clause, clauses)
+            await self.voice.put(clause, clauses)
 
     async def _reply_or_call(
         self,
         messages: list[Message],
         stats: GenerationStats,
         splitter: ClauseSplitter,
-        clauses: asyncio.Queue[str | None],
+        clauses: Clauses,
         tools_offered: bool,
     ) -> str | None:
         """Stream one LLM reply into the clauses; when its first output is a tool call, hold it back
@@ -428,14 +372,12 @@ class Turn:
                 self.trace.words_complete_p = round(probability, 6)
             hook(probability)
 
-    async def _speak_piece(
-        self, piece: str, splitter: ClauseSplitter, clauses: asyncio.Queue[str | None]
-    ) -> None:
+    async def _speak_piece(self, piece: str, splitter: ClauseSplitter, clauses: Clauses) -> None:
         self._reply_parts.append(piece)
         for clause in splitter.push(piece):
             await self._put_checked(clause, clauses)
 
-    async def _put_checked(self, clause: str, clauses: asyncio.Queue[str | None]) -> None:
+    async def _put_checked(self, clause: str, clauses: Clauses) -> None:
         """A clause of the model's reply, spoken only if its figures come from the sources; else the
         reply ends here with ``agent.not_known_reply`` (the model is stopped). Selecting, free text
         is checked a whole sentence at a time before any of it plays: no fragment before a decline."""
@@ -446,16 +388,18 @@ class Turn:
         if clause.rstrip().rstrip("\"')").endswith((".", "!", "?")):
             await self._check_and_put(self._sentence, clauses)
 
-    async def _check_and_put(self, pieces: list[str], clauses: asyncio.Queue[str | None]) -> None:
+    async def _check_and_put(self, pieces: list[str], clauses: Clauses) -> None:
         text, self._sentence = " ".join(piece.strip() for piece in pieces), []
         if self._withheld:
             return
         verdict = (
-            self._sources.check(text, after=" ".join(self.clauses)) if self._sources is not None else None
+            self._sources.check(text, after=" ".join(self.voice.clauses))
+            if self._sources is not None
+            else None
         )
         if verdict is None or verdict.ok:
             for clause in pieces:
-                await self._put_clause(clause, clauses)
+                await self.voice.put(clause, clauses)
             return
         assert verdict.why is not None
         self._withheld = True
@@ -476,40 +420,40 @@ class Turn:
             if verdict.why is WithheldWhy.INTERNAL
             else (self.config.grounding or Grounding()).not_known_reply
         )
-        await self._put_clause(ending, clauses)
+        await self.voice.put(ending, clauses)
 
-    async def _preamble_for(self, name: str, call_began: float, clauses: asyncio.Queue[str | None]) -> None:
+    async def _preamble_for(self, name: str, call_began: float, clauses: Clauses) -> None:
         """The model is calling ``name``: a goodbye or a transfer says its own sentence and needs no
         "Let me check that." before it; any other tool gets the preamble (``_preamble_later``)."""
         if self.tools is not None and not self.tools.speaks_for_itself(name):
             await self._preamble_later(clauses, since=call_began)
 
-    async def _preamble_later(self, clauses: asyncio.Queue[str | None], *, since: float) -> None:
+    async def _preamble_later(self, clauses: Clauses, *, since: float) -> None:
         """A tool call began at ``since``: say the preamble if nothing else is said within
         ``agent.tool_preamble_after_ms`` of it (a quick tool and answer need none); at once when it
         is 0 (a task started then could lose the race to the tool's own sentence on a busy machine)."""
         if self.trace.preamble_audio or self.tools is None or self._preamble is not None:
             return  # once per turn
         delay_s = self.tools.agent.tool_preamble_after_ms / 1000.0 - (time.monotonic() - since)
-        self._preamble_from = len(self.clauses)
+        self._preamble_from = len(self.voice.clauses)
         if delay_s <= 0:
             await self._say_preamble(0.0, clauses)
             return
         self._preamble = asyncio.create_task(self._say_preamble(delay_s, clauses), name="tool-preamble")
 
-    async def _say_preamble(self, delay_s: float, clauses: asyncio.Queue[str | None]) -> None:
+    async def _say_preamble(self, delay_s: float, clauses: Clauses) -> None:
         if delay_s > 0:
             await asyncio.sleep(delay_s)
-        if self.tools is not None and not self.clauses[self._preamble_from :]:
+        if self.tools is not None and not self.voice.clauses[self._preamble_from :]:
             self.trace.preamble_audio = True
-            await self._put_clause(self.tools.agent.tool_preamble, clauses)
+            await self.voice.put(self.tools.agent.tool_preamble, clauses)
 
     def _no_preamble(self) -> None:
         if self._preamble is not None and not self._preamble.done():
             self._preamble.cancel()
 
     async def _call_tools(
-        self, tools: ToolBox, call_text: str, calls_left: int, clauses: asyncio.Queue[str | None]
+        self, tools: ToolBox, call_text: str, calls_left: int, clauses: Clauses
     ) -> tuple[list[ToolCall], list[Message]] | None:
         """Run the calls in ``call_text``: the calls and the tools' answers as messages, or None after
         saying why not."""
@@ -524,71 +468,9 @@ class Turn:
             return None
         return done.calls, done.answers
 
-    async def _say_instead(self, sentence: str, clauses: asyncio.Queue[str | None]) -> None:
+    async def _say_instead(self, sentence: str, clauses: Clauses) -> None:
         self._reply_parts.append(sentence)
-        await self._put_clause(sentence, clauses)
-
-    async def _put_clause(self, clause: str, clauses: asyncio.Queue[str | None]) -> None:
-        if not clause.strip():
-            return
-        self.trace.mark("first_clause")
-        self.clauses.append(clause)
-        self.clause_samples.append(0)
-        await clauses.put(clause)
-
-    async def _synthesize(
-        self, clauses: asyncio.Queue[str | None], chunks: asyncio.Queue[tuple[int, np.ndarray] | None]
-    ) -> None:
-        index = 0
-        while (clause := await clauses.get()) is not None:
-            await self._synthesize_clause(clause, index, chunks)
-            index += 1
-        await chunks.put(None)
-
-    async def _synthesize_clause(
-        self, clause: str, index: int, chunks: asyncio.Queue[tuple[int, np.ndarray] | None]
-    ) -> None:
-        tts = self.engines.tts
-        rate = self.player.rate
-        try:
-            audio = self.engines.tts_worker.stream(
-                lambda: tts.synthesize(clause, sample_rate_hz=rate), cancel=threading.Event()
-            )
-            async with contextlib.aclosing(audio):
-                async for chunk in audio:
-                    self.trace.mark("tts_first_audio")
-                    self.clause_samples[index] += len(chunk)
-                    await chunks.put((index, chunk))
-        except Exception as err:
-            raise TurnFailed(Stage.TTS, err) from err
-
-    async def _play(self, chunks: asyncio.Queue[tuple[int, np.ndarray] | None]) -> None:
-        while (item := await chunks.get()) is not None:
-            index, chunk = item
-            await self._confirmed.wait()
-            self.trace.mark("playback_start")
-            try:
-                await self.player.play(chunk, index)
-            except Exception as err:
-                raise TurnFailed(Stage.PLAYBACK, err) from err
-        await self.player.drain()
-
-    async def _speak_fallback(self) -> None:
-        """Say ``fallback_reply`` after a failure (itself cancellable by a barge-in)."""
-        self._speaking_fallback = True
-        text = self.config.replies.fallback_reply
-        try:
-            chunks = self.engines.tts_worker.stream(
-                lambda: self.engines.tts.synthesize(text, sample_rate_hz=self.player.rate),
-                cancel=threading.Event(),
-            )
-            async with contextlib.aclosing(chunks):
-                async for chunk in chunks:
-                    await self._confirmed.wait()
-                    await self.player.play(chunk, len(self.clauses))
-            await self.player.drain()
-        except Exception:
-            log.exception("turn %s: the fallback reply could not be spoken either", self.trace.turn_id)
+        await self.voice.put(sentence, clauses)
 
 
 def _says(reply: str, sentence: str) -> bool:
@@ -599,20 +481,3 @@ def _says(reply: str, sentence: str) -> bool:
 
 def _rounded(value: float | None) -> float | None:
     return None if value is None else round(value, 4)
-
-
-async def _run_together(*steps: Awaitable[None]) -> None:
-    """Run the stages concurrently; the first failure cancels the others and is raised."""
-    tasks = [asyncio.ensure_future(step) for step in steps]
-    try:
-        done, _pending = await asyncio.wait(tasks, return_when=asyncio.FIRST_EXCEPTION)
-        for task in done:
-            error = task.exception()
-            if error is not None:
-                raise error
-    finally:
-        for task in tasks:
-            task.cancel()
-        for task in tasks:
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await task
