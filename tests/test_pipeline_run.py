@@ -17,6 +17,10 @@ from engines.audio import resample
 from tests.conftest import REPO
 from tests.fixtures.pipeline import english_words
 
+# The machine's bundle root is shared: a daemon a test kills must not count toward rolling back its
+# active version (tests/test_bundle_store.py tests the rollback on a root of its own).
+NO_CRASH_ROLLBACK = {"APPLIANCE_BUNDLE__ROLLBACK_AFTER_CRASHES": "0"}
+
 
 def run_daemon(
     config: Path, tmp_path: Path, *, timeout_s: float, **extra_env: str
@@ -27,7 +31,7 @@ def run_daemon(
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
     listener.bind(str(notify_path))
     env = {k: v for k, v in os.environ.items() if not k.startswith("APPLIANCE_")}
-    env.update({"NOTIFY_SOCKET": str(notify_path), **extra_env})
+    env.update({"NOTIFY_SOCKET": str(notify_path), **NO_CRASH_ROLLBACK, **extra_env})
     done = subprocess.run(
         [sys.executable, "-m", "appliance", "run", "--config", str(config)],
         cwd=REPO,

@@ -21,6 +21,7 @@ def test_real_daemon_is_ready_only_after_loading_and_stops_cleanly(tmp_path: Pat
         "NOTIFY_SOCKET": fake.address,
         "WATCHDOG_USEC": "2000000",  # a ping every second
         "APPLIANCE_AUDIO__INPUT": "none",  # no microphone session: just serve until stopped
+        "APPLIANCE_BUNDLE__ROLLBACK_AFTER_CRASHES": "0",  # the shared bundle root (see test_pipeline_run)
         "APPLIANCE_LLM__MODEL": "gemma-270m",
         "APPLIANCE_TRACE__DB_PATH": str(tmp_path / "turns.sqlite3"),
     }
