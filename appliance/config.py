@@ -28,11 +28,12 @@ from engines.files import TOMLDecodeError, loads_toml
 from engines.llm.params import LlmParams, LlmServerParams
 from engines.params import Params
 from engines.tts.params import TtsParams
-from engines.vad.params import EndpointerMode, EndpointerParams, VadParams
-from engines.wake.params import ActivationMode, WakeParams
 
-# The settings' own vocabularies, for readers of the settings that never import the engines (the admin page).
-SETTING_VOCABULARIES = (ActivationMode, EndpointerMode)
+# The settings' own vocabularies, re-exported for readers that never import the engines (the admin page).
+from engines.vad.params import EndpointerMode as EndpointerMode
+from engines.vad.params import EndpointerParams, VadParams
+from engines.wake.params import ActivationMode as ActivationMode
+from engines.wake.params import WakeParams
 
 ENV_PREFIX = "APPLIANCE_"
 

@@ -3,7 +3,6 @@ output, and the measures taken of it (ERLE, convergence, the delay found)."""
 
 from __future__ import annotations
 
-import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -31,8 +30,6 @@ REPLIES = (
     "I can help with opening hours, directions, safety questions and the status of the production lines.",
     "Platform two is closed for maintenance today, so trains to the city leave from platform four.",
 )
-
-log = logging.getLogger("bench.aec")
 
 
 @dataclass

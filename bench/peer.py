@@ -88,12 +88,11 @@ class Peer:
 def speech_end_s(vad: Any, path: Path) -> float:
     """Where the recording's speech ends: the end of its last voiced Silero frame, as the product's
     VAD places the end of speech online."""
-    from bench.turn import _last_voiced_end
-    from bench.turn_replay import vad_probabilities
+    from bench.turn_replay import last_voiced_end, vad_probabilities
     from engines.audio import load_audio_16k
     from engines.vad.params import VadParams
 
-    return _last_voiced_end(vad_probabilities(vad, load_audio_16k(path)), VadParams().threshold)
+    return last_voiced_end(vad_probabilities(vad, load_audio_16k(path)), VadParams().threshold)
 
 
 async def run(args: argparse.Namespace) -> dict[str, Any]:

@@ -45,6 +45,7 @@ from bench.turn_replay import (
     Judges,
     Words,
     _stats,
+    last_voiced_end,
     replay,
     summarize,
     vad_probabilities,
@@ -174,7 +175,7 @@ def decisive_verdicts(
         at_s = (
             clip.pause_start_s
             if clip.pause_start_s is not None
-            else _last_voiced_end(probabilities[index], VadParams().threshold)
+            else last_voiced_end(probabilities[index], VadParams().threshold)
         )
         first_silent = (int(at_s / FRAME_S) + 1) * FRAME_S
         start = max(0, round((LEAD_S - params.pre_roll_s) * 16000))
@@ -190,11 +191,6 @@ def decisive_verdicts(
             }
         )
     return rows
-
-
-def _last_voiced_end(probabilities: list[float], threshold: float) -> float:
-    voiced = [i for i, p in enumerate(probabilities) if p >= threshold]
-    return (voiced[-1] + 1) * FRAME_S if voiced else 0.0
 
 
 def run_grid(

@@ -3,7 +3,6 @@ verdicts delivered when they would come, and the outcome summarized (pauses cut,
 
 from __future__ import annotations
 
-import logging
 import time
 from collections import Counter
 from collections.abc import Callable
@@ -19,8 +18,6 @@ FRAME_S = FRAME_SAMPLES / 16000
 # A pause shorter than this is over before any words' verdict could come (ASR alone takes longer).
 MIN_WORDS_PAUSE_S = 0.12
 BASELINE_UNFINISHED, BASELINE_FINISHED = 0.02, 0.9
-
-log = logging.getLogger("bench.turn")
 
 
 @dataclass(frozen=True)
@@ -174,6 +171,12 @@ def vad_probabilities(vad: Any, audio: np.ndarray) -> list[float]:
     stream = vad.stream()
     frames = len(audio) // FRAME_SAMPLES
     return [stream.probability(audio[i * FRAME_SAMPLES : (i + 1) * FRAME_SAMPLES]) for i in range(frames)]
+
+
+def last_voiced_end(probabilities: list[float], threshold: float) -> float:
+    """Where speech ends in a clip (s): the end of its last voiced frame."""
+    voiced = [i for i, p in enumerate(probabilities) if p >= threshold]
+    return (voiced[-1] + 1) * FRAME_S if voiced else 0.0
 
 
 def _stats(values: list[float]) -> dict[str, float] | None:

@@ -281,7 +281,7 @@ class TraceMetrics:
             registry=self.registry,
         )
         for verdict in TurnCheck:
-            self.turn_checks.labels(verdict=verdict)
+            self.turn_checks.labels(verdict=verdict.value)
         self.withheld = Counter(
             "appliance_clauses_withheld",
             "clauses of replies not spoken, by why: figure (a figure no source gave), internal (the "

@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 from collections import Counter
-from enum import Enum
-from typing import TypeVar
 
 from appliance.admin.schemas import (
     LatencyReport,
@@ -16,7 +14,7 @@ from appliance.admin.schemas import (
 )
 from appliance.quality import by_version
 from appliance.trace import STAGES, TurnTrace, summarize
-from appliance.trace.labels import EndedBy, OpenedBy, TurnOutcome, WordsNotExpected
+from appliance.trace.labels import TurnOutcome
 
 # The stage whose duration is compared with ``trace.budget_ms``.
 BUDGET_STAGE = "turn_latency"
@@ -44,18 +42,18 @@ def turn_view(trace: TurnTrace, budget_ms: float) -> TurnView:
         turn_latency_ms=latency,
         over_budget=latency is not None and latency > budget_ms,
         endpoint_wait_ms=stages.get("endpoint_wait"),
-        endpoint_by=_known(EndedBy, trace.endpoint_by),
+        endpoint_by=trace.endpoint_by or None,
         turn_checks=trace.turn_checks,
         turn_complete_p=trace.turn_complete_p,
         words_complete_p=trace.words_complete_p,
-        words_not_expected=_known(WordsNotExpected, trace.words_not_expected),
+        words_not_expected=trace.words_not_expected or None,
         turn_incomplete=trace.turn_incomplete,
         facts_given=trace.facts_given,
         heard_as=trace.heard_as,
         withheld=[WithheldClause.model_validate(clause) for clause in trace.withheld],
         declined=trace.declined,
         overlaps=[OverlapHeard.model_validate(overlap) for overlap in trace.overlaps],
-        opened_by=_known(OpenedBy, trace.opened_by),
+        opened_by=trace.opened_by or None,
         partials=trace.partials,
         prefill_reused=trace.prefill_reused,
         llm_evaluated_tokens=trace.llm_evaluated_tokens,
@@ -63,23 +61,11 @@ def turn_view(trace: TurnTrace, budget_ms: float) -> TurnView:
     )
 
 
-L = TypeVar("L", bound=Enum)
-
-
-def _known(labels: type[L], value: str) -> L | None:
-    """A stored label as its enum; None for "" (older records) or one this version no longer has."""
-    try:
-        return labels(value)
-    except ValueError:
-        return None
-
-
 def turn_outcome(trace: TurnTrace) -> TurnOutcome:
     if trace.error:
         return TurnOutcome.ERROR
-    stopped = _known(TurnOutcome, trace.outcome)
-    if stopped is not None:
-        return stopped
+    if trace.outcome:  # a record keeps only these two itself (hangup, stopped)
+        return trace.outcome
     return TurnOutcome.INTERRUPTED if trace.cancelled else TurnOutcome.ANSWERED
 
 

@@ -6,7 +6,6 @@ from __future__ import annotations
 import dataclasses
 import logging
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import numpy as np
 import numpy.typing as npt
@@ -17,6 +16,7 @@ from appliance.audio.echo_room import RoomMemory, room_key
 from appliance.audio.files import NullSink
 from appliance.config import Settings
 from appliance.daemon.load import Daemon
+from appliance.daemon.sessions import SessionRegistry, run_session
 from appliance.engine_set import cancels_echo, echo_gate
 from appliance.pipeline.session import SessionConfig
 from appliance.pipeline.workers import EngineWorker
@@ -27,11 +27,6 @@ from appliance.turn_report import describe_turn, turn_summary
 from engines.aec import EchoCanceller
 from engines.audio import SAMPLE_RATE_HZ, resample
 from engines.wake.params import ActivationMode
-
-if TYPE_CHECKING:
-    pass
-
-from appliance.daemon.sessions import SessionRegistry, run_session
 
 log = logging.getLogger(__name__)
 

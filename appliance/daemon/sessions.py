@@ -3,9 +3,8 @@ its own VAD state, endpointer and conversation, shown on the admin page while it
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Protocol
+from typing import Protocol
 
 from appliance.audio.base import AudioSink, AudioSource
 from appliance.audio.denoise import suppress_noise
@@ -15,34 +14,10 @@ from appliance.pipeline.session import Session, SessionConfig
 from appliance.trace.labels import SessionKind, SessionState
 from appliance.trace.record import TurnTrace
 
-if TYPE_CHECKING:
-    pass
-
-log = logging.getLogger(__name__)
-
 
 class SessionRegistry(Protocol):
-    """Where live sessions are shown (the admin page's ``LiveRegistry``)."""
-
-    def open_session(
-        self,
-        session_id: str,
-        kind: SessionKind,
-        peer: str = "",
-        state_of: Callable[[], SessionState] | None = None,
-        heard_of: Callable[[], str] | None = None,
-        wakes_of: Callable[[], int] | None = None,
-    ) -> None: ...
-
-    def update_session(
-        self, session_id: str, *, state: SessionState | None = None, turn_done: bool = False
-    ) -> None: ...
-
-    def close_session(self, session_id: str) -> None: ...
-
-
-class NullRegistry:
-    """The registry when the admin page is off: sessions are shown nowhere."""
+    """Where live sessions are shown (the admin page's ``LiveRegistry``). Its own methods show them
+    nowhere: ``NullRegistry``, when the page is off."""
 
     def open_session(
         self,
@@ -62,6 +37,10 @@ class NullRegistry:
 
     def close_session(self, session_id: str) -> None:
         return None
+
+
+class NullRegistry(SessionRegistry):
+    """The registry when the admin page is off: sessions are shown nowhere."""
 
 
 async def run_session(

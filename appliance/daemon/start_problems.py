@@ -5,7 +5,6 @@ page's write."""
 
 from __future__ import annotations
 
-import logging
 from pathlib import Path
 
 from appliance.config import ConfigProblem, Settings
@@ -15,8 +14,6 @@ from engines.errors import EngineError
 from engines.setting_files import same_file
 from engines.vad.params import EndpointerMode
 from engines.wake.params import ActivationMode
-
-log = logging.getLogger(__name__)
 
 
 def startup_problems(settings: Settings) -> list[ConfigProblem]:

@@ -167,8 +167,11 @@ class TurnTrace:
         known = {k: v for k, v in data.items() if k in cls.__dataclass_fields__}
         for name, labels in _LABEL_FIELDS.items():
             value = known.get(name)
-            if isinstance(value, str) and value:  # a label this version does not know reads as none
-                known[name] = labels(value) if value in labels._value2member_map_ else ""
+            if isinstance(value, str) and value:
+                try:
+                    known[name] = labels(value)
+                except ValueError:  # a label this version does not know reads as none
+                    known[name] = ""
         return cls(**known)
 
     def log_line(self) -> str:
