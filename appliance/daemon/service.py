@@ -18,6 +18,8 @@ from typing import TYPE_CHECKING
 
 from appliance.config import Settings
 from appliance.daemon.load import Daemon, close, load, load_with_fallback, open_store
+from appliance.daemon.local_session import canceller_of, demo_turn, local_session, with_echo_cancellation
+from appliance.daemon.sessions import NullRegistry, SessionRegistry, run_session
 from appliance.engine_set import session_config
 from appliance.pipeline.session import SessionConfig
 from appliance.service.runner import ServiceControl
@@ -26,9 +28,6 @@ from appliance.trace.labels import SessionKind
 if TYPE_CHECKING:
     from appliance.sip.server import SipServer
     from appliance.sip.tls import SipTls
-
-from appliance.daemon.local_session import canceller_of, demo_turn, local_session, with_echo_cancellation
-from appliance.daemon.sessions import NullRegistry, SessionRegistry, run_session
 
 log = logging.getLogger(__name__)
 
