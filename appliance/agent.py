@@ -1,6 +1,6 @@
 """The agent: who it is (persona -> system prompt) and what it remembers of a conversation.
 
-What it says when a turn fails is ``agent.fallback_reply``, carried to the turn by the session
+What it says when a turn fails is ``conversation.fallback_reply``, carried to the turn by the session
 configuration (``appliance.engine_set.session_config``)."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ import json
 from typing import Literal
 
 from appliance.agent_params import AgentParams, ToolConfig
-from appliance.pipeline.params import HistoryParams
+from appliance.pipeline.params import ConversationParams
 from engines.llm import Message
 
 FactsPlace = Literal["none", "prompt", "question"]
@@ -119,7 +119,7 @@ def _capitalised(text: str) -> str:
 class Conversation:
     """The messages of one session (without the system prompt), bounded to ``max_messages``."""
 
-    def __init__(self, max_messages: int = HistoryParams().max_history_messages) -> None:
+    def __init__(self, max_messages: int = ConversationParams().max_history_messages) -> None:
         if max_messages < 2:
             raise ValueError(f"max_messages must be at least 2, got {max_messages}")
         self.max_messages = max_messages

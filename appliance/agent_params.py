@@ -1,5 +1,5 @@
-"""[agent]: who the appliance says it is, the tools the model may call, what it says when it cannot
-answer, and how its replies are kept to their sources."""
+"""[agent]: who the appliance says it is, the tools the model may call, what it says when it does not
+know, and how its replies are kept to their sources."""
 
 from __future__ import annotations
 
@@ -8,7 +8,6 @@ from typing import Literal
 
 from pydantic import Field, ValidationInfo, field_validator, model_validator
 
-from appliance.pipeline.params import HistoryParams, ReplyParams
 from engines.params import Params, check_sentence
 
 
@@ -23,7 +22,7 @@ class ToolConfig(Params):
     """A tool the model may call (``[[agent.tools]]``): ``facts`` searches a local file, ``device``
     answers about the appliance itself, ``http`` asks a service on the site's LAN, ``end_call`` hangs
     up a phone call after the reply (the goodbye) has been played, ``transfer`` puts the caller
-    through to one of ``sip.transfer_targets`` after the reply."""
+    through to one of ``call.transfer_targets`` after the reply."""
 
     name: str = Field(pattern=r"^[a-z][a-z0-9_]{0,39}$", description="what the model calls it")
     kind: Literal["facts", "device", "http", "end_call", "transfer"]
@@ -63,7 +62,10 @@ _PLACEHOLDERS: dict[str, tuple[str, ...]] = {
 }
 
 
-class AgentParams(HistoryParams, ReplyParams):
+class AgentParams(Params):
+    """Who the appliance is at this site: its persona, its tools, and how it answers from the site's
+    facts."""
+
     site_name: str = Field("Demo site", description="the site's name, as the persona says it")
     device_id: str = Field("appliance-dev", description="this device's name on the admin page and /metrics")
     persona: str = Field(
@@ -143,12 +145,12 @@ class AgentParams(HistoryParams, ReplyParams):
     )
     offer_transfer: str = Field(
         "I can also put you through to {targets}.",
-        description="select: said after offer when a transfer tool can reach sip.transfer_targets",
+        description="select: said after offer when a transfer tool can reach call.transfer_targets",
     )
     not_known_offer: str = Field(
         "I can put you through to {target}.",
         description="said after not_known_reply when a clause was withheld and a transfer tool can reach "
-        "{target} (the first of sip.transfer_targets)",
+        "{target} (the first of call.transfer_targets)",
     )
     goodbye_reply: str = Field(
         "Thank you for calling. Goodbye.", min_length=1, description="said when the model ends a call"

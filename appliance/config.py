@@ -8,17 +8,18 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
-from pydantic import Field, ValidationError
-from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
+from pydantic import ValidationError, model_validator
+from pydantic_settings import BaseSettings, EnvSettingsSource, PydanticBaseSettingsSource, SettingsConfigDict
 
 from appliance.admin.params import AdminParams
 from appliance.agent_params import AgentParams
 from appliance.audio.params import AudioParams
+from appliance.config_moves import SettingError, moved, moved_environment, notice
 from appliance.daemon.bundle_params import BundleParams
 from appliance.pipeline.echo_gate import EchoGateParams
-from appliance.pipeline.params import OverlapParams, PartialsParams, PrefillParams
+from appliance.pipeline.params import CallParams, ConversationParams, OverlapParams, PartialsParams
 from appliance.sip.params import SipParams
 from appliance.trace.params import TraceParams
 from engines.aec.params import AecParams
@@ -38,96 +39,55 @@ from engines.wake.params import WakeParams
 ENV_PREFIX = "APPLIANCE_"
 
 
-class BundleConfig(BundleParams):
-    """[bundle]: appliance/daemon/bundle_params.py."""
-
-
-class AudioConfig(AudioParams, AecParams):
-    """[audio]: appliance/audio/params.py and the echo canceller's engines/aec/params.py."""
-
-
-class DenoiseConfig(DenoiseParams):
-    """``[denoise]``: noise suppression, engines/denoise/params.py."""
-
-
-class WakeConfig(WakeParams):
-    """``[wake]``: how a turn may begin, engines/wake/params.py."""
-
-
-class VadConfig(EchoGateParams, VadParams):
-    """``[vad]``: the VAD's own settings and the echo gate's."""
-
-
-class EndpointerConfig(OverlapParams, EndpointerParams):
-    """``[endpointer]``: the end of a turn (engines/vad/endpointer.py) and speech over a reply
-    (appliance/pipeline/overlap.py)."""
-
-
-class AsrConfig(PartialsParams, AsrParams):
-    """``[asr]``: Whisper's settings and the partial transcripts'."""
-
-    @property
-    def separate_partial_model(self) -> str | None:
-        """The model of a second Whisper engine for the partials, when they run on another model."""
-        if self.partial_interval_ms == 0 or self.partial_model in ("", self.model):
-            return None
-        return self.partial_model
-
-
-class LlmConfig(PrefillParams, LlmServerParams, LlmParams):
-    """``[llm]``: the local model's settings, a site server's, the prefill, and the slots."""
-
-    slots: int = Field(
-        0,
-        ge=0,
-        le=64,
-        description="conversations the LLM holds and answers at once, each with its own context_tokens "
-        "of KV cache; 0: one per SIP call (sip.max_calls, when SIP is on) plus the local session",
-    )
-    backend: Literal["local", "openai"] = Field(
-        "local",
-        description="local: the bundle's model on this device; openai: a site server's OpenAI-compatible "
-        "API at llm.server_url (llama_cpp.server, llama-server, vLLM)",
-    )
-
-
-TtsConfig = TtsParams
-
-
-class AgentConfig(AgentParams):
-    """[agent]: appliance/agent_params.py."""
-
-
-class SipConfig(SipParams):
-    """[sip]: appliance/sip/params.py (with the call's keys of appliance/pipeline/params.py)."""
-
-
-class AdminConfig(AdminParams):
-    """[admin]: appliance/admin/params.py."""
-
-
-class TraceConfig(TraceParams):
-    """[trace]: appliance/trace/params.py."""
-
-
 class Settings(BaseSettings):
+    """Every section is one component's settings, declared next to the code that uses them."""
+
     model_config = SettingsConfigDict(
         extra="forbid", frozen=True, env_prefix=ENV_PREFIX, env_nested_delimiter="__"
     )
 
-    bundle: BundleConfig = BundleConfig()
-    audio: AudioConfig = AudioConfig()
-    denoise: DenoiseConfig = DenoiseConfig()
-    wake: WakeConfig = WakeConfig()
-    vad: VadConfig = VadConfig()
-    endpointer: EndpointerConfig = EndpointerConfig()
-    asr: AsrConfig = AsrConfig()
-    llm: LlmConfig = LlmConfig()
-    tts: TtsConfig = TtsConfig()
-    agent: AgentConfig = AgentConfig()
-    sip: SipConfig = SipConfig()
-    admin: AdminConfig = AdminConfig()
-    trace: TraceConfig = TraceConfig()
+    bundle: BundleParams = BundleParams()
+    audio: AudioParams = AudioParams()
+    aec: AecParams = AecParams()
+    denoise: DenoiseParams = DenoiseParams()
+    wake: WakeParams = WakeParams()
+    vad: VadParams = VadParams()
+    echo_gate: EchoGateParams = EchoGateParams()
+    endpointer: EndpointerParams = EndpointerParams()
+    overlap: OverlapParams = OverlapParams()
+    asr: AsrParams = AsrParams()
+    partials: PartialsParams = PartialsParams()
+    llm: LlmParams = LlmParams()
+    llm_server: LlmServerParams = LlmServerParams()
+    tts: TtsParams = TtsParams()
+    agent: AgentParams = AgentParams()
+    conversation: ConversationParams = ConversationParams()
+    sip: SipParams = SipParams()
+    call: CallParams = CallParams()
+    admin: AdminParams = AdminParams()
+    trace: TraceParams = TraceParams()
+
+    @model_validator(mode="before")
+    @classmethod
+    def _moved_keys(cls, data: Any) -> Any:
+        """An older version's keys (the file's and the environment's, merged) read at their new places."""
+        if not isinstance(data, dict):
+            return data
+        data, moves = moved(data)  # MovedTwice: a key set at both places
+        notice(moves)
+        return data
+
+    @model_validator(mode="after")
+    def _transfers_reachable(self) -> Settings:
+        domain = self.sip.transfer_domain()
+        for name in self.call.transfer_targets:
+            if self.call.transfer_uri(name, domain) is None:
+                raise SettingError(
+                    "call.transfer_targets",
+                    f"{name!r} is an extension but sip.registrar is not set: "
+                    'give it as a SIP URI ("sip:2000@10.20.0.2") or set sip.registrar',
+                )
+        return self
 
     @classmethod
     def settings_customise_sources(
@@ -139,6 +99,8 @@ class Settings(BaseSettings):
         file_secret_settings: PydanticBaseSettingsSource,
     ) -> tuple[PydanticBaseSettingsSource, ...]:
         # Environment wins over the file (passed as init values); no .env or secrets dir.
+        if isinstance(env_settings, EnvSettingsSource):
+            env_settings.env_vars = moved_environment(env_settings.env_vars, ENV_PREFIX)
         return (env_settings, init_settings)
 
 
@@ -184,6 +146,10 @@ def _problems(err: ValidationError) -> list[ConfigProblem]:
     for item in err.errors():
         key = ".".join(str(part) for part in item["loc"]) or "<root>"
         message = item["msg"]
+        cause = item.get("ctx", {}).get("error")
+        if isinstance(cause, SettingError):  # the settings as a whole, blamed on one key
+            problems.append(ConfigProblem(cause.key, cause.message, _MISSING))
+            continue
         if item["type"] == "extra_forbidden":
             message = "unknown key; remove it or check its spelling"
         problems.append(ConfigProblem(key, message, item.get("input", _MISSING)))
@@ -194,6 +160,10 @@ def override(settings: Settings, **sections: dict[str, Any]) -> Settings:
     """``settings`` with some keys of some sections replaced (a command's ``--model``, a test's
     speed trade-off); each changed section is validated again, so a bad value raises ConfigError."""
     updates: dict[str, Params] = {}
+    try:
+        sections, _moves = moved(sections)  # a benchmark variant or a script of an older version
+    except SettingError as err:
+        raise ConfigError("command-line options", [ConfigProblem(err.key, err.message, _MISSING)]) from err
     for name, values in sections.items():
         section = getattr(settings, name)
         try:

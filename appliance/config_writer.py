@@ -18,7 +18,7 @@ BACKUP_SUFFIX = ".bak"
 
 def edited_toml(text: str, changes: dict[str, dict[str, Any]], *, header: str = "") -> str:
     """``text`` with ``changes`` (section -> key -> value; None removes the key) applied; a section
-    left empty goes. ``header`` (comment lines) starts a file that had no text. ValueError when a
+    left without keys or comments goes. ``header`` (comment lines) starts a file that had no text. ValueError when a
     top-level name is not a section, or the text is not TOML."""
     import tomlkit  # here: what only writes need stays out of the daemon's and the checks' imports
     from tomlkit.exceptions import TOMLKitError
@@ -47,9 +47,15 @@ def edited_toml(text: str, changes: dict[str, dict[str, Any]], *, header: str = 
                 table.pop(key, None)
             elif key not in table or _plain(table[key]) != value:
                 table[key] = _item(value)
-        if not table:
+        if not table and not _has_comments(table):  # a person's comment stays, under its header
             del doc[section]
     return tomlkit.dumps(doc)
+
+
+def _has_comments(table: Any) -> bool:
+    from tomlkit.items import Comment
+
+    return any(isinstance(item, Comment) for _key, item in table.value.body)
 
 
 def _plain(item: Any) -> Any:

@@ -11,14 +11,12 @@ The daemon, every command and every benchmark build their engines here, so a key
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING, TypeVar
+from typing import TYPE_CHECKING
 
 from appliance.agent import FactsPlace, system_prompt
 from appliance.config import Settings
 from appliance.pipeline.echo_gate import EchoGate
 from appliance.pipeline.engines import SessionEngines
-from appliance.pipeline.params import OverlapParams
-from appliance.pipeline.partials import PartialsConfig
 from appliance.pipeline.session import SessionConfig
 from appliance.pipeline.turn import TurnConfig
 from appliance.pipeline.turn_sources import Grounding
@@ -31,12 +29,11 @@ from engines.bundle_store import version_of
 from engines.denoise import Denoiser
 from engines.errors import EngineError
 from engines.llm import LlmEngine
-from engines.params import Params
 from engines.setting_files import SECRET, read_setting_text
 from engines.tts import TtsEngine
 from engines.turn import TurnDetector
 from engines.vad import VadEngine
-from engines.vad.params import EndpointerMode, EndpointerParams
+from engines.vad.params import EndpointerMode
 from engines.wake import WakeWordEngine
 from engines.wake.params import ActivationMode
 
@@ -82,9 +79,9 @@ def tool_box(settings: Settings) -> ToolBox | None:
         return None
     return ToolBox(
         settings.agent,
-        transfer_targets=tuple(settings.sip.transfer_targets),
-        transfer_sentence=settings.sip.transfer_preamble,
-        operator=settings.sip.operator_target,
+        transfer_targets=tuple(settings.call.transfer_targets),
+        transfer_sentence=settings.call.transfer_preamble,
+        operator=settings.call.operator_target,
     )
 
 
@@ -93,7 +90,7 @@ def llm_engine(
 ) -> LlmEngine:
     """The configured LLM with the agent's system prompt (``prompt`` replaces it, for benchmarks) and
     its tools; with ``llm.backend = "openai"`` the site server's, the local model behind it unless
-    ``llm.server_fallback = "none"`` (no tools then: the server's template is not known here)."""
+    ``llm_server.server_fallback = "none"`` (no tools then: the server's template is not known here)."""
     llm = settings.llm
     if llm.backend == "openai":
         return _server_llm(settings, bundle, prompt=prompt, seed=seed)
@@ -115,11 +112,11 @@ def _server_llm(settings: Settings, bundle: Bundle, *, prompt: str | None, seed:
     from engines.llm.fallback import ServerWithFallback
     from engines.llm.openai_server import OpenAiLlm
 
-    llm = settings.llm
-    key_file = llm.server_api_key_file
+    llm, server = settings.llm, settings.llm_server
+    key_file = server.server_api_key_file
     persona = llm_prompt(settings, bundle, tools=False)[0] if prompt is None else prompt
     remote = OpenAiLlm(
-        llm,
+        server,
         api_key=read_setting_text(key_file, SECRET).strip() if key_file is not None else None,
         system_prompt=persona,
         max_reply_tokens=llm.max_reply_tokens,
@@ -127,8 +124,8 @@ def _server_llm(settings: Settings, bundle: Bundle, *, prompt: str | None, seed:
         stop=llm.stop,
         seed=seed,
     )
-    local = _local_llm(settings, bundle, persona, [], seed) if llm.server_fallback == "local" else None
-    return ServerWithFallback(remote, local, retry_s=llm.server_retry_s)
+    local = _local_llm(settings, bundle, persona, [], seed) if server.server_fallback == "local" else None
+    return ServerWithFallback(remote, local, retry_s=server.server_retry_s)
 
 
 def llm_prompt(
@@ -196,8 +193,8 @@ def tts_engine(settings: Settings, bundle: Bundle) -> TtsEngine:
 
 def echo_gate(settings: Settings, *, echo_cancelled: bool) -> EchoGate:
     """What the VAD hears while a reply plays: with the echo cancelled, the normal threshold (unless
-    ``vad.threshold_while_playing`` says otherwise); without, the raised one."""
-    return EchoGate.of(settings.vad, settings.vad, echo_cancelled=echo_cancelled)
+    ``echo_gate.threshold_while_playing`` says otherwise); without, the raised one."""
+    return EchoGate.of(settings.vad, settings.echo_gate, echo_cancelled=echo_cancelled)
 
 
 def cancels_echo(settings: Settings, *, kind: SessionKind, speaker: bool) -> bool:
@@ -225,29 +222,21 @@ def echo_canceller(settings: Settings, *, microphone: bool) -> EchoCanceller | N
         log.warning("echo cancellation is off: %s; replies are protected by the raised VAD threshold", why)
         return None
 
-    return create_canceller(audio)
-
-
-P = TypeVar("P", bound=Params)
-
-
-def _only(section: Params, kind: type[P]) -> P:
-    """The ``kind`` settings of a section that holds more than one component's (``[endpointer]``)."""
-    return kind.model_validate(section.model_dump(include=set(kind.model_fields)))
+    return create_canceller(settings.aec)
 
 
 def session_config(settings: Settings, *, echo_cancelled: bool = False) -> SessionConfig:
     """The endpointer, echo gate, turn and history settings of a session (``echo_cancelled``: its
     microphone runs through the echo canceller)."""
     return SessionConfig(
-        endpointer=_only(settings.endpointer, EndpointerParams),
+        endpointer=settings.endpointer,
         echo=echo_gate(settings, echo_cancelled=echo_cancelled),
-        turn=TurnConfig(replies=settings.agent, speech=settings.tts, grounding=grounding_of(settings)),
-        partials=PartialsConfig(timing=settings.asr, llm=settings.llm),
-        history=settings.agent,
-        call=settings.sip,
+        turn=TurnConfig(replies=settings.conversation, speech=settings.tts, grounding=grounding_of(settings)),
+        partials=settings.partials,
+        conversation=settings.conversation,
+        call=settings.call,
         transfer_domain=settings.sip.transfer_domain(),
-        overlap=_only(settings.endpointer, OverlapParams),
+        overlap=settings.overlap,
         wake=settings.wake,
     )
 
@@ -339,9 +328,9 @@ def build_engines(settings: Settings, bundle: Bundle, *, microphone: bool = Fals
 
 
 def partial_asr_engine(settings: Settings, bundle: Bundle) -> AsrEngine | None:
-    """A second Whisper for the partial transcripts when ``asr.partial_model`` names another model;
+    """A second Whisper for the partial transcripts when ``partials.partial_model`` names another model;
     None when partials are off or use the main one."""
-    model = settings.asr.separate_partial_model
+    model = settings.partials.separate_model(settings.asr.model)
     return None if model is None else asr_engine(settings, bundle, model=model)
 
 

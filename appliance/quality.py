@@ -8,7 +8,7 @@ Signals of a turn (each turn's trace has what they need):
 - ``repeated``: the person said again what they said the turn before (they were not understood);
 - ``barge_in``: the reply was cut by the person speaking;
 - ``tool_failed``: a tool the model called failed;
-- ``fallback``: the turn failed and ``agent.fallback_reply`` was said;
+- ``fallback``: the turn failed and ``conversation.fallback_reply`` was said;
 - ``empty``: words were heard and nothing was answered.
 """
 

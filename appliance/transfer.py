@@ -40,7 +40,7 @@ _ARTICLES = ("the ", "a ", "an ", "our ", "your ")
 
 
 def spoken_target(name: str) -> str:
-    """``name`` of sip.transfer_targets as a sentence says it: "shift supervisor" -> "the shift
+    """``name`` of call.transfer_targets as a sentence says it: "shift supervisor" -> "the shift
     supervisor"; "reception", "Anna Berg", "the front desk" as they are."""
     words = name.strip()
     key = words.lower().replace(" ", "-")

@@ -30,7 +30,7 @@ from appliance.admin.local import LocalBackend
 from appliance.admin.protocol import ConnectionLimits
 from appliance.admin.server import bind_socket, serve
 from appliance.admin.users import UserDirectory, set_password
-from appliance.config import AdminConfig, load_settings
+from appliance.config import AdminParams, load_settings
 from appliance.daemon.bundle_view import summarize_bundle
 from appliance.engine_set import open_bundle
 from appliance.trace import TIMESTAMPS, TraceStore, TurnTrace, percentile
@@ -82,7 +82,7 @@ async def _baseline(requests: int) -> dict[str, float]:
     sock = bind_socket("127.0.0.1", 0)
     started = asyncio.Event()
     server = asyncio.create_task(
-        serve(bare, "127.0.0.1", 0, limits=ConnectionLimits.of(AdminConfig()), sock=sock, started=started)
+        serve(bare, "127.0.0.1", 0, limits=ConnectionLimits.of(AdminParams()), sock=sock, started=started)
     )
     await started.wait()
     times = []

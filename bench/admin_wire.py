@@ -18,7 +18,7 @@ from appliance.admin.protocol import ConnectionLimits
 from appliance.admin.server import bind_socket, serve
 from appliance.admin.tls import AdminTls, fingerprint_of
 from appliance.certificates import device_certificate
-from appliance.config import AdminConfig
+from appliance.config import AdminParams
 
 LOOPBACK = "127.0.0.1"
 
@@ -60,7 +60,7 @@ async def admin_over_tls(requests: int = 100) -> dict[str, Any]:
     for name, tls in (("http", AdminTls()), ("https", AdminTls(cert, key, fingerprint_of(cert), "device"))):
         sock = bind_socket(LOOPBACK, 0)
         started = asyncio.Event()
-        limits = ConnectionLimits.of(AdminConfig())
+        limits = ConnectionLimits.of(AdminParams())
         server = asyncio.create_task(
             serve(app, LOOPBACK, 0, limits=limits, sock=sock, started=started, tls=tls)
         )

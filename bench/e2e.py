@@ -145,7 +145,7 @@ def cold_start(llm: str, wav: Path, *, as_daemon: bool = False) -> dict[str, Any
 
 
 def parse_variant(spec: str) -> dict[str, dict[str, Any]]:
-    """``asr.partial_interval_ms=600,asr.partial_model=whisper-tiny-en`` -> settings overrides."""
+    """``partials.partial_interval_ms=600,partials.partial_model=whisper-tiny-en`` -> settings overrides."""
     overrides: dict[str, dict[str, Any]] = {}
     for item in filter(None, (part.strip() for part in spec.split(","))):
         key, sep, value = item.partition("=")
@@ -208,7 +208,7 @@ async def bench_model(
     return {
         "llm": llm,
         "endpointer_mode": settings.endpointer.mode,
-        "partial_interval_ms": settings.asr.partial_interval_ms,
+        "partial_interval_ms": settings.partials.partial_interval_ms,
         "variant": overrides or {},
         "seed": seed,
         "settings": {
@@ -217,9 +217,9 @@ async def bench_model(
             "max_reply_tokens": settings.llm.max_reply_tokens,
             "temperature": settings.llm.temperature,
             "asr_model": settings.asr.model,
-            "partial_interval_ms": settings.asr.partial_interval_ms,
-            "partial_model": settings.asr.partial_model or settings.asr.model,
-            "llm_prefill": settings.llm.prefill,
+            "partial_interval_ms": settings.partials.partial_interval_ms,
+            "partial_model": settings.partials.partial_model or settings.asr.model,
+            "llm_prefill": settings.partials.prefill,
             "tts_voice": settings.tts.voice,
             "threads": {
                 "asr": settings.asr.threads,
@@ -315,7 +315,7 @@ def main(argv: list[str] | None = None) -> int:
         action="append",
         default=[],
         metavar="SPEC",
-        help="settings to run side by side, e.g. asr.partial_interval_ms=600,asr.model=whisper-tiny-en"
+        help="settings to run side by side, e.g. partials.partial_interval_ms=600,asr.model=whisper-tiny-en"
         " (repeatable; combined with --endpointer)",
     )
     parser.add_argument(

@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from appliance.audio.call import call_session_kwargs
-from appliance.config import SipConfig, load_settings, override
+from appliance.config import SipParams, load_settings, override
 from appliance.engine_set import build_engines, load_engines, open_bundle, session_config
 from appliance.pipeline.engines import SessionEngines
 from appliance.pipeline.session import Session, SessionConfig
@@ -67,7 +67,7 @@ async def _appliance(engines: SessionEngines, config: SessionConfig) -> SipServe
 
     base = 32000 + secrets.randbelow(500) * 20
     server = SipServer(
-        SipConfig(enabled=True, port=0, max_calls=2, rtp_port_min=base, rtp_port_max=base + 18), handle
+        SipParams(enabled=True, port=0, max_calls=2, rtp_port_min=base, rtp_port_max=base + 18), handle
     )
     await server.start()
     return server

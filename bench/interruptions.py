@@ -261,7 +261,7 @@ async def main_async(args: argparse.Namespace) -> dict[str, Any]:
     rows: list[dict[str, Any]] = []
     for path_name, case in paths.items():
         for mode in args.modes.split(","):
-            settings = override(base, endpointer={"overlap": mode})
+            settings = override(base, overlap={"mode": mode})
             found = []
             for after_s in (float(a) for a in args.after.split(",")):
                 for clip in clips:
@@ -286,7 +286,7 @@ def main() -> None:
     from bench.machine import write_result
 
     parser = argparse.ArgumentParser(prog="python -m bench interruptions", description=__doc__.split("\n")[0])
-    parser.add_argument("--modes", default="decide,interrupt", help="endpointer.overlap values, side by side")
+    parser.add_argument("--modes", default="decide,interrupt", help="overlap.mode values, side by side")
     parser.add_argument("--after", default="0.5,1.5", help="seconds into the reply the person speaks")
     parser.add_argument("--call-path", action="store_true", help="also as a SIP call delivers the audio")
     parser.add_argument(

@@ -40,7 +40,7 @@ import numpy as np
 from appliance.audio.base import SourceBase
 from appliance.audio.call import call_session_kwargs
 from appliance.certificates import device_certificate
-from appliance.config import Settings, SipConfig, load_settings
+from appliance.config import Settings, SipParams, load_settings
 from appliance.engine_set import build_engines, load_engines, open_bundle, session_config
 from appliance.pipeline.engines import SessionEngines
 from appliance.pipeline.session import Session, SessionConfig
@@ -183,7 +183,7 @@ class Wire:
     """How the calls travel: plain (UDP, RTP) or secure (SIP over TLS, SRTP required)."""
 
     name: str
-    server: dict[str, Any] = field(default_factory=dict)  # SipConfig settings
+    server: dict[str, Any] = field(default_factory=dict)  # SipParams settings
     client: ssl.SSLContext | None = None
 
     @classmethod
@@ -241,7 +241,7 @@ async def serve_calls(
         ).run()
 
     base = 30000 + secrets.randbelow(1000) * 2
-    sip_config = SipConfig(
+    sip_config = SipParams(
         enabled=True,
         port=0,
         max_calls=len(callers),
@@ -312,7 +312,7 @@ class EchoTimer(Caller):
 async def run_edge(calls: int, bursts: int, wire: Wire = PLAIN) -> Run:
     base = 31000 + secrets.randbelow(1000) * 2
     server = SipServer(
-        SipConfig(
+        SipParams(
             enabled=True, port=0, max_calls=calls, rtp_port_min=base, rtp_port_max=base + 20, **wire.server
         ),
         EchoHandler(),

@@ -28,7 +28,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from appliance.config import SipConfig
+from appliance.config import SipParams
 from appliance.sip.register import RENEW_AT
 from appliance.sip.server import SipServer
 from bench.machine import write_result
@@ -155,7 +155,7 @@ async def _nothing(call: object) -> None:
     return None
 
 
-async def _measure(config: SipConfig, registrations: int, renewals: int) -> dict[str, Any]:
+async def _measure(config: SipParams, registrations: int, renewals: int) -> dict[str, Any]:
     server = SipServer(config, _nothing)
     await server.start()
     registration = server.registration
@@ -199,7 +199,7 @@ def run(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
         password_file.write_text("bench-secret\n")
         password_file.chmod(0o600)
         registrar.start()
-        config = SipConfig(
+        config = SipParams(
             enabled=True,
             port=0,
             registrar=f"127.0.0.1:{registrar.port}",

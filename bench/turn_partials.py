@@ -2,7 +2,7 @@
 
     .venv/bin/python -m bench turn --partials [--limit N] [--call-path]
 
-The session transcribes the utterance so far every ``asr.partial_interval_ms`` while the person speaks
+The session transcribes the utterance so far every ``partials.partial_interval_ms`` while the person speaks
 (appliance/pipeline/partials.py) and stops at the first unvoiced frame after speech (PROBABLY_ENDED),
 where the turn starts and Whisper's final pass begins; the words' verdict comes from the reply's prompt
 pass after it. A verdict read from the last partial would be free and earlier only when that partial
@@ -176,7 +176,7 @@ def main(argv: list[str]) -> int:
     for engine in engines.values():
         engine.load()
     engines["judge"] = WordsJudge(engines["llm"])
-    params, interval_s = settings.endpointer, settings.asr.partial_interval_ms / 1000.0
+    params, interval_s = settings.endpointer, settings.partials.partial_interval_s
     paths = {"16 kHz": [c.audio for c in clips]}
     if args.call_path:
         paths["8 kHz call"] = [call_path(c.audio) for c in clips]
@@ -186,7 +186,7 @@ def main(argv: list[str]) -> int:
         results[name] = {"summary": summarize(rows), "pauses": [asdict(r) for r in rows]}
         print(f"{name}: {json.dumps(results[name]['summary'])}")
     arguments = {**vars(args), "data": str(args.data), "out": str(args.out)}
-    arguments["partial_interval_ms"] = settings.asr.partial_interval_ms
+    arguments["partial_interval_ms"] = settings.partials.partial_interval_ms
     if args.out is None:
         write_result("turn-partials", arguments, results)
     else:

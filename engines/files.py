@@ -46,7 +46,7 @@ def toml_value(value: Any) -> str:
         return toml_string(str(value))
     if isinstance(value, list | tuple):
         return "[" + ", ".join(toml_value(v) for v in value) + "]"
-    if isinstance(value, dict):  # an inline table: sip.transfer_targets
+    if isinstance(value, dict):  # an inline table: call.transfer_targets
         return "{" + ", ".join(f"{toml_string(str(k))} = {toml_value(v)}" for k, v in value.items()) + "}"
     raise ValueError(f"cannot write a {type(value).__name__} to TOML: {value!r}")
 

@@ -144,7 +144,7 @@ class NameLookupGuard:
         self.on_refused(host, f"{what} from {caller}")
         raise NameLookupRefused(
             f"resolving {host!r} refused: this device looks up no names outside the hosts a technician "
-            "allowed (llm.allowed_hosts, agent.allowed_hosts); use an IP address"
+            "allowed (llm_server.allowed_hosts, agent.allowed_hosts); use an IP address"
         )
 
 

@@ -1,7 +1,7 @@
 """The one way out of the device: HTTP to a host a technician listed, and nothing else.
 
 Two things may leave the device: an ``http`` tool's request to a service on the site's LAN
-(``agent.allowed_hosts``) and the site LLM server's API (``llm.allowed_hosts``). Both go through here,
+(``agent.allowed_hosts``) and the site LLM server's API (``llm_server.allowed_hosts``). Both go through here,
 under the same rules, checked before any connection:
 
 - the URL's scheme is one the caller allows and its host is listed (a name, an address or a network);

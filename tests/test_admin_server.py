@@ -15,12 +15,12 @@ import pytest
 from appliance.admin.daemon import engine_states, run_admin_page
 from appliance.admin.protocol import ConnectionLimits
 from appliance.admin.server import bind_socket, serve
-from appliance.config import AdminConfig, Settings
+from appliance.config import AdminParams, Settings
 from tests.fixtures.admin import ADMIN_PASSWORD, ADMIN_USER, AdminEnv, make_admin_env, recorded_turn
 from tests.fixtures.loopwatch import watch_loop
 from tests.fixtures.net import closed_within
 
-LIMITS = ConnectionLimits.of(AdminConfig())
+LIMITS = ConnectionLimits.of(AdminParams())
 
 
 async def _exercise(env: AdminEnv) -> tuple[list[int], int]:

@@ -17,7 +17,7 @@ import pytest
 
 from appliance.agent_params import ToolConfig
 from appliance.audio import MemorySink
-from appliance.config import AgentConfig, Settings, load_settings, override
+from appliance.config import AgentParams, Settings, load_settings, override
 from appliance.engine_set import llm_engine, tool_box
 from appliance.pipeline.engines import TurnEngines
 from appliance.pipeline.playback import Player
@@ -332,7 +332,7 @@ def test_a_transfer_says_the_configured_sentence_and_nothing_the_model_was_told(
     piper_tts: TtsEngine,
 ) -> None:
     box = ToolBox(
-        AgentConfig(tools=(ToolConfig(name="transfer_call", kind="transfer", description="a person"),)),
+        AgentParams(tools=(ToolConfig(name="transfer_call", kind="transfer", description="a person"),)),
         transfer_targets=("front desk",),
         transfer_sentence="Putting you through to {target} now.",
     )
@@ -363,7 +363,7 @@ def test_a_goodbye_or_a_transfer_says_no_preamble_before_its_own_sentence(
 ) -> None:
     """Even with the preamble due at once and a model slow to write the call."""
     box = ToolBox(
-        AgentConfig(
+        AgentParams(
             tool_preamble_after_ms=0,
             tools=(
                 ToolConfig(name="transfer_call", kind="transfer", description="a person"),

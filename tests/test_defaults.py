@@ -15,15 +15,14 @@ from appliance.config import Settings, load_settings
 from appliance.daemon.config_default import default_toml
 from appliance.engine_set import session_config
 from appliance.pipeline.echo_gate import EchoGate
-from appliance.pipeline.params import HistoryParams, ReplyParams
-from appliance.pipeline.partials import PartialsConfig
+from appliance.pipeline.params import OverlapParams
 from appliance.pipeline.session import SessionConfig
 from appliance.pipeline.turn import TurnConfig
 from engines.files import loads_toml
 from engines.params import Params
 from engines.tts.clauses import ClauseSplitter
-from engines.tts.params import TtsParams
 from engines.vad.endpointer import Endpointer
+from engines.vad.params import EndpointerParams
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -45,10 +44,7 @@ def _components() -> list[tuple[type[Params], str]]:
             found.add(cls)
     sections = {name: field.annotation for name, field in Settings.model_fields.items()}
     return sorted(
-        (
-            (cls, next((n for n, s in sections.items() if isinstance(s, type) and issubclass(s, cls)), ""))
-            for cls in found
-        ),
+        ((cls, next((n for n, s in sections.items() if s is cls), "")) for cls in found),
         key=lambda pair: pair[0].__name__,
     )
 
@@ -73,8 +69,34 @@ def test_every_component_with_parameters_is_part_of_the_configuration() -> None:
     assert {cls.__name__ for cls, _s in COMPONENTS} >= {"CallParams", "EndpointerParams", "LlmParams"}
 
 
-def _part(section: BaseModel, part: type[Params]) -> Params:
-    return part.model_validate(section.model_dump(include=set(part.model_fields)))
+def not_one_component(schema: type[BaseModel]) -> list[str]:
+    """Sections of ``schema`` that are not one component's own parameter class: made of several by
+    inheritance, or inheriting another's keys."""
+    wrong = []
+    for name, field in schema.model_fields.items():
+        section = field.annotation
+        if not (isinstance(section, type) and section.__bases__ == (Params,)):
+            wrong.append(f"[{name}] {getattr(section, '__name__', section)}")
+    return wrong
+
+
+def test_each_section_is_one_component_composed_not_inherited() -> None:
+    """A section is one object: a component's own parameter class, made of no other's (a section
+    assembled from several by inheritance had to be taken apart again to give each its part)."""
+    assert not_one_component(Settings) == []
+    inherited = [cls.__qualname__ for cls, _section in FOUND if cls.__bases__ != (Params,)]
+    assert not inherited, f"parameter objects that inherit another's keys: {inherited}"
+
+
+def test_a_section_made_by_inheritance_is_found() -> None:
+    class Mixed(EndpointerParams, OverlapParams):
+        pass
+
+    class Schema(BaseModel):
+        endpointer: EndpointerParams = EndpointerParams()
+        mixed: Mixed = Mixed()
+
+    assert not_one_component(Schema) == ["[mixed] Mixed"]
 
 
 @pytest.mark.parametrize(("part", "section"), COMPONENTS, ids=[p.__name__ for p, _s in COMPONENTS])
@@ -88,8 +110,8 @@ def test_the_shipped_default_file_gives_each_component_its_own_defaults(
     keys = {key: written[key] for key in part.model_fields if key in written}
     assert part.model_validate(keys) == part(), section
     shipped = load_settings(None)
-    assert isinstance(getattr(shipped, section), part)  # the section is made of it, not a copy
-    assert _part(getattr(shipped, section), part) == part()
+    assert type(getattr(shipped, section)) is part  # the section is it, not a copy or a mixture
+    assert getattr(shipped, section) == part()
 
 
 def test_the_default_file_written_from_the_descriptions_loads_back_as_the_defaults(tmp_path: Path) -> None:
@@ -120,14 +142,10 @@ def test_the_pipeline_built_with_its_own_defaults_is_the_daemons() -> None:
     assert own.endpointer == daemon.endpointer
     assert own.overlap == daemon.overlap
     assert own.echo == daemon.echo == EchoGate.of()
-    assert (
-        own.partials.interval_s == daemon.partials.interval_s
-        and own.partials.prefill == daemon.partials.prefill
-    )
-    assert PartialsConfig().enabled
-    assert _part(daemon.turn.replies, ReplyParams) == TurnConfig().replies
-    assert _part(daemon.turn.speech, TtsParams) == TurnConfig().speech
-    assert _part(daemon.history, HistoryParams) == own.history
-    assert Conversation().max_messages == settings.agent.max_history_messages
+    assert own.partials == daemon.partials and daemon.partials.enabled
+    assert daemon.turn.replies == TurnConfig().replies
+    assert daemon.turn.speech == TurnConfig().speech
+    assert daemon.conversation == own.conversation
+    assert Conversation().max_messages == settings.conversation.max_history_messages
     assert ClauseSplitter().first_clause_words == settings.tts.first_clause_words
     assert Endpointer().threshold == settings.vad.threshold

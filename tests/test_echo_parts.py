@@ -136,7 +136,7 @@ def test_which_sessions_cancel_their_echo_and_at_what_threshold() -> None:
     assert echo_canceller(on, microphone=False) is not None  # calls do
     assert echo_gate(auto, echo_cancelled=True).threshold_while_playing == auto.vad.threshold
     assert echo_gate(auto, echo_cancelled=False).threshold_while_playing == 0.85
-    chosen = override(auto, vad={"threshold_while_playing": 0.7})
+    chosen = override(auto, echo_gate={"threshold_while_playing": 0.7})
     assert echo_gate(chosen, echo_cancelled=True).threshold_while_playing == 0.7
 
 

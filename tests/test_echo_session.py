@@ -111,7 +111,7 @@ def _run(
         )
     # The fixed reply cannot prefill: partial transcripts off; and it is said as written, its figures
     # unchecked (neither is what is tested here).
-    settings = override(settings, asr={"partial_interval_ms": 0}, agent={"grounding": False})
+    settings = override(settings, partials={"partial_interval_ms": 0}, agent={"grounding": False})
     config = session_config(settings, echo_cancelled=delay_ms is not None)
     session = Session(engines=engines, source=source, sink=sink, config=config)
 
@@ -154,7 +154,7 @@ def test_without_the_canceller_the_same_echo_interrupts_the_reply_at_the_normal_
 ) -> None:
     """The control: what the canceller is for. (The raised threshold, 0.85, is the old answer.)"""
     room = _room(data_dir)
-    normal = override(settings, vad={"threshold_while_playing": settings.vad.threshold})
+    normal = override(settings, echo_gate={"threshold_while_playing": settings.vad.threshold})
     # Stopped at the first cut: each reply to the echo's own words would be cut by its echo in turn.
     session = _run(
         engines,

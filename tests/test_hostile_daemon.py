@@ -244,11 +244,11 @@ def running(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Running]:
     registrar.start()
     sip = (
         f'registrar = "127.0.0.1:{registrar.port}"\nregister_user = "2301"\n'
-        f'register_password_file = "{extension}"\noperator_digit = "0"\noperator_target = "desk"\n'
-        'transfer_targets = { desk = "2100" }\n'
+        f'register_password_file = "{extension}"\n'
     )
+    call = '[call]\noperator_digit = "0"\noperator_target = "desk"\ntransfer_targets = { desk = "2100" }\n\n'
     config = DaemonConfig(folder, free_udp_port(), free_tcp_port(), extra="")
-    text = config.write().read_text().replace("[sip]\n", "[sip]\n" + sip, 1)
+    text = config.write().read_text().replace("[sip]\n", call + "[sip]\n" + sip, 1)
     (folder / "appliance.toml").write_text(text)
     config.write = lambda: folder / "appliance.toml"  # type: ignore[method-assign]
     daemon = DaemonProcess(config)

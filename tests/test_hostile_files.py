@@ -158,19 +158,24 @@ def test_a_sentence_takes_only_bare_placeholders_and_a_length_cap(sentence: str,
     ],
 )
 def test_a_transfer_target_is_matched_whole_and_carries_no_headers(target: str, said: str) -> None:
-    from appliance.config import SipConfig
+    from appliance.pipeline.params import CallParams
 
     with pytest.raises(ValidationError, match=said):
-        SipConfig(registrar="10.20.0.2", register_user="2301", transfer_targets={"desk": target})
-    assert SipConfig(transfer_targets={"desk": "sip:2100@10.20.0.2;transport=tcp"}).transfer_targets
+        CallParams(transfer_targets={"desk": target})
+    assert CallParams(transfer_targets={"desk": "sip:2100@10.20.0.2;transport=tcp"}).transfer_targets
 
 
 def test_other_sentences_are_checked_too() -> None:
-    from appliance.config import AgentConfig
+    from appliance.config import AgentParams, ConversationParams
 
-    for key in ("tool_failed_reply", "tool_misunderstood_reply", "fallback_reply", "busy_reply"):
+    for section, key in (
+        (AgentParams, "tool_failed_reply"),
+        (AgentParams, "tool_misunderstood_reply"),
+        (ConversationParams, "fallback_reply"),
+        (ConversationParams, "busy_reply"),
+    ):
         with pytest.raises(ValidationError, match=r"has a format of its own|is not a placeholder"):
-            AgentConfig.model_validate({key: "{tool:>99999999}"})
+            section.model_validate({key: "{tool:>99999999}"})
 
 
 # --- a transfer nobody asked for ---------------------------------------------------------------------

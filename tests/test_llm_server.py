@@ -92,7 +92,7 @@ def test_a_server_that_is_down_is_answered_by_the_local_model(gemma_llm: LlamaCp
         f"{LOCAL} (the site server failed: cannot connect to the LLM server {down}"
     )
     assert stats.generated_tokens > 0
-    # within llm.server_retry_s the local model answers without trying the server again
+    # within llm_server.server_retry_s the local model answers without trying the server again
     again = GenerationStats()
     assert "".join(engine.stream(QUESTION, stats=again, conversation="down")).strip()
     assert again.backend.startswith(f"{LOCAL} (the site server failed less than 60 s ago")
@@ -100,7 +100,7 @@ def test_a_server_that_is_down_is_answered_by_the_local_model(gemma_llm: LlamaCp
     # without a local model the failure is the turn's, with the URL and the fix
     with pytest.raises(LlmServerError, match="cannot connect") as err:
         list(ServerWithFallback(_remote(down), None, retry_s=30.0).stream(QUESTION))
-    assert "llm.server_url" in (err.value.fix or "")
+    assert "llm_server.server_url" in (err.value.fix or "")
 
 
 def test_a_server_killed_mid_reply_ends_the_reply_and_the_next_goes_local(
@@ -139,7 +139,7 @@ def test_a_slow_first_token_falls_back_to_the_local_model(
     stats = GenerationStats()
     reply = "".join(engine.stream(history, stats=stats, conversation="slow"))
     assert reply.strip()
-    assert "sent no reply within llm.server_first_token_timeout_s = 0.3 s" in stats.backend
+    assert "sent no reply within llm_server.server_first_token_timeout_s = 0.3 s" in stats.backend
     gemma_llm.end_conversation("slow")
     time.sleep(3)  # let the server finish the abandoned prompt before the next test
 
@@ -178,23 +178,19 @@ def test_the_settings_build_a_server_engine_with_the_local_model_behind_it(bundl
     base = load_settings(None)
     settings = override(
         base,
-        llm={
-            "backend": "openai",
-            "server_url": "http://10.20.0.5:8000/v1",
-            "allowed_hosts": ["10.20.0.0/16"],
-            "model": "gemma-270m",
-        },
+        llm={"backend": "openai", "model": "gemma-270m"},
+        llm_server={"server_url": "http://10.20.0.5:8000/v1", "allowed_hosts": ["10.20.0.0/16"]},
     )
     assert llm_server_problems(settings) == []
     engine = llm_engine(settings, bundle)
     assert isinstance(engine, ServerWithFallback) and isinstance(engine.local, LlamaCppLlm)
     assert not engine.offers_tools
-    alone = llm_engine(override(settings, llm={"server_fallback": "none"}), bundle)
+    alone = llm_engine(override(settings, llm_server={"server_fallback": "none"}), bundle)
     assert isinstance(alone, ServerWithFallback) and alone.local is None
     from appliance.admin.daemon import engine_states
 
     (llm_state,) = [e for e in engine_states(settings) if e.name == "llm"]
     assert llm_state.backend == "site server http://10.20.0.5:8000/v1, then the local gemma-270m"
-    refused = override(settings, llm={"allowed_hosts": []})
+    refused = override(settings, llm_server={"allowed_hosts": []})
     (problem,) = llm_server_problems(refused)
-    assert problem.key == "llm.server_url" and "not in llm.allowed_hosts" in problem.message
+    assert problem.key == "llm_server.server_url" and "not in llm_server.allowed_hosts" in problem.message

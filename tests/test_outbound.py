@@ -65,7 +65,7 @@ def test_a_listed_name_is_resolved_once_and_its_address_connected_to_with_the_na
         ("http://8.8.8.8/x", OutboundRules(("8.8.8.8",), "agent.allowed_hosts"), "public_address"),
         (
             "https://10.0.0.5/v1",
-            OutboundRules(("10.0.0.5",), "llm.allowed_hosts", schemes=("http",)),
+            OutboundRules(("10.0.0.5",), "llm_server.allowed_hosts", schemes=("http",)),
             "bad_url",
         ),
     ],
@@ -79,7 +79,7 @@ def test_refusals_name_the_problem_before_any_connection(url: str, rules: Outbou
 
 
 def test_a_public_address_is_allowed_only_when_the_rules_say_so() -> None:
-    rules = OutboundRules(("8.8.8.8",), "llm.allowed_hosts", allow_public=True)
+    rules = OutboundRules(("8.8.8.8",), "llm_server.allowed_hosts", allow_public=True)
     assert check_url("http://8.8.8.8:8000/v1", rules).port == 8000
 
 

@@ -22,11 +22,11 @@ NEW_QUESTION = "speech/en/speechbrain_spk1_snt1.wav"
 
 
 def _talk(
-    engines: SessionEngines, question: np.ndarray, said: np.ndarray, **endpointer: object
+    engines: SessionEngines, question: np.ndarray, said: np.ndarray, **overlap: object
 ) -> tuple[Session, CueSource, CueSink]:
     # The model's answer said as it writes it (the Brooklyn Bridge's age is in no facts: checked, it
     # would be withheld): these tests are about speech over a reply, not about its figures.
-    settings = override(load_settings(None), endpointer=endpointer, agent={"grounding": False})
+    settings = override(load_settings(None), overlap=overlap, agent={"grounding": False})
     sink = CueSink(engines.tts.sample_rate_hz)
     source = CueSource(question, said, sink, after_s=0.5)
     session = Session(engines=engines, source=source, sink=sink, config=session_config(settings))
@@ -76,7 +76,7 @@ def test_in_interrupt_mode_an_okay_stops_the_reply_as_before(
 ) -> None:
     okay = spoken(real_engines.tts, "Okay.")
     session, _source, _sink = _talk(
-        real_engines, load_audio_16k(data_dir / HOW_OLD), okay, overlap="interrupt"
+        real_engines, load_audio_16k(data_dir / HOW_OLD), okay, mode="interrupt"
     )
     reply = next(t for t in session.turns.traces if t.transcript)
     assert reply.cancelled and not reply.overlaps

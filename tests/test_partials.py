@@ -16,7 +16,7 @@ from appliance.config import load_settings
 from appliance.engine_set import session_config
 from appliance.pipeline.engines import SessionEngines
 from appliance.pipeline.params import PartialsParams
-from appliance.pipeline.partials import PartialsConfig, prefill_words, stable_prefix
+from appliance.pipeline.partials import prefill_words, stable_prefix
 from appliance.pipeline.session import Session, SessionConfig
 from appliance.trace import TurnTrace
 from appliance.trace.labels import OverlapKind
@@ -31,9 +31,7 @@ INTERRUPTION = "speech/en/speechbrain_single-mic_example1.wav"  # "The birch can
 
 def _config(interval_ms: int) -> SessionConfig:
     config = session_config(load_settings(None))
-    return dataclasses.replace(
-        config, partials=PartialsConfig(timing=PartialsParams(partial_interval_ms=interval_ms))
-    )
+    return dataclasses.replace(config, partials=PartialsParams(partial_interval_ms=interval_ms))
 
 
 def _evict(engines: SessionEngines) -> None:
@@ -162,9 +160,9 @@ def test_a_partial_of_one_session_does_not_disturb_another_sessions_reply(
 def test_the_setting_reaches_the_session(interval_ms: int) -> None:
     from appliance.config import override
 
-    settings = override(load_settings(None), asr={"partial_interval_ms": interval_ms})
+    settings = override(load_settings(None), partials={"partial_interval_ms": interval_ms})
     config = session_config(settings)
-    assert config.partials.interval_s == interval_ms / 1000.0
+    assert config.partials.partial_interval_s == interval_ms / 1000.0
     assert config.partials.enabled is (interval_ms > 0)
 
 
@@ -173,10 +171,10 @@ def test_another_partial_model_is_a_second_engine_and_shown_as_one() -> None:
     from appliance.config import override
 
     settings = load_settings(None)
-    assert settings.asr.separate_partial_model is None  # shipped: the partials use asr.model
-    other = override(settings, asr={"model": "whisper-base", "partial_model": "whisper-tiny-en"})
-    assert other.asr.separate_partial_model == "whisper-tiny-en"
+    assert settings.partials.separate_model(settings.asr.model) is None  # shipped: they use asr.model
+    other = override(settings, asr={"model": "whisper-base"}, partials={"partial_model": "whisper-tiny-en"})
+    assert other.partials.separate_model(other.asr.model) == "whisper-tiny-en"
     assert ("asr_partial", "whisper-tiny-en") in [(e.name, e.model) for e in engine_states(other)]
-    off = override(other, asr={"partial_interval_ms": 0})
-    assert off.asr.separate_partial_model is None
+    off = override(other, partials={"partial_interval_ms": 0})
+    assert off.partials.separate_model(off.asr.model) is None
     assert "asr_partial" not in [e.name for e in engine_states(off)]

@@ -15,10 +15,10 @@ import pytest
 from appliance.agent import Conversation
 from appliance.agent_params import ToolConfig
 from appliance.audio import ArraySource, MemorySink
-from appliance.config import AgentConfig
+from appliance.config import AgentParams
 from appliance.pipeline.echo_gate import EchoGate
 from appliance.pipeline.engines import SessionEngines
-from appliance.pipeline.params import CallParams, ReplyParams
+from appliance.pipeline.params import CallParams, ConversationParams
 from appliance.pipeline.played import played_text
 from appliance.pipeline.session import Session
 from appliance.pipeline.turn import TurnConfig
@@ -333,7 +333,7 @@ def test_a_turn_that_must_wait_for_the_llm_says_so_first() -> None:
         source=ArraySource(np.concatenate([tone(0.8), silence(1.0)]), realtime=False),
         sink=sink,
         config=dataclasses.replace(
-            SILENCE_ONLY, turn=TurnConfig(replies=ReplyParams(busy_reply="One moment, please."))
+            SILENCE_ONLY, turn=TurnConfig(replies=ConversationParams(busy_reply="One moment, please."))
         ),
     )
     _run(session.run())
@@ -358,7 +358,7 @@ def test_a_reply_reading_out_the_system_prompt_is_cut_and_the_fallback_said_inst
     )
     _run(session.run())
     (trace,) = session.turns.traces
-    assert trace.played_reply.endswith(ReplyParams().fallback_reply)
+    assert trace.played_reply.endswith(ConversationParams().fallback_reply)
     assert "assistant on a device" not in trace.played_reply
     assert [w["why"] for w in trace.withheld] == ["internal"]
 
@@ -770,7 +770,7 @@ def test_the_model_ends_a_call_after_its_goodbye_and_a_kiosk_keeps_listening(on_
     started = time.monotonic()
     _run(session.run(max_turns=None if on_call else 1))
     (trace,) = session.turns.traces
-    assert trace.tool_calls == ["end_call"] and trace.reply == AgentConfig().goodbye_reply  # not the model's
+    assert trace.tool_calls == ["end_call"] and trace.reply == AgentParams().goodbye_reply  # not the model's
     assert not trace.cancelled and trace.reply_audio_s > 0  # the goodbye was played before the end
     if on_call:
         assert time.monotonic() - started < 6.0  # ended by the agent, not by the end of the audio
@@ -844,7 +844,7 @@ def test_the_model_puts_the_caller_through_after_saying_so(why: str | None) -> N
     asked = session.turns.traces[0]
     assert (
         asked.tool_calls == ["transfer_call"] and asked.reply == "I'll put you through to the front desk."
-    )  # sip.transfer_preamble, not the model
+    )  # call.transfer_preamble, not the model
     assert source.transfers == ["sip:2000@10.20.0.2"]
     if why is None:
         assert len(session.turns.traces) == 1  # put through: the session ended the call

@@ -12,7 +12,7 @@ import numpy as np
 
 from appliance.agent_params import ToolConfig
 from appliance.audio.call import call_session_kwargs
-from appliance.config import AgentConfig
+from appliance.config import AgentParams
 from appliance.pipeline.params import CallParams
 from appliance.pipeline.session import Session, SessionConfig
 from appliance.sip.call import CallAudio
@@ -65,7 +65,7 @@ def test_the_model_hangs_up_after_its_goodbye_is_played(tmp_path: Path) -> None:
     returncode, output, session, took = _call_until_bye(tmp_path, fakes, SILENCE_ONLY, silence_s=25.0)
     assert returncode == 0, output  # SIPp got the appliance's BYE and answered it
     (goodbye,) = session.turns.traces
-    assert goodbye.tool_calls == ["end_call"] and goodbye.reply == AgentConfig().goodbye_reply
+    assert goodbye.tool_calls == ["end_call"] and goodbye.reply == AgentParams().goodbye_reply
     assert goodbye.reply_audio_s > 0 and not goodbye.cancelled  # played whole before the BYE
     assert took < 20.0, took  # ended by the appliance, long before the caller's 25 s of silence
 

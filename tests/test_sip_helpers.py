@@ -20,7 +20,7 @@ from typing import Protocol
 import numpy as np
 import pytest
 
-from appliance.config import SipConfig
+from appliance.config import SipParams
 from appliance.rtp import g711
 from appliance.rtp.dtmf import EVENT_NAMES, TelephoneEvent
 from appliance.rtp.packet import RtpPacket, parse_rtp
@@ -70,7 +70,7 @@ def free_media_ports(host: str = LOOPBACK) -> int:
     raise RuntimeError(f"no four consecutive free UDP ports on {host}")
 
 
-def sip_config(**overrides: object) -> SipConfig:
+def sip_config(**overrides: object) -> SipParams:
     base = random.randrange(20000, 30000, 2)
     values: dict[str, object] = {
         "enabled": True,
@@ -81,7 +81,7 @@ def sip_config(**overrides: object) -> SipConfig:
         "allow_from": ("127.0.0.0/8",),
     }
     values.update(overrides)
-    return SipConfig(**values)
+    return SipParams(**values)
 
 
 @contextlib.asynccontextmanager

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from appliance.config import SipConfig
+from appliance.config import SipParams
 from appliance.sip.call import CallAudio, CallHandler
 from appliance.sip.register import Registration, RegistrationStatus
 from appliance.sip.server import SipServer
@@ -42,7 +42,7 @@ def registrar(tmp_path: Path) -> Iterator[KamailioRegistrar]:
     found.stop()
 
 
-def _config(registrar: KamailioRegistrar, password_file: Path, **changes: object) -> SipConfig:
+def _config(registrar: KamailioRegistrar, password_file: Path, **changes: object) -> SipParams:
     values: dict[str, object] = {
         "enabled": True,
         "port": 0,
@@ -51,7 +51,7 @@ def _config(registrar: KamailioRegistrar, password_file: Path, **changes: object
         "register_password_file": password_file,
         "register_min_interval_s": 1.0,  # the test registrar grants 5 s
     }
-    return SipConfig(**(values | changes))
+    return SipParams(**(values | changes))
 
 
 def _password_file(folder: Path, password: str) -> Path:
@@ -73,7 +73,7 @@ async def _until(check: Callable[[], bool], timeout_s: float) -> None:
 
 @contextlib.asynccontextmanager
 async def _serving(
-    config: SipConfig, handler: CallHandler | None = None, *, until: str = "registered", wait_s: float = 10
+    config: SipParams, handler: CallHandler | None = None, *, until: str = "registered", wait_s: float = 10
 ) -> AsyncIterator[tuple[SipServer, Registration]]:
     """A SIP server registering with ``config``'s registrar, once its registration is ``until`` (or
     ``wait_s`` passed); stopped (and unregistered) on the way out."""
@@ -325,7 +325,7 @@ def test_a_registrar_answering_what_cannot_be_used_is_reported_and_nothing_break
     async def run() -> tuple[RegistrationStatus, str]:
         loop = asyncio.get_running_loop()
         registrar, peer = await loop.create_datagram_endpoint(Answering, local_addr=("127.0.0.1", 0))
-        config = SipConfig(
+        config = SipParams(
             enabled=True,
             port=0,
             t1_ms=50,

@@ -20,7 +20,7 @@ import soundfile as sf
 
 from appliance.audio.call import call_session_kwargs
 from appliance.certificates import fingerprint_of
-from appliance.config import SipConfig, load_settings
+from appliance.config import SipParams, load_settings
 from appliance.engine_set import session_config
 from appliance.pipeline.engines import SessionEngines
 from appliance.pipeline.session import Session
@@ -61,7 +61,7 @@ def pbx(tmp_path: Path, site: tuple[SiteCa, Issued, Issued]) -> Iterator[Kamaili
     registrar.stop()
 
 
-def _config(pbx: KamailioRegistrar, tmp_path: Path, appliance: Issued, **changes: object) -> SipConfig:
+def _config(pbx: KamailioRegistrar, tmp_path: Path, appliance: Issued, **changes: object) -> SipParams:
     values: dict[str, object] = {
         "enabled": True,
         "port": 0,
@@ -74,7 +74,7 @@ def _config(pbx: KamailioRegistrar, tmp_path: Path, appliance: Issued, **changes
         "tls_cert_file": appliance.cert,
         "tls_key_file": appliance.key,
     }
-    return SipConfig(**(values | changes))
+    return SipParams(**(values | changes))
 
 
 def test_it_registers_over_tls_with_the_sites_ca_or_a_pinned_fingerprint(
@@ -104,7 +104,7 @@ def test_a_phone_system_that_wants_a_client_certificate_gets_the_sites(
     strict = KamailioRegistrar(tmp_path, extension=EXTENSION, password=PASSWORD, tls_config=tls_config)
     strict.start()
 
-    async def run(config: SipConfig, until: str) -> tuple[str, str]:
+    async def run(config: SipParams, until: str) -> tuple[str, str]:
         async with _serving(config, until=until) as (_, registration):
             return registration.status.state, registration.status.detail
 

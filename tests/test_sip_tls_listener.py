@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from appliance.config import SipConfig
+from appliance.config import SipParams
 from appliance.sip.server import SipServer
 from tests.fixtures.certs import Issued, SiteCa
 
@@ -34,7 +34,7 @@ def site(tmp_path_factory: pytest.TempPathFactory) -> tuple[SiteCa, Issued]:
 
 @asynccontextmanager
 async def _listening(appliance: Issued) -> AsyncIterator[SipServer]:
-    config = SipConfig(
+    config = SipParams(
         enabled=True, port=0, tls=True, tls_port=0, tls_cert_file=appliance.cert, tls_key_file=appliance.key
     )
     server = SipServer(config, lambda call: asyncio.sleep(0))
@@ -121,7 +121,7 @@ def test_a_connection_from_outside_allow_from_gets_no_handshake(site: tuple[Site
     ca, appliance = site
 
     async def run() -> None:
-        config = SipConfig(
+        config = SipParams(
             enabled=True, port=0, tls=True, tls_port=0, tls_cert_file=appliance.cert, tls_key_file=appliance.key,
             allow_from=("10.9.9.0/24",),
         )  # fmt: skip

@@ -159,17 +159,21 @@ def test_transfer_targets_are_checked_with_the_fix() -> None:
     import pytest
     from pydantic import ValidationError
 
-    from appliance.config import SipConfig
+    from appliance.config import Settings
+    from appliance.pipeline.params import CallParams
 
+    pbx = {"registrar": "10.20.0.2", "register_user": "2301"}
     with pytest.raises(ValidationError, match=r"is an extension but sip\.registrar is not set"):
-        SipConfig(transfer_targets={"front desk": "2000"})
-    with pytest.raises(ValidationError, match=r"'reception' is not one of sip\.transfer_targets"):
-        SipConfig(transfer_targets=TARGETS, operator_digit="0", operator_target="reception")
-    at_pbx = SipConfig(registrar="10.20.0.2", register_user="2301", transfer_targets={"front desk": "2000"})
-    assert at_pbx.transfer_uri("front desk", at_pbx.transfer_domain()) == "sip:2000@10.20.0.2"
-    on_a_port = SipConfig(registrar="127.0.0.1:5090", register_user="2301", transfer_targets={"desk": "2100"})
+        Settings(call={"transfer_targets": {"front desk": "2000"}})
+    with pytest.raises(ValidationError, match=r"'reception' is not one of call\.transfer_targets"):
+        CallParams(transfer_targets=TARGETS, operator_digit="0", operator_target="reception")
+    at_pbx = Settings(sip=pbx, call={"transfer_targets": {"front desk": "2000"}})
+    assert at_pbx.call.transfer_uri("front desk", at_pbx.sip.transfer_domain()) == "sip:2000@10.20.0.2"
+    on_a_port = Settings(
+        sip={**pbx, "registrar": "127.0.0.1:5090"}, call={"transfer_targets": {"desk": "2100"}}
+    )
     assert (
-        on_a_port.transfer_uri("desk", on_a_port.transfer_domain()) == "sip:2100@127.0.0.1:5090"
+        on_a_port.call.transfer_uri("desk", on_a_port.sip.transfer_domain()) == "sip:2100@127.0.0.1:5090"
     )  # not 5060
 
 
@@ -196,11 +200,10 @@ def test_settings_that_reach_sip_headers_or_sentences_are_refused_with_the_fix(
     checked (the admin page's write and `appliance config check` use the same schema)."""
     from pydantic import ValidationError
 
-    from appliance.config import SipConfig
+    from appliance.pipeline.params import CallParams
 
-    base = {"registrar": "10.20.0.2", "register_user": "2301"}
     with pytest.raises(ValidationError, match=problem):
-        SipConfig(**(base | keys))
+        CallParams.model_validate(keys)
 
 
 class _TimedTransfers:
@@ -284,7 +287,7 @@ def test_the_model_puts_the_caller_through_to_a_desk_phone_that_rings(tmp_path: 
     (asked,) = session.turns.traces  # one turn: the call ended with the transfer
     assert (
         asked.tool_calls == ["transfer_call"] and asked.reply == "I'll put you through to the front desk."
-    )  # sip.transfer_preamble, not the model
+    )  # call.transfer_preamble, not the model
     assert re.search(rf"Call established: sip:desk@{LOOPBACK}:{desk_port}", phone), phone[-3000:]
     rang_after_s = _received_at(desk_messages, "INVITE") - timed.asked_at[0]
     print(f"transfer: the desk phone rang {rang_after_s * 1000:.0f} ms after the REFER was asked for")

@@ -13,7 +13,7 @@ from typing import ClassVar
 
 import pytest
 
-from appliance.config import AgentConfig, ConfigError, Settings, load_settings, override
+from appliance.config import AgentParams, ConfigError, Settings, load_settings, override
 from appliance.daemon.start_problems import tool_problems
 from appliance.tools import ToolBox, ToolCall, ToolCallError, parse_calls, starts_a_call
 from appliance.tools.facts import FactsFileError, FactsIndex, read_facts
@@ -171,7 +171,7 @@ def _box(port: int, **agent: object) -> ToolBox:
             "url": f"http://127.0.0.1:{port}/broken",
         },
     ]
-    box = ToolBox(AgentConfig.model_validate({"tools": tools, "allowed_hosts": ["127.0.0.1"], **agent}))
+    box = ToolBox(AgentParams.model_validate({"tools": tools, "allowed_hosts": ["127.0.0.1"], **agent}))
     box.load()
     return box
 
@@ -200,7 +200,7 @@ def test_a_slow_tool_is_given_up_after_its_timeout() -> None:
     port = listener.getsockname()[1]
     try:
         box = ToolBox(
-            AgentConfig.model_validate(
+            AgentParams.model_validate(
                 {
                     "tools": [
                         {
@@ -242,9 +242,9 @@ def test_the_configuration_names_tool_problems(tmp_path: Path) -> None:
 def test_the_persona_says_what_the_device_can_and_cannot_do() -> None:
     from appliance.agent import system_prompt
 
-    plain = system_prompt(AgentConfig())
+    plain = system_prompt(AgentParams())
     assert "cannot look anything up" in plain and "reminders" in plain
-    agent = AgentConfig.model_validate(
+    agent = AgentParams.model_validate(
         {
             "tools": [
                 {
@@ -284,7 +284,7 @@ def test_orders_and_control_tokens_in_an_answer_are_defanged() -> None:
 
 def _site_box(**agent: object) -> ToolBox:
     box = ToolBox(
-        AgentConfig.model_validate(
+        AgentParams.model_validate(
             {
                 "tools": [
                     {"name": "site_facts", "kind": "facts", "description": "facts", "file": str(FACTS)},

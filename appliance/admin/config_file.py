@@ -16,6 +16,7 @@ from pydantic import ValidationError
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource
 
 from appliance.config import ENV_PREFIX, ConfigError, ConfigProblem, Settings, _problems
+from appliance.config_moves import MOVED, MovedTwice, file_changes, moved
 from appliance.config_writer import edited_toml, write_keeping_backup
 from engines.files import TOMLDecodeError, loads_toml, toml_string, toml_value
 
@@ -43,8 +44,8 @@ def environment_overrides(environ: dict[str, str] | None = None) -> list[str]:
     keys = []
     for name in env:
         if name.upper().startswith(ENV_PREFIX):
-            parts = name[len(ENV_PREFIX) :].lower().split("__")
-            keys.append(".".join(parts))
+            key = ".".join(name[len(ENV_PREFIX) :].lower().split("__"))
+            keys.append(MOVED.get(key, key))
     return sorted(keys)
 
 
@@ -148,14 +149,22 @@ def apply_changes(
     alone), write; the file's settings and the changed keys."""
     from appliance.daemon.start_problems import startup_problems
 
-    merged, changed = merge_changes(read_file_data(path), changes)
+    data = read_file_data(path)
+    try:  # a key an older version wrote is moved to its new place with this write
+        data, moves = moved(data)
+    except MovedTwice as err:
+        raise ConfigError(str(path), [ConfigProblem(err.key, err.message, None)]) from err
+    merged, changed = merge_changes(data, changes)
     file_settings = _schema_checked(merged, "changes")
     problems = (machine_check or startup_problems)(file_settings)
     if problems:
         raise ConfigError("changes", problems)
     if not changed:
         return file_settings, changed
-    text = edited_toml(path.read_text(encoding="utf-8") if path.exists() else "", changes, header=HEADER)
+    edits = file_changes(moves)
+    for section, values in changes.items():
+        edits.setdefault(section, {}).update(values)
+    text = edited_toml(path.read_text(encoding="utf-8") if path.exists() else "", edits, header=HEADER)
     # What is written must read back as the same settings (the schema alone: the rest was checked).
     if _schema_checked(loads_toml(text), str(path)) != file_settings:
         raise ValueError("the configuration did not survive a TOML round trip; nothing was written")

@@ -40,13 +40,13 @@ def _version(package: str) -> str | None:
 
 
 def _llm_described(settings: Settings) -> tuple[str, str, str, str]:
-    llm = settings.llm
+    llm, server = settings.llm, settings.llm_server
     if llm.backend == "openai":
-        behind = f", then the local {llm.model}" if llm.server_fallback == "local" else ""
+        behind = f", then the local {llm.model}" if server.server_fallback == "local" else ""
         return (
             "llm",
-            f"site server {llm.server_url}{behind}",
-            llm.server_model or "the server's",
+            f"site server {server.server_url}{behind}",
+            server.server_model or "the server's",
             "llama-cpp-python",
         )
     return ("llm", f"llama.cpp ({llm.gpu_layers} GPU layers)", llm.model, "llama-cpp-python")
@@ -77,12 +77,12 @@ def engine_states(
     ]
     if settings.endpointer.mode == EndpointerMode.SMART_TURN:
         described.append(("turn", "onnxruntime (cpu)", "smart-turn-v3.2", "onnxruntime"))
-    partial = settings.asr.separate_partial_model
+    partial = settings.partials.separate_model(settings.asr.model)
     if partial is not None:
         described.append(("asr_partial", described[1][1], partial, asr_runtime))
     if "aec" in seconds:  # loaded only where a session cancels its echo
-        audio = settings.audio
-        extras = [f"delay {audio.echo_delay_ms:g} ms"] + ["noise suppression"] * audio.echo_noise_suppression
+        extras = [f"delay {settings.audio.echo_delay_ms:g} ms"]
+        extras += ["noise suppression"] * settings.aec.echo_noise_suppression
         described.append(("aec", f"webrtc ({', '.join(extras)})", "aec3", "livekit"))
     return [
         EngineState(

@@ -10,6 +10,8 @@ from engines.params import Params, check_ip_address
 
 
 class AdminParams(Params):
+    """The admin page: where it listens, its accounts and logins, /metrics access and its limits."""
+
     enabled: bool = Field(False, description="serve the admin page")
     bind_host: str = Field(
         "127.0.0.1", description="the interface the admin page listens on (0.0.0.0: every interface)"

@@ -19,7 +19,7 @@ from typing import Any
 
 from uvicorn.protocols.http.h11_impl import H11Protocol
 
-from appliance.config import AdminConfig
+from appliance.config import AdminParams
 from appliance.ratelog import ThrottledLog
 
 log = logging.getLogger(__name__)
@@ -53,7 +53,7 @@ class ConnectionLimits:
     trusted_proxies: tuple[str, ...]
 
     @classmethod
-    def of(cls, admin: AdminConfig) -> ConnectionLimits:
+    def of(cls, admin: AdminParams) -> ConnectionLimits:
         return cls(
             request_timeout_s=admin.request_timeout_s,
             max_connections=admin.max_connections,

@@ -163,7 +163,7 @@ class LiveSession(Body):
         SessionState.IDLE, description="idle, listening, thinking, speaking, or waiting for the wake word"
     )
     heard: str = Field(
-        "", description="partial transcript of what the person is saying now (asr.partial_interval_ms)"
+        "", description="partial transcript of what the person is saying now (partials.partial_interval_ms)"
     )
     started_at: float
     turns: int = 0

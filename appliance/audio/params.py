@@ -11,6 +11,8 @@ from engines.params import Params
 
 
 class AudioParams(Params):
+    """The local microphone and speaker, and whether the echo canceller runs between them."""
+
     input: Literal["auto", "microphone", "none"] = Field(
         "auto",
         description="auto: the microphone when there is one (else one spoken demo question); microphone: "
@@ -28,8 +30,8 @@ class AudioParams(Params):
         "auto",
         description="cancel the appliance's own voice from the microphone (WebRTC AEC3): auto = for the "
         "local microphone when a speaker plays the replies, not for SIP calls (a phone cancels its own "
-        "echo); on = every session, SIP calls too; off = none (vad.threshold_while_playing and "
-        "vad.gate_while_playing then keep the reply from interrupting itself)",
+        "echo); on = every session, SIP calls too; off = none (echo_gate.threshold_while_playing and "
+        "echo_gate.gate_while_playing then keep the reply from interrupting itself)",
     )
     echo_delay_ms: float = Field(
         0.0,

@@ -6,7 +6,7 @@ import argparse
 from dataclasses import dataclass
 
 from appliance.commands.common import EXIT_FAILED, EXIT_OK, add_config_option
-from appliance.config import ConfigError, Settings, SipConfig, load_settings
+from appliance.config import ConfigError, Settings, SipParams, load_settings
 
 
 @dataclass(frozen=True)
@@ -132,7 +132,7 @@ def _sip_tls(settings: Settings) -> Finding:
     return Finding("sip tls", True, f"{where}, {source} certificate {shown}; {checked}")
 
 
-def _registration(config: SipConfig) -> Finding:
+def _registration(config: SipParams) -> Finding:
     import asyncio
 
     from appliance.sip.register import try_registration

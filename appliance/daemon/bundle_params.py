@@ -12,6 +12,9 @@ from engines.params import Params
 
 
 class BundleParams(Params):
+    """The engine bundle: where it lives, the versions kept, when one is rolled back, and what a
+    candidate must match."""
+
     dir: Path = Field(
         Path("~/.cache/appliance/bundle"),
         description="the engine bundle, built by `python -m build_scripts bundle --out DIR`",

@@ -27,7 +27,7 @@ from engines.errors import BundleError
 from engines.files import atomic_write
 
 if TYPE_CHECKING:
-    from appliance.config import BundleConfig
+    from appliance.config import BundleParams
 
 log = logging.getLogger(__name__)
 
@@ -49,7 +49,7 @@ class CrashGuard:
     window_s: float
 
     @classmethod
-    def of(cls, bundle: BundleConfig) -> CrashGuard:
+    def of(cls, bundle: BundleParams) -> CrashGuard:
         return cls(BundleStore(bundle.dir), bundle.rollback_after_crashes, bundle.crash_window_min * 60.0)
 
     @property

@@ -110,17 +110,16 @@ def llm_server_problems(settings: Settings) -> list[ConfigProblem]:
     """``llm.backend = "openai"`` without a server URL, or with a host the settings do not allow."""
     from engines.llm.openai_server import check_server_url
 
-    llm = settings.llm
-    if llm.backend != "openai":
+    server = settings.llm_server
+    if settings.llm.backend != "openai":
         return []
     try:
-        check_server_url(llm)
+        check_server_url(server)
     except EngineError as err:
-        return [ConfigProblem("llm.server_url", str(err), llm.server_url)]
-    if llm.server_api_key_file is not None and not llm.server_api_key_file.is_file():
-        return [
-            ConfigProblem("llm.server_api_key_file", "the file does not exist", str(llm.server_api_key_file))
-        ]
+        return [ConfigProblem("llm_server.server_url", str(err), server.server_url)]
+    key_file = server.server_api_key_file
+    if key_file is not None and not key_file.is_file():
+        return [ConfigProblem("llm_server.server_api_key_file", "the file does not exist", str(key_file))]
     return []
 
 
@@ -170,7 +169,7 @@ def _secret_setting(settings: Settings, path: Path) -> str | None:
         "admin.users_file": settings.admin.users_file,
         "admin.password_file": settings.admin.password_file,
         "admin.metrics_token_file": settings.admin.metrics_token_file,
-        "llm.server_api_key_file": settings.llm.server_api_key_file,
+        "llm_server.server_api_key_file": settings.llm_server.server_api_key_file,
     }
     for name, secret in secrets.items():
         if secret is not None and (same_file(path, secret) or path.resolve() == secret.resolve()):

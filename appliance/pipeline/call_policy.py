@@ -7,7 +7,7 @@ clock of its own (every event carries its time). The session feeds it and carrie
     KeyPressed     a key: the number being typed grows (Typing), or ends with # (AnswerTyped); the
                    first key over a reply cuts it (CutReply); the operator key says the transfer
                    preamble (Say) and puts the caller through after it
-    Tick           between frames: the first says sip.greeting (Say); a number paused for keypad_timeout_ms is answered; a caller silent
+    Tick           between frames: the first says call.greeting (Say); a number paused for keypad_timeout_ms is answered; a caller silent
                    for silence_prompt_s is asked whether they are there (Say), later hung up on (HangUp)
     Heard          the caller spoke: the silence is counted afresh
     TurnFinished   a reply is over: a goodbye hangs up; a transfer the reply promised starts (Transfer)
@@ -98,7 +98,7 @@ class Say:
 
 @dataclass(frozen=True)
 class Transfer:
-    target: str  # a name of sip.transfer_targets
+    target: str  # a name of call.transfer_targets
     uri: str
 
 
@@ -123,7 +123,7 @@ class CallPolicy:
         self._prompted = False  # ... and they were asked whether they are still there
         self._transfer_after_reply: str | None = None  # the operator key's target
         self._transferring = False
-        self._greeted = not params.greeting  # sip.greeting is said on the first tick of the call
+        self._greeted = not params.greeting  # call.greeting is said on the first tick of the call
 
     @property
     def typing(self) -> bool:
@@ -200,7 +200,7 @@ class CallPolicy:
             if uri is None:
                 return [
                     *actions,
-                    *self._transfer_over(TransferOver(target, "not one of sip.transfer_targets")),
+                    *self._transfer_over(TransferOver(target, "not one of call.transfer_targets")),
                 ]
             self._transferring = True
             actions.append(Transfer(target, uri))

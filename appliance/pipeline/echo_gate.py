@@ -16,7 +16,7 @@ LINEAR_THRESHOLD = 0.85  # appliance/pipeline/linear_ear.py
 
 
 class EchoGateParams(Params):
-    """The ``[vad]`` settings for the time a reply plays."""
+    """What the VAD hears while a reply plays (without echo cancellation the microphone hears the reply)."""
 
     threshold_while_playing: float | None = Field(
         None,
@@ -33,7 +33,7 @@ class EchoGateParams(Params):
         "suppressor's output alone",
     )
     linear_threshold_while_playing: float = Field(
-        LINEAR_THRESHOLD, gt=0.0, le=1.0, description="the linear ear's threshold (vad.linear_ear)"
+        LINEAR_THRESHOLD, gt=0.0, le=1.0, description="the linear ear's threshold (echo_gate.linear_ear)"
     )
 
 

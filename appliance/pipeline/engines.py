@@ -45,7 +45,7 @@ class SessionEngines(TurnEngines):
     vad_worker: EngineWorker
     turn: TurnDetector | None = None  # endpointer.mode = "smart_turn" only
     turn_worker: EngineWorker | None = None
-    partial_asr: AsrEngine | None = None  # asr.partial_model, on the ASR worker; None: asr itself
+    partial_asr: AsrEngine | None = None  # partials.partial_model, on the ASR worker; None: asr itself
     tools: ToolBox | None = None  # agent.tools, run off the event loop by the turn
     aec: EchoCanceller | None = None  # audio.echo_cancellation; each session that uses it has a stream
     aec_worker: EngineWorker | None = None

@@ -204,7 +204,7 @@ class Overlaps:
 
     @property
     def deciding(self) -> bool:
-        return self.params.overlap == "decide"
+        return self.params.mode == "decide"
 
     async def on_frame(
         self, now: float, *, voiced: bool, in_speech: bool, reply: Turn | None, by_linear_ear: bool = False

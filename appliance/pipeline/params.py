@@ -1,12 +1,14 @@
-"""The pipeline's own settings: partial transcripts and the LLM prefill, what a turn says when it
-cannot answer, the conversation a session keeps, and speech over a reply. (The echo gate's are in ``echo_gate``.)"""
+"""The pipeline's own settings, each class a section: ``[partials]`` (partial transcripts and the LLM
+prefill), ``[conversation]`` (the history a session keeps, what a turn says when it cannot answer),
+``[call]`` (a phone call's keypad, silence and transfers) and ``[overlap]`` (speech over a reply).
+(``[echo_gate]`` is in ``echo_gate``.)"""
 
 from __future__ import annotations
 
 import re
 from typing import Literal
 
-from pydantic import Field, field_validator
+from pydantic import Field, field_validator, model_validator
 
 from engines.params import Params, check_sentence, ms_to_s
 
@@ -18,7 +20,8 @@ _TARGET = re.compile(r"sip:[^\s<>\"?]{1,200}|[A-Za-z0-9*#+._-]{1,64}")
 
 
 class PartialsParams(Params):
-    """In ``[asr]``: transcripts made while the person speaks (``appliance.pipeline.partials``)."""
+    """Transcripts made while the person speaks (``appliance.pipeline.partials``), and the LLM's
+    evaluation of their stable words before the person stops."""
 
     # 600: turn latency p50 0.83x / p95 0.87x of partials off, same transcripts (docs/turn-taking.md).
     partial_interval_ms: int = Field(
@@ -26,30 +29,39 @@ class PartialsParams(Params):
         ge=0,
         le=10000,
         description="while a person speaks, transcribe what was said so far after each this much new "
-        "speech (0: off); the LLM pre-evaluates the words two partials agree on (llm.prefill)",
+        "speech (0: off); the LLM pre-evaluates the words two partials agree on (partials.prefill)",
     )
     partial_model: str = Field(
         "", description='Whisper for those partials: "" = asr.model, or another one of the bundle'
     )
-
-    @property
-    def partial_interval_s(self) -> float:
-        return ms_to_s(self.partial_interval_ms)
-
-
-class PrefillParams(Params):
-    """In ``[llm]``."""
-
     prefill: bool = Field(
         True,
         description="evaluate the stable words of partial transcripts before the person stops speaking, "
         "and the keys typed on a caller's keypad before the last one",
     )
 
+    @property
+    def partial_interval_s(self) -> float:
+        return ms_to_s(self.partial_interval_ms)
 
-class ReplyParams(Params):
-    """In ``[agent]``: what a turn says when the model cannot answer at once."""
+    @property
+    def enabled(self) -> bool:
+        return self.partial_interval_ms > 0
 
+    def separate_model(self, asr_model: str) -> str | None:
+        """The model of a second Whisper engine for the partials, when they run on another model than
+        ``asr_model``."""
+        if self.partial_interval_ms == 0 or self.partial_model in ("", asr_model):
+            return None
+        return self.partial_model
+
+
+class ConversationParams(Params):
+    """The conversation a session keeps, and what a turn says when the model cannot answer at once."""
+
+    max_history_messages: int = Field(
+        16, ge=2, le=256, description="messages of conversation kept per session (older ones are dropped)"
+    )
     fallback_reply: str = Field(
         "Sorry, something went wrong. Please say that again.", description="said when a turn fails"
     )
@@ -63,16 +75,8 @@ class ReplyParams(Params):
         return check_sentence(value)
 
 
-class HistoryParams(Params):
-    """In ``[agent]``."""
-
-    max_history_messages: int = Field(
-        16, ge=2, le=256, description="messages of conversation kept per session (older ones are dropped)"
-    )
-
-
 class CallParams(Params):
-    """In ``[sip]``: how a session on a phone call takes keys typed on the keypad, and silence."""
+    """A phone call (with ``[sip]`` on): its greeting, keys typed on the keypad, silence, and transfers."""
 
     greeting: str = Field(
         "",
@@ -154,6 +158,15 @@ class CallParams(Params):
                 )
         return value
 
+    @model_validator(mode="after")
+    def _operator(self) -> CallParams:
+        if self.operator_digit and self.operator_target not in self.transfer_targets:
+            raise ValueError(
+                f"call.operator_target {self.operator_target!r} is not one of call.transfer_targets "
+                f"({', '.join(self.transfer_targets) or 'none'})"
+            )
+        return self
+
     @property
     def keypad_timeout_s(self) -> float:
         return ms_to_s(self.keypad_timeout_ms)
@@ -179,9 +192,9 @@ _BACKCHANNELS = (
 
 
 class OverlapParams(Params):
-    """In ``[endpointer]``: speech over a reply (docs/turn-taking.md, "While the appliance speaks")."""
+    """Speech over a reply (docs/turn-taking.md, "While the appliance speaks")."""
 
-    overlap: Literal["decide", "interrupt"] = Field(
+    mode: Literal["decide", "interrupt"] = Field(
         "decide",
         description="decide: speech over a reply pauses it at once; a backchannel lets it go on, a stop "
         "word stops it, anything else interrupts it; interrupt: any speech over a reply stops it",

@@ -1,7 +1,7 @@
 """Thinking while the person speaks: partial transcripts during an utterance, and the LLM prefill of
 their words.
 
-Every ``asr.partial_interval_ms`` of speech the audio so far is transcribed on the ASR worker; the LLM then
+Every ``partials.partial_interval_ms`` of speech the audio so far is transcribed on the ASR worker; the LLM then
 evaluates the conversation plus the words the partials make likely into its KV cache: the words the
 last two partials agree on (the stable prefix), or the latest partial without its last word (often
 cut mid-word) when that is longer. The turn that answers the utterance then evaluates only the tokens
@@ -22,13 +22,13 @@ import functools
 import logging
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import numpy as np
 
 from appliance.pipeline.engines import SessionEngines, TurnEngines
-from appliance.pipeline.params import PartialsParams, PrefillParams
+from appliance.pipeline.params import PartialsParams
 from engines.asr import AsrEngine
 from engines.cancel import CancelEvent, Cancelled
 from engines.llm import Message
@@ -37,26 +37,6 @@ if TYPE_CHECKING:
     from appliance.tools import ToolBox
 
 log = logging.getLogger(__name__)
-
-
-@dataclass(frozen=True)
-class PartialsConfig:
-    timing: PartialsParams = field(default_factory=PartialsParams)
-    llm: PrefillParams = field(default_factory=PrefillParams)
-
-    @property
-    def interval_s(self) -> float:
-        """New speech between two partial transcripts; 0: off."""
-        return self.timing.partial_interval_s
-
-    @property
-    def prefill(self) -> bool:
-        """Evaluate the partials' words into the LLM's cache."""
-        return self.llm.prefill
-
-    @property
-    def enabled(self) -> bool:
-        return self.interval_s > 0
 
 
 @dataclass
@@ -96,7 +76,7 @@ class Partials:
     def of_session(
         cls,
         engines: SessionEngines,
-        config: PartialsConfig,
+        config: PartialsParams,
         messages_for: Callable[[str], list[Message]],
         *,
         realtime: bool,
@@ -116,7 +96,7 @@ class Partials:
     def __init__(
         self,
         engines: TurnEngines,
-        config: PartialsConfig,
+        config: PartialsParams,
         messages_for: Callable[[str], list[Message]],
         *,
         asr: AsrEngine | None = None,
@@ -144,7 +124,7 @@ class Partials:
         self.stop()
         self.record = PartialsRecord()
         self._utterance_start_s = utterance_start_s
-        self._next_due_s = speech_start_s + self.config.interval_s
+        self._next_due_s = speech_start_s + self.config.partial_interval_s
         self._prefilled = ""
         self._paused = False
 
@@ -163,7 +143,7 @@ class Partials:
             return
         if self._task is not None and not self._task.done():
             return
-        self._next_due_s = now_s + self.config.interval_s
+        self._next_due_s = now_s + self.config.partial_interval_s
         audio = audio_between(self._utterance_start_s, now_s)
         self._cancel = CancelEvent()
         self._task = asyncio.create_task(self._step(audio, self._cancel), name="partial-transcript")

@@ -65,7 +65,7 @@ class Session:
         self.source, self.sink = source, sink
         self.config = config or SessionConfig()
         self.session_id = session_id or f"s-{new_turn_id()[:8]}"
-        self.conversation = Conversation(self.config.history.max_history_messages)
+        self.conversation = Conversation(self.config.conversation.max_history_messages)
         self.turns = TurnKeeper(
             self.conversation,
             engines,

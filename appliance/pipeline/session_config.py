@@ -6,8 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from appliance.pipeline.echo_gate import EchoGate
-from appliance.pipeline.params import CallParams, HistoryParams, OverlapParams
-from appliance.pipeline.partials import PartialsConfig
+from appliance.pipeline.params import CallParams, ConversationParams, OverlapParams, PartialsParams
 from appliance.pipeline.turn import TurnConfig
 from engines.vad.params import EndpointerParams
 from engines.wake.params import WakeParams
@@ -18,8 +17,8 @@ class SessionConfig:
     endpointer: EndpointerParams = field(default_factory=EndpointerParams)
     echo: EchoGate = field(default_factory=EchoGate.of)
     turn: TurnConfig = field(default_factory=TurnConfig)
-    partials: PartialsConfig = field(default_factory=PartialsConfig)
-    history: HistoryParams = field(default_factory=HistoryParams)
+    partials: PartialsParams = field(default_factory=PartialsParams)
+    conversation: ConversationParams = field(default_factory=ConversationParams)
     call: CallParams = field(default_factory=CallParams)
     transfer_domain: str = ""  # where an extension of call.transfer_targets is reached (the phone system)
     overlap: OverlapParams = field(default_factory=OverlapParams)

@@ -58,7 +58,7 @@ class SpeechOverReply:
 
     @property
     def deciding(self) -> bool:
-        """``overlap = "decide"``: speech over a reply is judged, not a barge-in at once."""
+        """``overlap.mode = "decide"``: speech over a reply is judged, not a barge-in at once."""
         return self.overlaps.deciding
 
     @property

@@ -22,7 +22,7 @@ import numpy as np
 
 from appliance.grounding import Sources, WithheldWhy
 from appliance.pipeline.engines import TurnEngines
-from appliance.pipeline.params import ReplyParams
+from appliance.pipeline.params import ConversationParams
 from appliance.pipeline.playback import Player
 from appliance.pipeline.tool_round import run_tool_calls
 from appliance.pipeline.turn_sources import Grounding, sources_for
@@ -44,7 +44,7 @@ log = logging.getLogger(__name__)
 
 @dataclass(frozen=True)
 class TurnConfig:
-    replies: ReplyParams = field(default_factory=ReplyParams)
+    replies: ConversationParams = field(default_factory=ConversationParams)
     grounding: Grounding | None = None  # with tools, the tool box's agent settings say
     speech: TtsParams = field(default_factory=TtsParams)  # first_clause_words
     max_pending_clauses: int = 4

@@ -21,7 +21,7 @@ def guard_name_lookups() -> NameLookupGuard:
         noisy.log(
             logging.WARNING,
             "name_lookup",
-            "name lookup of %r refused (%s): only the hosts in llm.allowed_hosts and agent.allowed_hosts "
+            "name lookup of %r refused (%s): only the hosts in llm_server.allowed_hosts and agent.allowed_hosts "
             "are ever resolved; use an IP address",
             host,
             where,

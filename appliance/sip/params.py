@@ -1,5 +1,5 @@
-"""[sip]: the extension, its phone system, the SIP and RTP listeners and their limits (a call's keypad,
-silence and transfer keys: appliance/pipeline/params.py)."""
+"""``[sip]``: the extension, its phone system, the SIP and RTP listeners and their limits (what a call
+says and does, ``[call]``: appliance/pipeline/params.py)."""
 
 from __future__ import annotations
 
@@ -9,11 +9,12 @@ from typing import Any, Literal
 from pydantic import Field, field_validator, model_validator
 
 from appliance.certificates import normal_fingerprint
-from appliance.pipeline.params import CallParams
-from engines.params import check_ip_address, ms_to_s
+from engines.params import Params, check_ip_address, ms_to_s
 
 
-class SipParams(CallParams):
+class SipParams(Params):
+    """Phone calls over SIP: the extension, its phone system, the SIP and RTP listeners and their limits."""
+
     enabled: bool = Field(False, description="answer SIP calls")
     bind_host: str = Field(
         "127.0.0.1", description="the address SIP listens on (0.0.0.0: every interface, with advertise_host)"
@@ -178,21 +179,6 @@ class SipParams(CallParams):
         if not value.is_file():
             raise ValueError(f"{value} is not a file (a PEM file is expected)")
         return value
-
-    @model_validator(mode="after")
-    def _transfers(self) -> SipParams:
-        for name in self.transfer_targets:
-            if self.transfer_uri(name, self.transfer_domain()) is None:
-                raise ValueError(
-                    f"transfer target {name!r} is an extension but sip.registrar is not set: "
-                    f'give it as a SIP URI ("sip:2000@10.20.0.2") or set sip.registrar'
-                )
-        if self.operator_digit and self.operator_target not in self.transfer_targets:
-            raise ValueError(
-                f"sip.operator_target {self.operator_target!r} is not one of sip.transfer_targets "
-                f"({', '.join(self.transfer_targets) or 'none'})"
-            )
-        return self
 
     @field_validator("registrar")
     @classmethod

@@ -71,7 +71,7 @@ class ToolOutcome:
     error_kind: str = ""  # refused_host, timeout, unreachable, http_status, bad_answer, not_found
     removed_instructions: int = 0  # sentences of the answer that read as orders, left out
     detail: str = ""  # what went wrong, for the log (the caller logs it with its turn id)
-    transfer_to: str | None = None  # a transfer tool's destination (a name of sip.transfer_targets)
+    transfer_to: str | None = None  # a transfer tool's destination (a name of call.transfer_targets)
     # The turn's reply is ``text``, said as it is (a transfer, the end of a call): nothing goes back to
     # the model, which would otherwise read an instruction about it aloud.
     final: bool = False
@@ -89,7 +89,7 @@ class ToolBox:
     ) -> None:
         self.agent = agent
         self.transfer_targets = tuple(transfer_targets)
-        # Who a person asking for "someone" or "the operator" is put through to (sip.operator_target).
+        # Who a person asking for "someone" or "the operator" is put through to (call.operator_target).
         self.operator = operator or (self.transfer_targets[0] if self.transfer_targets else "")
         self.transfer_sentence = transfer_sentence
         self.clock: Callable[[], datetime] = lambda: datetime.now().astimezone()  # tests fix it
@@ -139,7 +139,7 @@ class ToolBox:
 
     @property
     def can_transfer(self) -> bool:
-        """A transfer tool can reach someone (sip.transfer_targets)."""
+        """A transfer tool can reach someone (call.transfer_targets)."""
         return bool(self.transfer_targets) and any(tool.kind == "transfer" for tool in self.tools.values())
 
     def facts_prompt_text(self) -> str:

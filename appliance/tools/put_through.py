@@ -46,7 +46,7 @@ def _names(target: str, words: set[str]) -> bool:
 
 
 def asked_to_be_put_through(words: str, destination: str, *, operator: str) -> bool:
-    """The person's ``words`` ask to be put through to ``destination`` (a name of sip.transfer_targets):
+    """The person's ``words`` ask to be put through to ``destination`` (a name of call.transfer_targets):
     they ask for a transfer and name it, or ask for a person and it is the ``operator``."""
     said = " ".join(_words(words))
     if not said or not _ASKING.search(said):

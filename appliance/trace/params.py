@@ -10,6 +10,8 @@ from engines.params import Params
 
 
 class TraceParams(Params):
+    """The turn traces: where they are kept, how many, and the latency the admin page holds them to."""
+
     db_path: Path = Field(
         Path("~/.local/state/appliance/turns.sqlite3"), description="the SQLite file of the turn traces"
     )

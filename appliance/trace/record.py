@@ -90,16 +90,16 @@ class TurnTrace:
     words_complete_p: float | None = None
     words_not_expected: WordsNotExpected | Literal[""] = ""  # why the words did not judge that pause
     turn_complete_p: float | None = None  # the last check's probability that the turn was complete
-    partials: int = 0  # partial transcripts made while the person spoke (asr.partial_interval_ms)
+    partials: int = 0  # partial transcripts made while the person spoke (partials.partial_interval_ms)
     partial_asr_ms: float = 0.0  # their ASR time, summed
-    prefill_tokens: int = 0  # prompt tokens the LLM evaluated while the person spoke (llm.prefill)
+    prefill_tokens: int = 0  # prompt tokens the LLM evaluated while the person spoke (partials.prefill)
     prefill_reused: int = 0  # ... of which this turn's prompt found in the cache
     prefill_discarded: int = 0  # ... thrown away as not matching what was finally said
     llm_prompt_tokens: int = 0  # this turn's prompt (system prompt included)
     llm_evaluated_tokens: int = 0  # ... evaluated after the end of speech (the rest was cached)
     llm_queued_ms: float = 0.0  # waited for an LLM slot (every one busy with other calls' replies)
     llm_backend: str = ""  # who answered when llm.backend = "openai": site server, or local model (why)
-    busy_reply: bool = False  # agent.busy_reply was said first (the LLM's queue was full)
+    busy_reply: bool = False  # conversation.busy_reply was said first (the LLM's queue was full)
     tool_calls: list[str] = field(default_factory=list)  # tools called (name, or name:why it failed)
     tool_ms: float = 0.0  # time the tools took, summed
     preamble_audio: bool = False  # agent.tool_preamble was said while a tool ran

@@ -10,6 +10,8 @@ from engines.params import Params
 
 
 class AsrParams(Params):
+    """Whisper: the model that transcribes a turn, where it runs, and the words it is told to expect."""
+
     # tiny.en: WER 11.1% vs 12.6% (microphone) and 13.1% vs 16.2% (call path), 0.71x the latency of
     # base on the English test recordings (bench/reference/asr-models.json); base is multilingual.
     model: str = Field(

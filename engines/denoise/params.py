@@ -10,6 +10,8 @@ from engines.params import Params
 
 
 class DenoiseParams(Params):
+    """Noise suppression before the VAD and Whisper."""
+
     # none: on the English recordings mixed with the noises of the test data, both suppressors raised
     # Whisper tiny.en's word error rate at 5 dB and made Silero hear speech in noise alone more often
     # (bench noise, docs/noise.md).

@@ -1,8 +1,8 @@
 """The LLM on a site server: an OpenAI-compatible ``/v1/chat/completions``, streamed over HTTP.
 
 For a site whose devices share one GPU box (``llama_cpp.server``, llama.cpp's ``llama-server``, vLLM).
-It reaches only ``llm.server_url``'s host, which must be listed in ``llm.allowed_hosts`` and resolve to
-private addresses (unless ``llm.allow_public_server``): the device's outbound rules
+It reaches only ``llm_server.server_url``'s host, which must be listed in ``llm_server.allowed_hosts`` and resolve to
+private addresses (unless ``llm_server.allow_public_server``): the device's outbound rules
 (``engines.outbound``), the same as an http tool's, checked before connecting.
 
 Timeouts: connecting (``server_connect_timeout_s``), the reply's first piece
@@ -42,7 +42,7 @@ log = logging.getLogger(__name__)
 MAX_ERROR_BODY = 2000
 MAX_ANSWER_BYTES = 20000  # GET /models
 _CANCEL_POLL_S = 0.01
-_FIX = 'check the site server (llm.server_url) runs and answers, or set llm.backend = "local"'
+_FIX = 'check the site server (llm_server.server_url) runs and answers, or set llm.backend = "local"'
 
 
 class LlmServerError(BackendUnavailable):
@@ -57,7 +57,7 @@ class LlmServerError(BackendUnavailable):
 def server_rules(server: LlmServerParams) -> OutboundRules:
     return OutboundRules(
         tuple(server.allowed_hosts),
-        "llm.allowed_hosts",
+        "llm_server.allowed_hosts",
         allow_public=server.allow_public_server,
         schemes=("http",),
         max_body_bytes=MAX_ANSWER_BYTES,
@@ -71,13 +71,13 @@ def check_server_url(server: LlmServerParams) -> Destination:
         return check_url(url, server_rules(server))
     except OutboundError as err:
         fix = {
-            "bad_url": 'set llm.server_url = "http://HOST:PORT/v1", the site server\'s OpenAI-compatible API',
-            "refused_host": f'add "{urlsplit(url).hostname}" (or its network) to llm.allowed_hosts',
+            "bad_url": 'set llm_server.server_url = "http://HOST:PORT/v1", the site server\'s OpenAI-compatible API',
+            "refused_host": f'add "{urlsplit(url).hostname}" (or its network) to llm_server.allowed_hosts',
         }.get(
-            err.kind, "use the server's address on the site's network, or set llm.allow_public_server = true"
+            err.kind, "use the server's address on the site's network, or set llm_server.allow_public_server = true"
         )
         what = (
-            f"llm.server_url {url!r} is not an http:// URL with a host"
+            f"llm_server.server_url {url!r} is not an http:// URL with a host"
             if err.kind == "bad_url"
             else f"the LLM server {err}"
         )
@@ -218,7 +218,7 @@ class OpenAiLlm:
 
     def _no_first_token(self) -> str:
         timeout = self.server.server_first_token_timeout_s
-        return f"the LLM server sent no reply within llm.server_first_token_timeout_s = {timeout} s"
+        return f"the LLM server sent no reply within llm_server.server_first_token_timeout_s = {timeout} s"
 
     def _stream(
         self, history: Sequence[Message], cancel: threading.Event, stats: GenerationStats, started: float
@@ -281,7 +281,7 @@ class OpenAiLlm:
         if timed_out:
             return LlmServerError(
                 f"the LLM server stopped sending after {pieces} pieces (nothing for "
-                f"llm.server_idle_timeout_s = {self.server.server_idle_timeout_s} s)",
+                f"llm_server.server_idle_timeout_s = {self.server.server_idle_timeout_s} s)",
                 started=True,
             )
         return LlmServerError(

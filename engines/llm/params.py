@@ -1,4 +1,5 @@
-"""The language model's settings (``[llm]``): the local llama.cpp model, and a site server's API."""
+"""The language model's settings: ``[llm]``, the model and how it answers, and ``[llm_server]``, a site
+server's API."""
 
 from __future__ import annotations
 
@@ -11,6 +12,14 @@ from engines.params import Params
 
 
 class LlmParams(Params):
+    """The language model: the bundle's GGUF on this device (or a site server's, ``[llm_server]``), its
+    threads, and how long a reply may be."""
+
+    backend: Literal["local", "openai"] = Field(
+        "local",
+        description="local: the bundle's model on this device; openai: a site server's OpenAI-compatible "
+        "API at llm_server.server_url (llama_cpp.server, llama-server, vLLM)",
+    )
     model: str = Field(
         "qwen-1.5b",
         min_length=1,
@@ -42,12 +51,19 @@ class LlmParams(Params):
         ge=0,
         le=64,
         description="replies that may wait for a slot in silence; a reply that would wait behind this "
-        "many says agent.busy_reply first",
+        "many says conversation.busy_reply first",
+    )
+    slots: int = Field(
+        0,
+        ge=0,
+        le=64,
+        description="conversations the LLM holds and answers at once, each with its own context_tokens "
+        "of KV cache; 0: one per SIP call (sip.max_calls, when SIP is on) plus the local session",
     )
 
 
 class LlmServerParams(Params):
-    """``llm.backend = "openai"``: a site server's OpenAI-compatible API (llama_cpp.server,
+    """With ``llm.backend = "openai"``: a site server's OpenAI-compatible API (llama_cpp.server,
     llama-server, vLLM)."""
 
     server_url: str = Field("", description='openai: the API\'s base, "http://10.20.0.5:8000/v1"')

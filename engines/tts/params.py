@@ -8,6 +8,8 @@ from engines.params import Params
 
 
 class TtsParams(Params):
+    """Piper: the voice, and how a reply is cut into pieces spoken as they are written."""
+
     voice: str = Field(
         "en_US-joe-medium", min_length=1, description="a tts/<voice> Piper voice in the bundle"
     )

@@ -16,7 +16,7 @@ class EndedBy(Label):
     MAX_LENGTH = "max_length"  # endpointer.max_utterance_s
     STREAM_END = "stream_end"  # the audio ended mid-utterance
     # Turns without speech, on a call:
-    GREETING = "greeting"  # sip.greeting, said when the call is answered
+    GREETING = "greeting"  # call.greeting, said when the call is answered
     KEYPAD = "keypad"  # keys typed, ended by # or a pause
     OPERATOR_KEY = "operator_key"  # the operator digit: the caller is put through
     SILENCE_PROMPT = "silence_prompt"  # the caller was quiet: asked whether anyone is there

@@ -11,6 +11,8 @@ from engines.params import Params, ms_to_s
 
 
 class VadParams(Params):
+    """Silero VAD: which frames are speech."""
+
     backend: Literal["onnxruntime", "torch"] = Field("onnxruntime", description="onnxruntime | torch")
     device: Literal["cpu", "cuda"] = Field(
         "cpu", description="torch backend only; onnxruntime runs on the CPU"
@@ -33,8 +35,10 @@ class EndpointerMode(Label):
 
 
 class EndpointerParams(Params):
-    """The ``[endpointer]`` settings; the VAD's threshold (``vad.threshold``) is the endpointer's own
-    argument, since the session raises it while a reply plays."""
+    """The end of a turn: how long a silence, and what judges whether the words are complete."""
+
+    # The VAD's threshold (vad.threshold) is the endpointer's own argument: the session raises it while a
+    # reply plays.
 
     mode: EndpointerMode = Field(
         EndpointerMode.SMART_TURN,

@@ -20,6 +20,8 @@ class ActivationMode(Label):
 
 
 class WakeParams(Params):
+    """How a turn may begin: any speech, or only speech after the wake word."""
+
     activation: ActivationMode = Field(
         ActivationMode.ALWAYS,
         description="always: any speech begins a turn | wake_word: only speech after the wake word (and "
