@@ -14,7 +14,7 @@ from pydantic import ValidationError, model_validator
 from pydantic_settings import BaseSettings, EnvSettingsSource, PydanticBaseSettingsSource, SettingsConfigDict
 
 from appliance.admin.params import AdminParams
-from appliance.agent_params import AgentParams
+from appliance.agent.params import AgentParams
 from appliance.audio.params import AudioParams
 from appliance.config_moves import SettingError, moved, moved_environment, notice
 from appliance.daemon.bundle_params import BundleParams

@@ -13,7 +13,7 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING
 
-from appliance.agent import FactsPlace, system_prompt
+from appliance.agent.prompt import FactsPlace, system_prompt
 from appliance.config import Settings
 from appliance.pipeline.echo_gate import EchoGate
 from appliance.pipeline.engines import SessionEngines

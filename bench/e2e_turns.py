@@ -61,7 +61,7 @@ class Utterance:
 
 def _engine_pass(engines: SessionEngines, audio_16k: np.ndarray, first_clause_words: int) -> dict[str, Any]:
     """Runs on one thread while the pipeline is idle; every time in milliseconds."""
-    from appliance.agent import Conversation
+    from appliance.pipeline.conversation import Conversation
     from engines.llm import GenerationStats
     from engines.tts.clauses import ClauseSplitter
 

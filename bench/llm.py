@@ -31,7 +31,7 @@ from typing import Any
 
 import numpy as np
 
-from appliance.agent import system_prompt as agent_prompt
+from appliance.agent.prompt import system_prompt as agent_prompt
 from appliance.config import load_settings, override
 from appliance.engine_set import llm_engine
 from bench.paths import RESULTS

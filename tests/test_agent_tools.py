@@ -15,7 +15,7 @@ from typing import Any, ClassVar
 import numpy as np
 import pytest
 
-from appliance.agent_params import ToolConfig
+from appliance.agent.params import ToolConfig
 from appliance.audio import MemorySink
 from appliance.config import AgentParams, Settings, load_settings, override
 from appliance.engine_set import llm_engine, tool_box

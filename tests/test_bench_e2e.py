@@ -111,7 +111,9 @@ def test_two_turn_run_writes_a_result_with_the_full_schema(data_dir: Path, tmp_p
 def test_a_variant_names_settings_with_their_types() -> None:
     from bench.e2e import parse_variant
 
-    assert parse_variant("partials.partial_interval_ms=600,partials.partial_model=tiny-en,partials.prefill=false") == {
+    assert parse_variant(
+        "partials.partial_interval_ms=600,partials.partial_model=tiny-en,partials.prefill=false"
+    ) == {
         "partials": {"partial_interval_ms": 600, "partial_model": "tiny-en", "prefill": False},
     }
     with pytest.raises(ValueError, match=r"expected section\.key=value"):

@@ -10,10 +10,10 @@ from pathlib import Path
 import pytest
 from pydantic import BaseModel
 
-from appliance.agent import Conversation
 from appliance.config import Settings, load_settings
 from appliance.daemon.config_default import default_toml
 from appliance.engine_set import session_config
+from appliance.pipeline.conversation import Conversation
 from appliance.pipeline.echo_gate import EchoGate
 from appliance.pipeline.params import OverlapParams
 from appliance.pipeline.session import SessionConfig

@@ -75,8 +75,6 @@ def test_in_interrupt_mode_an_okay_stops_the_reply_as_before(
     real_engines: SessionEngines, data_dir: Path
 ) -> None:
     okay = spoken(real_engines.tts, "Okay.")
-    session, _source, _sink = _talk(
-        real_engines, load_audio_16k(data_dir / HOW_OLD), okay, mode="interrupt"
-    )
+    session, _source, _sink = _talk(real_engines, load_audio_16k(data_dir / HOW_OLD), okay, mode="interrupt")
     reply = next(t for t in session.turns.traces if t.transcript)
     assert reply.cancelled and not reply.overlaps

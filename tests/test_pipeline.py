@@ -12,10 +12,10 @@ from collections.abc import AsyncIterator
 import numpy as np
 import pytest
 
-from appliance.agent import Conversation
-from appliance.agent_params import ToolConfig
+from appliance.agent.params import ToolConfig
 from appliance.audio import ArraySource, MemorySink
 from appliance.config import AgentParams
+from appliance.pipeline.conversation import Conversation
 from appliance.pipeline.echo_gate import EchoGate
 from appliance.pipeline.engines import SessionEngines
 from appliance.pipeline.params import CallParams, ConversationParams

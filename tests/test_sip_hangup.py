@@ -10,7 +10,7 @@ from pathlib import Path
 
 import numpy as np
 
-from appliance.agent_params import ToolConfig
+from appliance.agent.params import ToolConfig
 from appliance.audio.call import call_session_kwargs
 from appliance.config import AgentParams
 from appliance.pipeline.params import CallParams

@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 import soundfile as sf
 
-from appliance.agent_params import ToolConfig
+from appliance.agent.params import ToolConfig
 from appliance.audio.call import call_session_kwargs
 from appliance.pipeline.params import CallParams
 from appliance.pipeline.session import Session

@@ -240,7 +240,7 @@ def test_the_configuration_names_tool_problems(tmp_path: Path) -> None:
 
 
 def test_the_persona_says_what_the_device_can_and_cannot_do() -> None:
-    from appliance.agent import system_prompt
+    from appliance.agent.prompt import system_prompt
 
     plain = system_prompt(AgentParams())
     assert "cannot look anything up" in plain and "reminders" in plain

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import argparse
-import logging
 import json
+import logging
 import sys
 from pathlib import Path
 

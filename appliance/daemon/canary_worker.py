@@ -20,9 +20,9 @@ from typing import Any
 
 
 def measure(bundle_dir: Path, items: list[dict[str, Any]], settings_data: dict[str, Any]) -> dict[str, Any]:
-    from appliance.agent import Conversation
     from appliance.config import Settings, override
     from appliance.engine_set import asr_engine, check_llm_runs, llm_engine, tts_engine
+    from appliance.pipeline.conversation import Conversation
     from engines.audio import load_audio_16k
     from engines.bundle import Bundle
     from engines.errors import EngineError
@@ -96,9 +96,9 @@ async def _answer(
 ) -> list[dict[str, Any]]:
     """Each item answered as a turn in service is: its reply, the tools called, and the expected
     facts found in the reply (compared as the WER compares words)."""
-    from appliance.agent import Conversation
     from appliance.audio.files import NullSink
     from appliance.engine_set import tool_box
+    from appliance.pipeline.conversation import Conversation
     from appliance.pipeline.engines import TurnEngines
     from appliance.pipeline.playback import Player
     from appliance.pipeline.turn import Turn, TurnConfig

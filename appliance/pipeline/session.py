@@ -25,10 +25,10 @@ from collections.abc import Callable
 
 import numpy as np
 
-from appliance.agent import Conversation
 from appliance.audio.base import AudioSink, AudioSource, HeardFrame
 from appliance.pipeline.call_driver import CallDriver
 from appliance.pipeline.call_policy import CallLine
+from appliance.pipeline.conversation import Conversation
 from appliance.pipeline.engines import SessionEngines
 from appliance.pipeline.partials import Partials
 from appliance.pipeline.session_config import SessionConfig

@@ -18,8 +18,8 @@ from typing import Literal
 
 import numpy as np
 
-from appliance.agent import Conversation
 from appliance.audio.base import AudioSink
+from appliance.pipeline.conversation import Conversation
 from appliance.pipeline.engines import SessionEngines
 from appliance.pipeline.partials import PartialsRecord
 from appliance.pipeline.playback import Player

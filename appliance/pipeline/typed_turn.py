@@ -8,8 +8,8 @@ import secrets
 
 import numpy as np
 
-from appliance.agent import Conversation
 from appliance.audio.files import MemorySink
+from appliance.pipeline.conversation import Conversation
 from appliance.pipeline.engines import SessionEngines
 from appliance.pipeline.playback import Player
 from appliance.pipeline.turn import Turn, TurnConfig

@@ -17,8 +17,8 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from appliance.agent import offered_tools, with_facts
-from appliance.agent_params import AgentParams, ToolConfig
+from appliance.agent.params import AgentParams, ToolConfig
+from appliance.agent.prompt import offered_tools, with_facts
 from appliance.grounding import figures
 from appliance.tools.calls import (
     ToolCall,

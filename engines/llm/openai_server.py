@@ -74,7 +74,8 @@ def check_server_url(server: LlmServerParams) -> Destination:
             "bad_url": 'set llm_server.server_url = "http://HOST:PORT/v1", the site server\'s OpenAI-compatible API',
             "refused_host": f'add "{urlsplit(url).hostname}" (or its network) to llm_server.allowed_hosts',
         }.get(
-            err.kind, "use the server's address on the site's network, or set llm_server.allow_public_server = true"
+            err.kind,
+            "use the server's address on the site's network, or set llm_server.allow_public_server = true",
         )
         what = (
             f"llm_server.server_url {url!r} is not an http:// URL with a host"

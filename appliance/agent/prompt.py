@@ -1,15 +1,16 @@
-"""The agent: who it is (persona -> system prompt) and what it remembers of a conversation.
+"""Who the agent is: its persona, abilities and tools made into the system prompt, and the site's facts
+put before a question's words.
 
-What it says when a turn fails is ``conversation.fallback_reply``, carried to the turn by the session
-configuration (``appliance.engine_set.session_config``)."""
+What it remembers of a conversation is ``appliance.pipeline.conversation``; what it says when a turn
+fails, ``conversation.fallback_reply``."""
 
 from __future__ import annotations
 
 import json
 from typing import Literal
 
-from appliance.agent_params import AgentParams, ToolConfig
-from appliance.pipeline.params import ConversationParams
+from appliance.agent.params import AgentParams, ToolConfig
+from appliance.pipeline.conversation import capitalised
 from engines.llm import Message
 
 FactsPlace = Literal["none", "prompt", "question"]
@@ -29,7 +30,7 @@ def abilities(agent: AgentParams, *, tools_offered: bool = True, facts: FactsPla
     if live and tools_offered:
         known = "; ".join(tool.description.rstrip(".") for tool in live)
         return (
-            f"{_capitalised(known)} come only from your tools: for a question about these, reply with "
+            f"{capitalised(known)} come only from your tools: for a question about these, reply with "
             f"only a tool call, for example {_example_call(live[0])}, never a guess. For anything else, "
             f"such as a greeting, answer without a tool. {NOT_ABLE}"
         )
@@ -110,44 +111,3 @@ def with_facts(messages: list[Message], facts_text: str, *, now: str = "") -> li
     last = messages[-1]
     head = "\n".join(part for part in (now, f"{FACTS_HEADER}\n{facts_text}" if facts_text else "") if part)
     return [*messages[:-1], Message("user", f"{head}\n\n{QUESTION_HEADER} {last.content}")]
-
-
-def _capitalised(text: str) -> str:
-    return text[:1].upper() + text[1:]
-
-
-class Conversation:
-    """The messages of one session (without the system prompt), bounded to ``max_messages``."""
-
-    def __init__(self, max_messages: int = ConversationParams().max_history_messages) -> None:
-        if max_messages < 2:
-            raise ValueError(f"max_messages must be at least 2, got {max_messages}")
-        self.max_messages = max_messages
-        self._messages: list[Message] = []
-
-    @property
-    def messages(self) -> tuple[Message, ...]:
-        return tuple(self._messages)
-
-    def with_user(self, text: str) -> list[Message]:
-        """The history as the LLM should see it with ``text`` as the next user message (its first
-        letter capitalised: Whisper writes "the birch canoe" for part of an utterance and "The birch
-        canoe slid." for all of it, and a prefilled prompt must begin as the final one does)."""
-        messages = list(self._messages)
-        if messages and messages[-1].role == "user":
-            # The previous question got no audible answer (barge-in before playback): one question.
-            messages[-1] = Message("user", f"{messages[-1].content} {text.strip()}".strip())
-        else:
-            messages.append(Message("user", _capitalised(text.strip())))
-        return messages
-
-    def commit(self, user_text: str, assistant_text: str) -> None:
-        """Record a finished turn: the question, and the part of the answer that was played."""
-        self._messages = self.with_user(user_text)
-        if assistant_text.strip():
-            self._messages.append(Message("assistant", assistant_text.strip()))
-        overflow = len(self._messages) - self.max_messages
-        if overflow > 0:
-            self._messages = self._messages[overflow:]
-        while self._messages and self._messages[0].role != "user":
-            self._messages.pop(0)
