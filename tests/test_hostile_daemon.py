@@ -414,7 +414,7 @@ def test_the_admin_page_refuses_settings_that_would_break_calls(running: Running
         ("transfer_targets", {"desk": "2100>\r\nRefer-To: <sip:9@10.9.9.9"}, "neither an extension"),
         ("transfer_preamble", "{oops}", "not a placeholder"),
     ):
-        changed = {"changes": {"sip": {key: value}}}
+        changed = {"changes": {"call": {key: value}}}
         answer = running.admin.put("/api/config", json=changed, headers={"X-CSRF-Token": csrf})
         assert answer.status_code in (400, 422) and problem in answer.text and key in answer.text, answer.text
 
@@ -500,6 +500,6 @@ def test_sentences_with_format_specs_and_targets_with_line_breaks_or_headers_are
         ("transfer_targets", {"desk": "2100\n"}, "neither an extension"),
         ("transfer_targets", {"desk": "sip:2100@127.0.0.1?Replaces=abc%3Bto-tag%3D1"}, "headers"),
     ):
-        changed = {"changes": {"sip": {key: value}}}
+        changed = {"changes": {"call": {key: value}}}
         answer = running.admin.put("/api/config", json=changed, headers={"X-CSRF-Token": csrf})
         assert answer.status_code in (400, 422) and problem in answer.text and key in answer.text, answer.text

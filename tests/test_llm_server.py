@@ -151,7 +151,7 @@ def test_hosts_the_settings_do_not_allow_are_refused_before_any_connection() -> 
     listener.settimeout(0.5)
     port = listener.getsockname()[1]
     try:
-        with pytest.raises(BackendUnavailable, match=r"not in llm\.allowed_hosts"):
+        with pytest.raises(BackendUnavailable, match=r"not in llm_server\.allowed_hosts"):
             OpenAiLlm(
                 LlmServerParams(server_url=f"http://127.0.0.1:{port}/v1", allowed_hosts=("10.0.0.0/8",)),
                 system_prompt="",

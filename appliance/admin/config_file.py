@@ -150,8 +150,9 @@ def apply_changes(
     from appliance.daemon.start_problems import startup_problems
 
     data = read_file_data(path)
-    try:  # a key an older version wrote is moved to its new place with this write
+    try:  # a key an older version wrote (the file, or a client's change) goes to its new place
         data, moves = moved(data)
+        changes = moved(changes)[0]
     except MovedTwice as err:
         raise ConfigError(str(path), [ConfigProblem(err.key, err.message, None)]) from err
     merged, changed = merge_changes(data, changes)

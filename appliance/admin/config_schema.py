@@ -41,9 +41,14 @@ def settings_sections(live_keys: frozenset[str] = frozenset()) -> list[SettingsS
             _field(f"{name}.{key}", key, info, live_keys) for key, info in section_type.model_fields.items()
         ]
         sections.append(
-            SettingsSection(name=name, description=(section_type.__doc__ or "").strip(), fields=fields)
+            SettingsSection(name=name, description=_about(section_type), fields=fields)
         )
     return sections
+
+
+def _about(section: type[BaseModel]) -> str:
+    """A section's description: its class's docstring, as one line of plain text."""
+    return " ".join((section.__doc__ or "").split()).replace("``", "")
 
 
 def _field(dotted: str, key: str, info: FieldInfo, live_keys: frozenset[str]) -> SettingField:

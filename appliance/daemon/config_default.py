@@ -32,7 +32,9 @@ def default_toml() -> str:
 
 
 def _section(name: str, section: BaseModel) -> str:
-    lines = [f"[{name}]"]
+    about = " ".join((type(section).__doc__ or "").split()).replace("``", "`")
+    lines = [f"# ## {line}" for line in textwrap.wrap(about, WIDTH - 5, break_on_hyphens=False)]
+    lines.append(f"[{name}]")
     for key, field in type(section).model_fields.items():
         value = field.get_default(call_default_factory=True)
         if _is_table_list(value, field.annotation):
