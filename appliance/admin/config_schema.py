@@ -40,9 +40,7 @@ def settings_sections(live_keys: frozenset[str] = frozenset()) -> list[SettingsS
         fields = [
             _field(f"{name}.{key}", key, info, live_keys) for key, info in section_type.model_fields.items()
         ]
-        sections.append(
-            SettingsSection(name=name, description=_about(section_type), fields=fields)
-        )
+        sections.append(SettingsSection(name=name, description=_about(section_type), fields=fields))
     return sections
 
 
