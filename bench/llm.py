@@ -14,7 +14,7 @@ interleaved per prompt, so background load hits them alike:
           the system prompt (the floor for ``cached``: what is left is the engine's own overhead).
 
 Prints p50/p95/p99 of each, the ratios cold/cached and cached/raw (of the p50s), decode tokens/s,
-and writes everything to ~/.cache/appliance/bench-results/llm-<time>.json. Figures, not assertions.
+what a batch of 4 tokens costs in single-token steps (speculative decoding's break-even), and writes everything to ~/.cache/appliance/bench-results/llm-<time>.json. Figures, not assertions.
 """
 
 from __future__ import annotations
@@ -41,6 +41,7 @@ from engines.llm.llamacpp import LlamaCppLlm
 
 REPO = Path(__file__).resolve().parents[1]
 VARIANTS = ("cached", "cold", "raw")
+SPECULATION_BATCH = 4
 PROMPTS = (
     "Where is the nearest exit?",
     "What time does the canteen open tomorrow morning?",
@@ -126,6 +127,25 @@ class ModelBench:
         finally:
             self.raw.free_sampler(sampler)
 
+    def raw_batch_steps(self, history: list[Message], size: int = SPECULATION_BATCH) -> float:
+        """What one batch of ``size`` tokens costs in single-token steps, after the prompt: a draft
+        model's guesses are checked in one such batch, so speculative decoding gains only where this
+        is well below the guesses accepted (plus the draft's own steps)."""
+        prompt = self.engine.prompt_tokens(history)
+        self._first_token([], prompt)
+        base = self.raw.kv_length()
+        tokens = prompt[-size:]  # which tokens does not change the cost
+        one: list[float] = []
+        batch: list[float] = []
+        for _ in range(3):
+            for chunk, times in ((tokens[:1], one), (tokens, batch)):
+                self.raw.truncate(base)
+                started = time.perf_counter()
+                self.raw.decode(chunk)
+                self.raw.logits()  # waits for the graph, as a sample would
+                times.append(time.perf_counter() - started)
+        return statistics.median(batch) / statistics.median(one)
+
     def _first_token(self, untimed: list[int], timed: list[int]) -> float:
         self.raw.truncate(0)
         if untimed:
@@ -155,6 +175,7 @@ def bench_model(bundle: Bundle, model: str, system_prompt: str, args: argparse.N
     first_token_s: dict[str, list[float]] = {v: [] for v in VARIANTS}
     decode_rates: list[float] = []
     raw_decode_rates: list[float] = []
+    batch_steps: list[float] = []
     new_tokens: list[int] = []
     try:
         for repeat in range(args.repeats):
@@ -169,6 +190,7 @@ def bench_model(bundle: Bundle, model: str, system_prompt: str, args: argparse.N
                     decode_rates.append((stats.generated_tokens - 1) / (stats.total_s - seconds))
                 log.info("%s repeat %d: %s", model, repeat, text)
             raw_decode_rates.append(bench.raw_decode_tokens_per_s([Message("user", PROMPTS[0])]))
+            batch_steps.append(bench.raw_batch_steps([Message("user", PROMPTS[0])]))
         return {
             "model": model,
             "load_s": bench.load_s,
@@ -189,6 +211,7 @@ def bench_model(bundle: Bundle, model: str, system_prompt: str, args: argparse.N
             / percentile(first_token_s["raw"], 50),
             "decode_tokens_per_s_p50": percentile(decode_rates, 50),
             "raw_decode_tokens_per_s_p50": percentile(raw_decode_rates, 50),
+            f"raw_batch_of_{SPECULATION_BATCH}_in_steps_p50": percentile(batch_steps, 50),
         }
     finally:
         bench.close()
@@ -216,6 +239,11 @@ def print_summary(result: dict[str, Any]) -> None:
     print(
         f"  decode: engine {result['decode_tokens_per_s_p50']:.1f} tokens/s, "
         f"raw llama.cpp {result['raw_decode_tokens_per_s_p50']:.1f} tokens/s (p50)"
+    )
+    steps = result[f"raw_batch_of_{SPECULATION_BATCH}_in_steps_p50"]
+    print(
+        f"  a batch of {SPECULATION_BATCH} tokens costs {steps:.2f} single-token steps (p50): a draft model "
+        f"gains only where more than {steps:.1f} of {SPECULATION_BATCH} guesses are accepted, its own steps aside"
     )
 
 
