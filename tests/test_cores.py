@@ -98,3 +98,46 @@ def test_a_stream_waiting_for_its_consumer_is_not_counted_as_work() -> None:
     worker.shutdown()
     assert counted_while_making == [True]
     assert waited_s < 0.05
+
+
+def test_an_announced_job_is_waited_for_until_it_has_run_and_the_announcement_lapses_alone() -> None:
+    """A clause handed to Piper is on its worker a moment later: the LLM's step begun in between ran
+    beside all of it (first audio 96-133 ms instead of 66-99). Announced, it is waited for from the
+    announcement to its end; an announcement nothing follows ends by itself."""
+    cores = CoreShare()
+    finished = threading.Event()
+
+    def job() -> None:
+        time.sleep(0.05)  # the event loop's turns before the worker takes it
+        with cores.running():
+            time.sleep(0.05)
+        finished.set()
+
+    cores.expect(within_s=5.0)
+    threading.Thread(target=job).start()
+    cores.wait_idle(10.0)
+    assert finished.is_set()  # not before the announced job had started and run
+    cores.expect(within_s=0.1)
+    assert 0.05 < _timed_wait(cores, 10.0) < 5.0  # nothing came: the announcement lapsed
+    assert _timed_wait(cores, 10.0) < 0.05
+
+
+def test_a_stream_of_one_asks_for_the_next_item_only_once_the_consumer_is_done_with_the_last() -> None:
+    """The LLM's stream (max_pending=1): the next token is asked for once the turn has handled the
+    piece before it, so whatever that piece started (Piper) is announced before the next step."""
+    worker = EngineWorker("llm")
+    log: list[str] = []
+
+    def pieces() -> Iterator[str]:
+        for name in ("a", "b", "c"):
+            log.append(f"made {name}")
+            yield name
+
+    async def consume() -> None:
+        async for piece in worker.stream(pieces, cancel=threading.Event(), max_pending=1):
+            await asyncio.sleep(0.02)  # the turn's work on the piece
+            log.append(f"handled {piece}")
+
+    asyncio.run(consume())
+    worker.shutdown()
+    assert log == ["made a", "handled a", "made b", "handled b", "made c", "handled c"]

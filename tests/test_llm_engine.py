@@ -4,6 +4,9 @@ the cached system prompt, cancellation and history trimming."""
 from __future__ import annotations
 
 import threading
+import time
+
+import pytest
 
 from engines.llm import GenerationStats, Message
 from engines.llm.llamacpp import LlamaCppLlm
@@ -123,3 +126,23 @@ def test_history_is_trimmed_oldest_first_and_keeps_the_system_prompt(any_llm: Ll
     assert _llama_prompt_counter(any_llm) - counter_before == stats.evaluated_prompt_tokens
     if any_llm.template_origin == "gguf":  # the instruct model can answer from the system prompt
         assert "4719" in reply.replace(" ", "").replace(",", "")
+
+
+def test_the_next_token_waits_for_the_reader_to_be_done_with_the_last_piece(
+    any_llm: LlamaCppLlm, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """What a reader starts with a piece (the turn: Piper on a finished clause) is announced before the
+    loop's next step, not run beside it: no step runs while the reader handles a piece (the wait is
+    bounded, READER_WAIT_S; raised here so that a slow machine cannot end it first)."""
+    from engines.llm import scheduler
+
+    monkeypatch.setattr(scheduler, "READER_WAIT_S", 30.0)
+    loop = any_llm._loop
+    assert loop is not None
+    stats = GenerationStats()
+    steps_while_handling = []
+    for _piece in any_llm.stream([Message("user", "Say something about the weather today.")], stats=stats):
+        before = loop.decode_steps
+        time.sleep(0.03)  # the reader's work on the piece
+        steps_while_handling.append(loop.decode_steps - before)
+    assert len(steps_while_handling) >= 3 and not any(steps_while_handling), steps_while_handling

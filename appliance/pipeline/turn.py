@@ -314,6 +314,7 @@ class Turn:
                     messages, cancel=cancel, stats=stats, conversation=conversation, on_end_of_message=judged
                 ),
                 cancel=cancel,
+                max_pending=1,  # the next token only once this piece is handled (a clause to Piper first)
             )
             async with contextlib.aclosing(pieces):
                 async for piece in pieces:

@@ -64,6 +64,7 @@ class TurnVoice:
         self.trace.mark("first_clause")
         self.clauses.append(clause)
         self.clause_samples.append(0)
+        self.engines.tts_worker.expect()  # Piper takes it in a moment: the LLM's next step waits
         await clauses.put(clause)
 
     async def speak(self, clauses: Clauses) -> None:

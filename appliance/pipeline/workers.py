@@ -42,6 +42,12 @@ class EngineWorker:
         self._queued = 0  # calls submitted and not finished (reply and background alike)
         self._background: set[threading.Event] = set()  # cancel events of background calls queued or running
 
+    def expect(self) -> None:
+        """A call is about to come (within engines.cores.EXPECT_S): the LLM's next step waits for it
+        as for a running one."""
+        if self._cores is not None:
+            self._cores.expect()
+
     @property
     def idle(self) -> bool:
         """Nothing queued or running."""
@@ -111,7 +117,9 @@ class EngineWorker:
     ) -> AsyncGenerator[T, None]:
         """Iterate ``produce()`` on the worker thread, handing items to the loop.
 
-        At most ``max_pending`` items wait for the consumer (the thread blocks beyond that). Closing
+        At most ``max_pending`` items are made and not yet handled by the consumer (an item counts
+        until the consumer asks for the next one; the thread waits before making more): with 1, the
+        next item is asked of ``produce`` only once the consumer is done with the last. Closing
         the generator (``contextlib.aclosing`` around an ``async for`` that may break) or cancelling
         its consumer sets ``cancel``: the thread stops before its next item (the engine itself checks
         ``cancel`` too, e.g. between LLM tokens).
@@ -132,15 +140,15 @@ class EngineWorker:
                 items = produce()
                 iterator = iter(items)
                 while True:
-                    with self._running():  # making an item, not waiting for room, is work
-                        item = next(iterator, _NO_ITEM)
-                    if item is _NO_ITEM:
-                        break
                     while not room.acquire(timeout=_POLL_S):
                         if cancel.is_set():
                             return
                     if cancel.is_set():
                         return
+                    with self._running():  # making an item, not waiting for room, is work
+                        item = next(iterator, _NO_ITEM)
+                    if item is _NO_ITEM:
+                        break
                     post(_ITEM, item)
             except BaseException as err:  # handed to the consumer, re-raised there
                 post(_ERROR, err)
@@ -157,8 +165,8 @@ class EngineWorker:
             while True:
                 kind, value = await queue.get()
                 if kind == _ITEM:
-                    room.release()
                     yield value
+                    room.release()  # the consumer is back for more: it is done with this one
                 elif kind == _ERROR:
                     raise value
                 else:

@@ -2,13 +2,15 @@
 
 Each iteration of the loop:
 1. finishes the jobs that were cancelled or abandoned by their reader;
-2. runs one decode step for every reply that is generating: one token per sequence, in one batch,
+2. waits, briefly, for each generating reply's reader to have handled the text it was given last, and
+   then (``llm.yield_ms``) for the other engines' work, which that reader may just have started;
+3. runs one decode step for every reply that is generating: one token per sequence, in one batch,
    and samples each sequence's next token with its own sampler;
-3. evaluates one chunk of the prompt of the oldest reply still evaluating its prompt (in its own
+4. evaluates one chunk of the prompt of the oldest reply still evaluating its prompt (in its own
    batch: llama.cpp's numbers for a sequence then do not depend on what else is running, so a reply
    at temperature 0 is the same alone or beside others), so a long prompt delays the others' next
    tokens by one chunk at a time, not by the whole prompt;
-4. when no reply is queued or running: one small chunk of a prefill (a conversation's unfinished
+5. when no reply is queued or running: one small chunk of a prefill (a conversation's unfinished
    message, evaluated while the person is still speaking). A reply arriving ends any prefill.
 
 Replies wait for a slot in the order they came; a reply of a conversation whose slot is still
@@ -43,6 +45,10 @@ PROMPT_CHUNK_TOKENS = 64
 # Prefill runs in batches this small so that a reply arriving waits at most one of them (about 0.1 s
 # for Qwen 1.5B on two CPU cores); a prompt eval of 8 tokens costs ~2x one of 1 token.
 PREFILL_BATCH_TOKENS = 8
+
+# How long a token waits for its reply's reader to ask for more (about a millisecond when it is
+# there: the piece goes to the event loop and back); a reader that is away costs no more than this.
+READER_WAIT_S = 0.025
 
 _END = object()
 _POLL_S = 0.05
@@ -101,6 +107,8 @@ class ReplyJob(Job):
     on_end_of_message: Callable[[float], None] | None = None
     sampler: Any = None
     next_token: int | None = None  # sampled, to be decoded in the next step
+    # Set while the reader waits for the next piece: it has handled every piece before it.
+    wanted: threading.Event = field(default_factory=threading.Event)
     _decoder: Any = field(default_factory=lambda: codecs.getincrementaldecoder("utf-8")(errors="replace"))
     _stops: StopStringFilter = field(init=False)
     _at_start: bool = True
@@ -141,6 +149,7 @@ class ReplyJob(Job):
         if text:
             if self.stats.first_token_s is None:
                 self.stats.first_token_s = time.perf_counter() - self.submitted
+            self.wanted.clear()
             self.out.put(text)
 
     def read(self) -> Iterator[str]:
@@ -151,6 +160,7 @@ class ReplyJob(Job):
                 if self.cancel is not None and self.cancel.is_set():
                     self.finished.wait()
                     return
+                self.wanted.set()
                 try:
                     item = self.out.get(timeout=_POLL_S)
                 except queue.Empty:
@@ -310,6 +320,7 @@ class DecodeLoop:
         job.pending = job.prompt[reuse:]
 
     def _step(self) -> None:
+        self._wait_for_readers()
         if self.cores is not None and self.yield_s > 0:
             self.cores.wait_idle(self.yield_s)  # before the stopped jobs go: a wait may have stopped some
         with self._cond:
@@ -332,6 +343,18 @@ class DecodeLoop:
             with self._cond:
                 for job in done:
                     self._finish(job, None)
+
+    def _wait_for_readers(self) -> None:
+        """Before a reply's next token: its reader has handled the text before it (at most
+        READER_WAIT_S), so that what it started with that text (Piper on a finished clause, announced
+        in ``cores``) is waited for instead of run beside the step."""
+        with self._cond:
+            replies = [
+                j for j in self._active if isinstance(j, ReplyJob) and j.generating and not j.stopped()
+            ]
+        deadline = time.monotonic() + READER_WAIT_S
+        for job in replies:
+            job.wanted.wait(max(0.0, deadline - time.monotonic()))
 
     def _decode_step(self, jobs: list[ReplyJob]) -> list[Job]:
         runtime = self.runtime
