@@ -105,7 +105,9 @@ def test_an_old_environment_variable_is_read_under_its_new_name(
         settings = load_settings(None)
     assert settings.overlap.stop_words == ("halt",) and settings.partials.partial_interval_ms == 900
     assert "APPLIANCE_ENDPOINTER__STOP_WORDS is read as APPLIANCE_OVERLAP__STOP_WORDS" in caplog.text
-    assert environment_overrides() == ["overlap.stop_words", "partials.partial_interval_ms"]
+    shown = environment_overrides()  # the admin page's "set by the environment", by the new names
+    assert {"overlap.stop_words", "partials.partial_interval_ms"} <= set(shown)
+    assert not {"endpointer.stop_words", "asr.partial_interval_ms"} & set(shown)
     monkeypatch.setenv("APPLIANCE_OVERLAP__STOP_WORDS", '["wait"]')
     with pytest.raises(ConfigError, match=r"endpointer\.stop_words: moved to overlap\.stop_words"):
         load_settings(None)
